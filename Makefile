@@ -1,0 +1,32 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+# Both create .venv on first use: torch's CPU wheel is pinned here (GPU users
+# install their own torch first; the package itself only asks for torch>=2.4).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+EXTRAS ?= all
+
+.PHONY: venv demo test lint bench clean
+
+$(BIN)/sparsegnn: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(BIN)/sparsegnn
+
+venv: $(BIN)/sparsegnn
+
+demo: venv
+	$(BIN)/sparsegnn demo
+
+test: venv
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q tests
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

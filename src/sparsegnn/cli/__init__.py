@@ -1,0 +1,1 @@
+"""The ``sparsegnn`` command line: one console script with subcommands."""

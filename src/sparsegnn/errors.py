@@ -1,0 +1,34 @@
+"""One exception hierarchy for the whole library.
+
+Every error names what was received, what was expected and, where there is one, what to
+do instead. Each class also derives from the builtin a caller would naturally catch
+(ValueError, IndexError), so generic handlers keep working.
+"""
+
+
+class SparseGNNError(Exception):
+    """Base class of every error raised on purpose by sparsegnn."""
+
+
+class ShapeError(SparseGNNError, ValueError):
+    """Operands whose shapes do not fit together."""
+
+
+class IndexOutOfRangeError(SparseGNNError, IndexError):
+    """An index that is negative or not below the dimension it indexes."""
+
+
+class InvalidValueError(SparseGNNError, ValueError):
+    """A NaN or infinite value, or a dtype we do not support."""
+
+
+class UnsortedIndicesError(SparseGNNError, ValueError):
+    """CSR column indices that are not sorted within a row, given where sorted were promised."""
+
+
+class DuplicateEntryError(SparseGNNError, ValueError):
+    """The same (row, column) entry given twice where duplicates were declared an error."""
+
+
+class DataFormatError(SparseGNNError, ValueError):
+    """A data file that is missing, truncated or inconsistent; the message names the file."""
