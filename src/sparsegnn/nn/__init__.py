@@ -1,1 +1,7 @@
-"""sparsegnn.nn."""
+"""GNN layers and models whose message passing is SpMM on any operator."""
+
+from sparsegnn.nn.conv import GCNConv, SAGEConv
+from sparsegnn.nn.models import GCN, GraphSAGE
+from sparsegnn.nn.operator import Operator, as_operator, normalize
+
+__all__ = ["GCN", "GCNConv", "GraphSAGE", "Operator", "SAGEConv", "as_operator", "normalize"]

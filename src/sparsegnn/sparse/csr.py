@@ -10,6 +10,7 @@ values onto the transpose's, which is what the value gradient of SpMM needs.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -269,12 +270,22 @@ class CSRMatrix:
         out = CSRMatrix(self.crow, self.col, val, self.shape, False, _rows=self._rows)
         return out
 
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``A @ X`` with autograd: the operator protocol every layer calls."""
+        from sparsegnn.sparse.ops import spmm
+
+        return spmm(self, x)
+
+    __matmul__ = matmul
+
     def to_torch(self) -> torch.Tensor:
         """A ``torch.sparse_csr_tensor`` sharing this matrix's storage, cached."""
         if self._torch_csr is None or self._torch_csr.values().data_ptr() != self.val.data_ptr():
-            self._torch_csr = torch.sparse_csr_tensor(
-                self.crow, self.col, self.val.detach(), self.shape, check_invariants=False
-            )
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
+                self._torch_csr = torch.sparse_csr_tensor(
+                    self.crow, self.col, self.val.detach(), self.shape, check_invariants=False
+                )
         return self._torch_csr
 
     def to_scipy(self) -> sp.csr_matrix:

@@ -1,0 +1,132 @@
+"""Graph convolution layers whose message passing is one SpMM.
+
+Both layers take the aggregation operator (a normalised :class:`CSRMatrix`, a distributed
+operator, or a PyG ``edge_index`` for interop) and never look inside it, so full-graph,
+sampled (rectangular ``b x n`` operators) and distributed training share one code path.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from sparsegnn.nn.operator import Operator, as_operator
+from sparsegnn.sparse import CSRMatrix
+
+
+class GCNConv(nn.Module):
+    r"""Kipf & Welling's graph convolution, ``Z = Â (H W) + b``.
+
+    ``Â = D^-1/2 (A + I) D^-1/2`` is expected precomputed (``sparsegnn.sparse.gcn_norm``);
+    an ``edge_index`` is normalised on the fly and, with ``cached=True``, only once.
+    The dense product runs on the narrower side of the SpMM: ``Â (H W)`` when the layer
+    shrinks the width, ``(Â H) W`` when it grows it, which is the cheaper order.
+
+    Args:
+        in_channels: input feature width.
+        out_channels: output feature width.
+        bias: add a learnable bias.
+        cached: cache the operator built from an ``edge_index`` (transductive use).
+
+    Shapes:
+        x ``[n_in, in_channels]``, operator ``[n_out, n_in]`` -> ``[n_out, out_channels]``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True, cached: bool = False):
+        super().__init__()
+        self.in_channels, self.out_channels, self.cached = in_channels, out_channels, cached
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self._cache: Operator | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.lin.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        self._cache = None
+
+    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
+        op = self._operator(x, adj)
+        if self.out_channels <= self.in_channels:
+            out = op.matmul(self.lin(x))
+        else:
+            out = self.lin(op.matmul(x))
+        return out if self.bias is None else out + self.bias
+
+    def _operator(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> Operator:
+        if not isinstance(adj, torch.Tensor):
+            return adj
+        if self.cached and self._cache is not None:
+            return self._cache
+        op = as_operator(adj, x.shape[0], "gcn", x.dtype)
+        if self.cached:
+            self._cache = op
+        return op
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels})"
+
+
+Aggr = Literal["mean", "sum", "max"]
+
+
+class SAGEConv(nn.Module):
+    r"""GraphSAGE: ``z_i = W_r h_i + W_n · aggr_{j in N(i)} h_j (+ b)``.
+
+    ``mean`` and ``sum`` are one SpMM with the row-normalised (mean) or raw (sum)
+    adjacency, which the caller passes (``sparsegnn.sparse.row_norm`` for mean). ``max``
+    needs the neighbour structure and therefore a local :class:`CSRMatrix`.
+    For sampled blocks (``[n_out, n_in]`` with ``n_out <= n_in``) the targets are the
+    first ``n_out`` inputs, the convention every sampler of sparsegnn follows.
+
+    Shapes:
+        x ``[n_in, in_channels]``, operator ``[n_out, n_in]`` -> ``[n_out, out_channels]``.
+    """
+
+    def __init__(
+        self, in_channels: int, out_channels: int, aggr: Aggr = "mean",
+        root_weight: bool = True, bias: bool = True,
+    ):
+        super().__init__()
+        if aggr not in ("mean", "sum", "max"):
+            raise ValueError(f"SAGEConv: aggr must be 'mean', 'sum' or 'max', got {aggr!r}")
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        self.lin_neigh = nn.Linear(in_channels, out_channels, bias=False)
+        self.lin_root = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_neigh.reset_parameters()
+        if self.lin_root is not None:
+            self.lin_root.reset_parameters()
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
+        op = as_operator(adj, x.shape[0], "mean" if self.aggr == "mean" else "sum", x.dtype)
+        if self.aggr == "max":
+            out = self.lin_neigh(_max_aggregate(op, x))
+        elif self.out_channels < self.in_channels:
+            # A linear map commutes with aggregation: shrink first, aggregate the narrow side.
+            out = op.matmul(self.lin_neigh(x))
+        else:
+            out = self.lin_neigh(op.matmul(x))
+        if self.lin_root is not None:
+            out = out + self.lin_root(x[: op.shape[0]])
+        return out if self.bias is None else out + self.bias
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
+
+
+def _max_aggregate(op: Operator, x: torch.Tensor) -> torch.Tensor:
+    """Element-wise max over each row's neighbours (zero for rows without any)."""
+    if not isinstance(op, CSRMatrix):
+        raise TypeError("SAGEConv(aggr='max') needs a local CSRMatrix operator")
+    index = op.row_indices().unsqueeze(1).expand(-1, x.shape[1])
+    out = torch.zeros(op.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
+    return out.scatter_reduce(0, index, x[op.col], reduce="amax", include_self=False)

@@ -1,0 +1,45 @@
+"""What a layer multiplies by: any object with ``shape`` and ``matmul(x)``.
+
+A local :class:`~sparsegnn.sparse.CSRMatrix` is one; the distributed package supplies
+others (partitioned operators whose ``matmul`` communicates). Layers only ever call
+``adj.matmul(h)``, which is why the same model runs unchanged on one process or many.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+
+from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
+
+Norm = Literal["gcn", "mean", "sum"]
+
+
+@runtime_checkable
+class Operator(Protocol):
+    """A linear operator on node features."""
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+def normalize(adj: CSRMatrix, norm: Norm) -> CSRMatrix:
+    """The aggregation operator of a layer kind from a raw adjacency."""
+    if norm == "gcn":
+        return gcn_norm(adj)
+    if norm == "mean":
+        return row_norm(adj)
+    return adj
+
+
+def as_operator(
+    adj: Operator | torch.Tensor, num_nodes: int, norm: Norm, dtype: torch.dtype
+) -> Operator:
+    """Accept our operators as they are; turn a PyG ``edge_index`` into a normalised CSR."""
+    if isinstance(adj, torch.Tensor):
+        mat = CSRMatrix.from_edge_index(adj.to(torch.long), num_nodes).to(dtype=dtype)
+        return normalize(mat, norm)
+    return adj
