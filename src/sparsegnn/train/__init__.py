@@ -1,1 +1,31 @@
-"""sparsegnn.train."""
+"""Training loops: full-graph (one process or many) with checkpoints and early stopping."""
+
+from sparsegnn.train.checkpoint import load_checkpoint, save_checkpoint, seed_everything
+from sparsegnn.train.fullgraph import (
+    EpochStats,
+    LocalTask,
+    Task,
+    TrainConfig,
+    TrainResult,
+    build_model,
+    fit,
+    local_task,
+    operator_for,
+    train_single,
+)
+
+__all__ = [
+    "EpochStats",
+    "LocalTask",
+    "Task",
+    "TrainConfig",
+    "TrainResult",
+    "build_model",
+    "fit",
+    "load_checkpoint",
+    "local_task",
+    "operator_for",
+    "save_checkpoint",
+    "seed_everything",
+    "train_single",
+]

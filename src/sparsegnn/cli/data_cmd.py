@@ -1,0 +1,126 @@
+"""``sparsegnn data``: inspect, convert and generate graphs.
+
+Each action is one ``_add_<action>(actions)`` function listed in ``_ACTIONS`` that builds
+its subparser and binds its handler, so a new action (``data partition``) is one more
+function and one more list entry. :func:`add_source_args` gives every action that reads a
+graph the same SOURCE / ``--data-dir`` / ``--seed`` options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sparsegnn.cli.common import add_json_flag, emit
+from sparsegnn.data import degree_stats, from_spec, load_any, save_graph
+from sparsegnn.data.graph import GraphData
+
+
+def register(subparsers: Any) -> None:
+    """Add ``data`` and its actions to the top-level subparsers."""
+    parser = subparsers.add_parser(
+        "data",
+        help="inspect, convert and generate graphs",
+        description="Inspect, convert and generate graphs. SOURCE is a dataset name "
+                    "(cora, citeseer), a generator spec (rmat:18, "
+                    "sbm:nodes=4096,blocks=8,degree=16, uniform:nodes=1000,degree=8) "
+                    "or a file (.npz graph, scipy .npz, edge list).",
+    )
+    actions = parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    for add in _ACTIONS:
+        add(actions)
+
+
+def add_source_args(parser: argparse.ArgumentParser) -> None:
+    """SOURCE plus the options needed to resolve it (see :func:`sparsegnn.data.load_any`)."""
+    parser.add_argument("source", metavar="SOURCE",
+                        help="dataset name, generator spec or graph file")
+    parser.add_argument("--data-dir", default=None,
+                        help="folder holding the datasets (default: $SPARSEGNN_DATA, "
+                             "else the nearest shared/data)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed for generator specs (overrides the spec's seed=)")
+
+
+def _add_info(actions: Any) -> None:
+    p = actions.add_parser("info", help="print node, edge, feature and degree counts")
+    add_source_args(p)
+    add_json_flag(p)
+    p.set_defaults(func=_run_info)
+
+
+def _add_convert(actions: Any) -> None:
+    p = actions.add_parser("convert", help="save any SOURCE as a sparsegnn .npz graph")
+    add_source_args(p)
+    p.add_argument("out", metavar="OUT", help="output .npz path")
+    p.add_argument("--directed", action="store_true",
+                   help="keep edge-list direction instead of storing both directions")
+    p.add_argument("--compress", action="store_true", help="write a compressed .npz")
+    add_json_flag(p)
+    p.set_defaults(func=_run_convert)
+
+
+def _add_generate(actions: Any) -> None:
+    p = actions.add_parser("generate", help="generate a synthetic graph from a spec")
+    p.add_argument("spec", metavar="SPEC",
+                   help="generator spec, e.g. rmat:18 or sbm:nodes=262144,blocks=64,degree=16")
+    p.add_argument("--out", required=True, help="output .npz path")
+    p.add_argument("--seed", type=int, default=None, help="overrides the spec's seed=")
+    p.add_argument("--compress", action="store_true", help="write a compressed .npz")
+    add_json_flag(p)
+    p.set_defaults(func=_run_generate)
+
+
+_ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate]
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
+    result = {"source": args.source, **g.summary(),
+              **degree_stats(g.edge_index, g.num_nodes)}
+    return emit(args, result, _describe(g, result))
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    g = load_any(args.source, args.data_dir, seed=args.seed, undirected=not args.directed,
+                 progress=True)
+    out = save_graph(g, args.out, compress=args.compress)
+    result = {"source": args.source, "out": str(out), "num_nodes": g.num_nodes,
+              "num_edges": g.num_edges, "bytes": out.stat().st_size}
+    return emit(args, result, f"wrote {out} ({_mib(out)}): {_counts(g)}")
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    g = from_spec(args.spec, seed=args.seed, progress=True)
+    seconds = time.perf_counter() - start
+    out = save_graph(g, args.out, compress=args.compress)
+    result = {"spec": args.spec, "name": g.name, "out": str(out), "num_nodes": g.num_nodes,
+              "num_edges": g.num_edges, "num_features": g.num_features,
+              "num_classes": g.num_classes, "generate_seconds": round(seconds, 3),
+              "bytes": out.stat().st_size}
+    return emit(args, result,
+                f"generated {g.name} in {seconds:.1f}s; wrote {out} ({_mib(out)}): {_counts(g)}")
+
+
+def _counts(g: GraphData) -> str:
+    return (f"{g.num_nodes} nodes, {g.num_edges} directed edges, "
+            f"{g.num_features} features, {g.num_classes} classes")
+
+
+def _describe(g: GraphData, result: dict[str, Any]) -> str:
+    lines = [f"{g.name}: {_counts(g)}"]
+    if "num_train" in result:
+        lines.append(f"split: {result.get('num_train', 0)} train / "
+                     f"{result.get('num_val', 0)} val / {result.get('num_test', 0)} test")
+    lines.append(f"degree: min {result['degree_min']}, mean {result['degree_mean']}, "
+                 f"median {result['degree_median']}, max {result['degree_max']}; "
+                 f"{result['num_isolated']} isolated")
+    return "\n".join(lines)
+
+
+def _mib(path: Path) -> str:
+    return f"{path.stat().st_size / 2**20:.1f} MiB"

@@ -1,0 +1,44 @@
+"""``sparsegnn demo``: the main job on a built-in default, in well under a minute.
+
+Trains a 2-layer GCN on Cora (from the data root) and prints test accuracy, epoch time
+and peak memory. Without the data root it says so and uses a generated community graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
+from sparsegnn.cli.train_cmd import human_summary
+from sparsegnn.data import load_any
+from sparsegnn.errors import DataFormatError
+from sparsegnn.train import TrainConfig, train_single
+from sparsegnn.train.fullgraph import row_normalize
+
+_FALLBACK = "sbm:nodes=3000,blocks=7,degree=8"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="train a GCN on Cora and report accuracy, time, memory")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    add_device_flag(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        graph = load_any("cora", args.data_dir)
+    except DataFormatError as err:
+        print(f"Cora not available ({err}); using a generated graph {_FALLBACK}")
+        graph = load_any(_FALLBACK, seed=args.seed)
+    if graph.x is not None:
+        graph.x = row_normalize(graph.x)
+    device = resolve_device(args.device)
+    cfg = TrainConfig(model="gcn", seed=args.seed)
+    print(f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges // 2} undirected edges, "
+          f"{graph.num_features} features, {graph.num_classes} classes; device {device}")
+    _, result = train_single(graph, cfg, device)
+    out = {"dataset": graph.name, "model": "gcn", "device": str(device), **result.summary()}
+    return emit(args, out, human_summary(graph.name, "gcn", result))

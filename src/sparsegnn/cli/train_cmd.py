@@ -1,0 +1,105 @@
+"""``sparsegnn train``: full-graph (one process or partitioned ranks) or sampled minibatches.
+
+This module owns the flags; the work is done by :mod:`sparsegnn.train`. A run is
+distributed when ``--nprocs`` > 1, when ``--algo`` is given, or when torchrun launched it
+(``WORLD_SIZE`` set); it uses sampled minibatches with ``--mode minibatch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
+from sparsegnn.data import load_any
+from sparsegnn.train import TrainConfig, train_single
+from sparsegnn.train.fullgraph import TrainResult, row_normalize
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a GNN on a graph", description=__doc__)
+    p.add_argument("--dataset", default="cora", help="dataset name, generator spec or graph file")
+    p.add_argument("--data-dir", default=None, help="data root (default: $SPARSEGNN_DATA or ../shared/data)")
+    p.add_argument("--model", choices=("gcn", "sage"), default="gcn")
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--layers", type=int, default=None, help="default: 2 full-graph, 3 minibatch")
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--patience", type=int, default=100, help="early-stopping patience (epochs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--no-normalize-features", action="store_true",
+                   help="keep raw features (default: scale each row to sum 1, as for Planetoid)")
+    p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file (written atomically)")
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_device_flag(p)
+    add_json_flag(p)
+    dist = p.add_argument_group("distributed full-graph training")
+    dist.add_argument("--nprocs", type=int, default=1, help="spawn this many local ranks")
+    dist.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), default=None)
+    dist.add_argument("--replication", type=int, default=1, help="replication factor c (1.5D)")
+    dist.add_argument("--comm", choices=("dense", "sparse"), default="dense",
+                      help="dense: communication-oblivious; sparse: send only needed rows")
+    dist.add_argument("--partition", default=None, help="partition file or partitioner name")
+    dist.add_argument("--backend", default=None, help="gloo or nccl (default: nccl on CUDA)")
+    dist.add_argument("--timeout", type=float, default=60.0,
+                      help="seconds before ranks give up on a failed peer")
+    mb = p.add_argument_group("sampled minibatch training")
+    mb.add_argument("--mode", choices=("fullgraph", "minibatch"), default="fullgraph")
+    mb.add_argument("--sampler", choices=("sage", "ladies", "shadow"), default="sage")
+    mb.add_argument("--fanouts", default="15,10,5", help="per-layer fan-outs (sage, shadow)")
+    mb.add_argument("--batch-size", type=int, default=1024)
+    mb.add_argument("--bulk", type=int, default=64, help="minibatches sampled per call")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` a command line describes."""
+    layers = args.layers if args.layers is not None else (3 if args.mode == "minibatch" else 2)
+    return TrainConfig(
+        model=args.model, hidden=args.hidden, num_layers=layers, dropout=args.dropout,
+        lr=args.lr, weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience,
+        seed=args.seed, dtype=args.dtype, checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        progress=not args.no_progress,
+    )
+
+
+def is_distributed(args: argparse.Namespace) -> bool:
+    return args.nprocs > 1 or args.algo is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.mode == "minibatch":
+        from sparsegnn.train.minibatch import run_from_args
+
+        return run_from_args(args)
+    if is_distributed(args):
+        from sparsegnn.train.distributed import run_from_args
+
+        return run_from_args(args)
+    graph = load_any(args.dataset, args.data_dir, seed=args.seed)
+    if not args.no_normalize_features and graph.x is not None:
+        graph.x = row_normalize(graph.x)
+    cfg = config_from_args(args)
+    device = resolve_device(args.device)
+    _, result = train_single(graph, cfg, device)
+    out = {"dataset": graph.name, "model": cfg.model, "device": str(device), **result.summary(),
+           "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}}
+    return emit(args, out, human_summary(graph.name, cfg.model, result))
+
+
+def human_summary(dataset: str, model: str, r: TrainResult) -> str:
+    return (
+        f"{model} on {dataset}: test accuracy {r.test_accuracy:.4f} "
+        f"(best validation {r.best_val_accuracy:.4f} at epoch {r.best_epoch}, "
+        f"{r.epochs_run} epochs{', stopped early' if r.stopped_early else ''})\n"
+        f"median epoch time {r.epoch_time_s * 1e3:.1f} ms, "
+        f"peak memory {r.peak_memory_bytes / 2**20:.0f} MiB"
+    )
