@@ -74,7 +74,42 @@ def _add_generate(actions: Any) -> None:
     p.set_defaults(func=_run_generate)
 
 
-_ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate]
+def _add_partition(actions: Any) -> None:
+    """``data partition``: one file per rank for distributed training (see docs/distributed.md)."""
+    p = actions.add_parser(
+        "partition", help="split SOURCE into per-rank blocks for distributed training",
+        description="Write OUT/manifest.json and OUT/rank<r>.npz so that each rank of "
+                    "`sparsegnn train --dataset OUT` reads only its own blocks.",
+    )
+    add_source_args(p)
+    p.add_argument("out", metavar="OUT", help="output directory")
+    p.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), required=True)
+    p.add_argument("--nprocs", type=int, required=True, help="number of ranks of the grid")
+    p.add_argument("--replication", type=int, default=1, help="c for 1.5d")
+    p.add_argument("--model", choices=("gcn", "sage"), default="gcn",
+                   help="decides the stored operator: gcn_norm (gcn) or row_norm (sage)")
+    p.add_argument("--parts", default=None,
+                   help="partition vector file (.npy or text, one block id per vertex)")
+    p.add_argument("--no-normalize-features", action="store_true",
+                   help="keep raw features (default: rows scaled to sum 1, as `train` does)")
+    add_json_flag(p)
+    p.set_defaults(func=_run_partition)
+
+
+def _run_partition(args: argparse.Namespace) -> int:
+    # Imported here so that the other data actions never load the training stack.
+    from sparsegnn.train.distributed import write_partitioned
+
+    g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
+    result = write_partitioned(
+        g, Path(args.out), args.algo, args.nprocs, args.replication, args.model,
+        Path(args.parts) if args.parts else None, normalize_features=not args.no_normalize_features,
+    )
+    text = f"wrote {result['ranks']} rank files for the {result['grid']} to {args.out}"
+    return emit(args, result, text)
+
+
+_ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate, _add_partition]
 
 
 def _run_info(args: argparse.Namespace) -> int:

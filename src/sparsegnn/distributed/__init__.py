@@ -1,1 +1,54 @@
-"""sparsegnn.distributed."""
+"""Full-graph GNN training on a grid of ranks: CAGNET's 1D, 1.5D, 2D and 3D SpMM.
+
+The only package of sparsegnn that imports ``torch.distributed``. A
+:class:`ProcessGrid` creates its groups once; :func:`local_blocks` cuts a rank's tiles
+out of a :class:`BlockPartition`; :func:`build_operator` gives the operator whose
+``matmul`` is the distributed SpMM (autograd included) that the unchanged models call;
+:class:`DistributedTask` reduces loss, accuracy and weight gradients over the grid;
+:class:`Communicator` counts every byte, and :func:`predict` states what it should count.
+See docs/distributed.md.
+"""
+
+from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
+from sparsegnn.distributed.comm_model import SpmmCall, predict, tile_nnz
+from sparsegnn.distributed.grid import ALGORITHMS, GridError, GridShape, grid_shape
+from sparsegnn.distributed.launch import (
+    RankFailedError,
+    Session,
+    barrier,
+    close_session,
+    gather_objects,
+    in_torchrun,
+    init_session,
+    spawn,
+)
+from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
+from sparsegnn.distributed.spmm import DistributedOperator, build_operator
+from sparsegnn.distributed.task import DistributedTask
+
+__all__ = [
+    "ALGORITHMS",
+    "BlockPartition",
+    "Communicator",
+    "DistributedOperator",
+    "DistributedTask",
+    "GridError",
+    "GridShape",
+    "Group",
+    "LocalBlocks",
+    "ProcessGrid",
+    "RankFailedError",
+    "Session",
+    "SpmmCall",
+    "barrier",
+    "build_operator",
+    "close_session",
+    "gather_objects",
+    "grid_shape",
+    "in_torchrun",
+    "init_session",
+    "local_blocks",
+    "predict",
+    "spawn",
+    "tile_nnz",
+]

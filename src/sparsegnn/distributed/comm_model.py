@@ -1,0 +1,128 @@
+"""Analytic communication volume per rank and epoch, for comparison with the counters.
+
+The formulas restate, in closed form over block sizes, tile nonzeros and feature widths,
+what each algorithm of :mod:`sparsegnn.distributed.spmm` sends under the payload model
+of :mod:`sparsegnn.distributed.comm`; they never call the communication code. With b
+bytes per value, rank ``(i, k)`` / ``(i, j, m)`` and one SpMM of width f:
+
+* 1D/1.5D (R = p/c process rows): for each stage block j of replica k, the owner sends
+  ``n_j f b (R - 1)`` and every other member receives ``n_j f b``; then the c replicas
+  all-reduce ``n_i f b`` (each sends and receives ``(c - 1) n_i f b``).
+* 2D/3D (q x q x l): per stage k, the A tile ``A[i, inner(k, m)]`` travels along the row
+  as ``8 (n_i + 1 + nnz)`` index bytes plus ``b nnz`` value bytes, and the piece
+  ``|inner(k, m)| w_j b`` down the column (w_j: width of feature slice j); then the
+  fiber all-reduce ``(l - 1) n_i w_j b`` and the column all-gather, which sends
+  ``n_i w_j b (q - 1)`` and receives ``n_i (f - w_j) b``.
+* per epoch, the gradient all-reduce of P parameters, ``(R - 1) P b`` each way over the
+  R vertex blocks, and three scalar reductions (loss: b bytes, two correct counts: 8 bytes
+  each), ``(R - 1)`` times each.
+
+For the usual equal blocks this is ``~ n f`` per rank for 1D, ``~ n f / c + n f c / p``
+for 1.5D and ``~ (nnz + n f) / sqrt(p) + n f / sqrt(p)`` for 2D; 3D's SUMMA part is
+``~ (nnz + n f) / p^(2/3)`` plus the ``~ n f / p^(1/3)`` all-gather back to full rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sparsegnn.distributed.grid import GridShape
+from sparsegnn.distributed.partition import BlockPartition, split_sizes, stage_blocks
+from sparsegnn.sparse import CSRMatrix
+
+Volume = dict[str, dict[str, int]]
+# Keys of :data:`Volume`: (row block, col coordinate, layer) -> nnz of that rank's tile.
+NnzTable = dict[tuple[int, int, int], int]
+
+
+@dataclass(frozen=True)
+class SpmmCall:
+    """One distributed SpMM of an epoch: its feature width and its phase."""
+
+    width: int
+    phase: str  # "forward_spmm" or "backward_spmm"
+
+
+def tile_nnz(a: CSRMatrix, part: BlockPartition, shape: GridShape) -> NnzTable:
+    """Nonzeros of every 2D/3D tile ``A[block i, inner(j, m)]`` of the (relabelled) matrix."""
+    layers = shape.layers
+    starts = [part.inner(j, m, layers)[0] for j in range(part.blocks) for m in range(layers)]
+    ends = torch.tensor(part.offsets[1:], dtype=torch.long)
+    row_block = torch.bucketize(a.row_indices(), ends, right=True)
+    sub = torch.bucketize(a.col, torch.tensor(starts[1:], dtype=torch.long), right=True)
+    key = row_block * (part.blocks * shape.layers) + sub
+    counts = torch.bincount(key, minlength=part.blocks * part.blocks * shape.layers).tolist()
+    return {
+        (i, j, m): counts[i * part.blocks * shape.layers + j * shape.layers + m]
+        for i in range(part.blocks) for j in range(part.blocks) for m in range(shape.layers)
+    }
+
+
+def predict(
+    shape: GridShape, part: BlockPartition, rank: int, calls: list[SpmmCall], *,
+    value_bytes: int, num_params: int, nnz: dict[str, NnzTable] | None = None,
+) -> Volume:
+    """Bytes this rank sends and receives in one epoch, per phase.
+
+    ``nnz`` (2D/3D only) maps ``"forward_spmm"``/``"backward_spmm"`` to the tile table of
+    ``A`` and ``A^T`` (:func:`tile_nnz`).
+    """
+    out: Volume = {}
+    for call in calls:
+        if shape.algo in ("1d", "1.5d"):
+            sent, recv = _rows(shape, part, rank, call.width * value_bytes)
+        else:
+            if nnz is None:
+                raise ValueError("2d/3d predictions need the tile nonzero tables")
+            sent, recv = _summa(shape, part, rank, call.width, value_bytes, nnz[call.phase])
+        _add(out, call.phase, sent, recv)
+    peers = shape.rows - 1
+    _add(out, "grad_allreduce", peers * num_params * value_bytes, peers * num_params * value_bytes)
+    scalars = value_bytes + 8 + 8
+    _add(out, "metrics", peers * scalars, peers * scalars)
+    return {p: v for p, v in out.items() if v["sent"] or v["recv"]}
+
+
+def _add(out: Volume, phase: str, sent: int, recv: int) -> None:
+    v = out.setdefault(phase, {"sent": 0, "recv": 0})
+    v["sent"] += sent
+    v["recv"] += recv
+
+
+def _rows(shape: GridShape, part: BlockPartition, rank: int, row_bytes: int) -> tuple[int, int]:
+    i, k, _ = shape.coords(rank)
+    sent = recv = 0
+    if shape.rows > 1:
+        for j in stage_blocks(shape, k):
+            block = part.size(j) * row_bytes
+            if j == i:
+                sent += block * (shape.rows - 1)
+            else:
+                recv += block
+    reduce = (shape.cols - 1) * part.size(i) * row_bytes
+    return sent + reduce, recv + reduce
+
+
+def _summa(
+    shape: GridShape, part: BlockPartition, rank: int, width: int, b: int, nnz: NnzTable
+) -> tuple[int, int]:
+    i, j, m = shape.coords(rank)
+    q, n_i = shape.cols, part.size(i)
+    widths = split_sizes(width, q)
+    sent = recv = 0
+    if q > 1:
+        for k in range(q):
+            e = nnz[(i, k, m)]
+            a_bytes = 8 * (n_i + 1 + e) + b * e
+            lo, hi = part.inner(k, m, shape.layers)
+            h_bytes = (hi - lo) * widths[j] * b
+            sent += a_bytes * (q - 1) if k == j else 0
+            recv += 0 if k == j else a_bytes
+            sent += h_bytes * (q - 1) if k == i else 0
+            recv += 0 if k == i else h_bytes
+        sent += n_i * widths[j] * b * (q - 1)
+        recv += n_i * (width - widths[j]) * b
+    reduce = (shape.layers - 1) * n_i * widths[j] * b
+    return sent + reduce, recv + reduce

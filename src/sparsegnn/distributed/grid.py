@@ -1,0 +1,104 @@
+"""Process grids: how p ranks are arranged for each SpMM algorithm.
+
+Every algorithm uses the same three axes, ``rows x cols x layers``, with rank
+``(row * cols + col) * layers + layer``; what the axes mean differs:
+
+* ``1d``   ``p x 1 x 1``: rank i owns vertex block i.
+* ``1.5d`` ``(p/c) x c x 1``: the c ranks of a process row own the same vertex block
+  (replicas); the col index is the replica index and picks which block columns of A the
+  rank multiplies.
+* ``2d``   ``q x q x 1`` with ``q = sqrt(p)``: sparse SUMMA inside the square.
+* ``3d``   ``q x q x q`` with ``q = cbrt(p)``: split-3D, one SUMMA per layer.
+
+A grid that does not fit p is rejected with a message that says which p would fit:
+silently rounding to a smaller grid would leave ranks idle or give wrong answers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from sparsegnn.errors import SparseGNNError
+
+Algorithm = Literal["1d", "1.5d", "2d", "3d"]
+ALGORITHMS: tuple[Algorithm, ...] = ("1d", "1.5d", "2d", "3d")
+
+
+class GridError(SparseGNNError, ValueError):
+    """A process grid that does not fit the number of ranks or the replication factor."""
+
+
+@dataclass(frozen=True)
+class GridShape:
+    """The ``rows x cols x layers`` arrangement of ranks for one algorithm."""
+
+    algo: Algorithm
+    rows: int
+    cols: int
+    layers: int
+
+    @property
+    def size(self) -> int:
+        return self.rows * self.cols * self.layers
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """``(row, col, layer)`` of a rank."""
+        if not 0 <= rank < self.size:
+            raise GridError(f"rank {rank} is outside a grid of {self.size} ranks")
+        rest, layer = divmod(rank, self.layers)
+        row, col = divmod(rest, self.cols)
+        return row, col, layer
+
+    def rank_of(self, row: int, col: int, layer: int = 0) -> int:
+        return (row * self.cols + col) * self.layers + layer
+
+    @property
+    def row_blocks(self) -> int:
+        """How many vertex blocks the rows of A and H are cut into."""
+        return self.rows
+
+    def describe(self) -> str:
+        return f"{self.algo} grid {self.rows}x{self.cols}x{self.layers}"
+
+
+def grid_shape(algo: Algorithm, world_size: int, replication: int = 1) -> GridShape:
+    """The grid of ``algo`` on ``world_size`` ranks, or a :class:`GridError` saying why not."""
+    p = world_size
+    if p < 1:
+        raise GridError(f"need at least one rank, got {p}")
+    if algo != "1.5d" and replication != 1:
+        raise GridError(f"--replication applies to 1.5d only, got {replication} with {algo}")
+    if algo == "1d":
+        return GridShape(algo, p, 1, 1)
+    if algo == "1.5d":
+        return _one_and_half(p, replication)
+    if algo == "2d":
+        q = math.isqrt(p)
+        if q * q != p:
+            raise GridError(
+                f"2d needs a square number of ranks (1, 4, 9, 16, ...), got {p}; "
+                f"use {q * q} or {(q + 1) ** 2} ranks, or --algo 1d / 1.5d"
+            )
+        return GridShape(algo, q, q, 1)
+    if algo == "3d":
+        q = round(p ** (1 / 3))
+        if q**3 != p:
+            raise GridError(
+                f"3d needs a cubic number of ranks (1, 8, 27, ...), got {p}; "
+                "use 8 or 27 ranks, or --algo 2d"
+            )
+        return GridShape(algo, q, q, q)
+    raise GridError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+
+
+def _one_and_half(p: int, c: int) -> GridShape:
+    if c < 1 or p % c:
+        raise GridError(f"1.5d needs a replication factor c that divides p, got c={c}, p={p}")
+    if c * c > p:
+        raise GridError(
+            f"1.5d needs c*c <= p so that every replica has block columns to multiply, "
+            f"got c={c}, p={p}"
+        )
+    return GridShape("1.5d", p // c, c, 1)

@@ -1,0 +1,139 @@
+"""Distributed SpMM operators: 1D / 1.5D (stationary A) and 2D / 3D (sparse SUMMA).
+
+Layout contract (what makes the models run unchanged): every rank of process row i holds
+the *full rows* of vertex block i of the activations, ``H_i`` (``n_i x f``), and the
+operator maps them to the full rows of ``(A H)_i``. Dense work (the layers' linear maps,
+ReLU, the loss) is therefore row-local and replicated on the ``replicas`` ranks of a
+process row, and the replicas stay bit-identical because every result they receive is
+the same gathered data reduced in the same order.
+
+* 1D/1.5D, rank ``(i, k)``: for each block column j of its stage set, rank ``(j, k)``
+  broadcasts ``H_j`` down column group k and every member adds ``A_ij H_j``; then the c
+  replicas of row i all-reduce their partial sums (1D: c = 1, no reduction).
+* 2D/3D, rank ``(i, j, m)`` of a ``q x q x l`` grid: the feature columns are cut into q
+  slices and rank ``(i, j, m)`` computes slice j of ``sum_k A[i, inner(k, m)] H[inner(k, m)]``
+  by SUMMA: at stage k, rank ``(i, k, m)`` broadcasts its A tile along the row and rank
+  ``(k, j, m)`` broadcasts its H piece down the column. The l layers' partial sums are
+  all-reduced along the fiber (3D only), and the q column slices are all-gathered along
+  the row so the layer sees full rows again. That last all-gather moves about
+  ``n f / q`` per rank, the price of keeping the models unchanged.
+
+The backward pass is the same routine on the tiles of ``A^T`` (``G_H = A^T G_Z``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sparsegnn.distributed.comm import Communicator, ProcessGrid
+from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, split_sizes, stage_blocks
+
+
+class DistributedOperator:
+    """An :class:`~sparsegnn.nn.Operator` on this rank's vertex block.
+
+    ``shape`` is ``(n_i, n_i)``: the operator takes and returns the rows of the local
+    block, which is all a layer needs to know.
+    """
+
+    def __init__(
+        self, grid: ProcessGrid, comm: Communicator, part: BlockPartition, blocks: LocalBlocks
+    ) -> None:
+        self.grid, self.comm, self.part, self.blocks = grid, comm, part, blocks
+        row = grid.coords[0]
+        self.n_local = part.size(row)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n_local, self.n_local
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``(A H)_i`` with autograd when ``x`` needs a gradient."""
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _DistSpMM.apply(x, self)
+        with self.comm.phase("forward_spmm"):
+            return self.multiply(x.detach().contiguous(), transpose=False)
+
+    __matmul__ = matmul
+
+    def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """``(A H)_i`` (or ``(A^T H)_i``) without autograd; implemented per algorithm."""
+        raise NotImplementedError
+
+
+class _DistSpMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, op: DistributedOperator) -> torch.Tensor:  # type: ignore[override]
+        ctx.op = op
+        with op.comm.phase("forward_spmm"):
+            return op.multiply(x.contiguous(), transpose=False)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        op: DistributedOperator = ctx.op
+        with op.comm.phase("backward_spmm"):
+            return op.multiply(grad.contiguous(), transpose=True), None
+
+
+class RowOperator(DistributedOperator):
+    """1D and 1.5D: A stays where it is, blocks of H travel down the column group."""
+
+    def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
+        shape, comm = self.grid.shape, self.comm
+        i, k, _ = self.grid.coords
+        tiles = self.blocks.backward if transpose else self.blocks.forward
+        out = torch.zeros(self.n_local, x.shape[1], dtype=x.dtype, device=x.device)
+        for j in stage_blocks(shape, k):
+            h = x if j == i else x.new_empty(self.part.size(j), x.shape[1])
+            comm.broadcast(h, j, self.grid.col)
+            out += tiles[j].matmul(h)
+        return comm.all_reduce(out, self.grid.row)
+
+
+class SummaOperator(DistributedOperator):
+    """2D (one layer) and 3D (split-3D): sparse SUMMA per layer, then fiber reduction."""
+
+    def __init__(
+        self, grid: ProcessGrid, comm: Communicator, part: BlockPartition, blocks: LocalBlocks
+    ) -> None:
+        super().__init__(grid, comm, part, blocks)
+        j = grid.coords[1]
+        with comm.phase("setup"):
+            nnz = comm.gather_ints([blocks.forward[j].nnz, blocks.backward[j].nnz], grid.row)
+        self._nnz = {False: [n[0] for n in nnz], True: [n[1] for n in nnz]}
+
+    def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
+        shape, comm, grid = self.grid.shape, self.comm, self.grid
+        i, j, m = grid.coords
+        own = (self.blocks.backward if transpose else self.blocks.forward)[j]
+        widths = split_sizes(x.shape[1], shape.cols)
+        start = sum(widths[:j])
+        mine = x[:, start:start + widths[j]]
+        out = x.new_zeros(self.n_local, widths[j])
+        for k in range(shape.cols):
+            lo, hi = self.part.inner(k, m, shape.layers)
+            a_tile = comm.broadcast_sparse(
+                own if k == j else None, (self.n_local, hi - lo), self._nnz[transpose][k],
+                k, grid.row, x.dtype, x.device,
+            )
+            base = self.part.block(k)[0]
+            piece = (
+                mine[lo - base:hi - base].contiguous() if k == i
+                else x.new_empty(hi - lo, widths[j])
+            )
+            comm.broadcast(piece, k, grid.col)
+            if widths[j]:
+                out += a_tile.matmul(piece)
+        out = comm.all_reduce(out, grid.fiber)
+        pieces = comm.all_gather(out, [(self.n_local, w) for w in widths], grid.row)
+        return torch.cat(pieces, 1)
+
+
+def build_operator(
+    grid: ProcessGrid, comm: Communicator, part: BlockPartition, blocks: LocalBlocks
+) -> DistributedOperator:
+    """The operator of the grid's algorithm over this rank's tiles."""
+    if grid.shape.algo in ("1d", "1.5d"):
+        return RowOperator(grid, comm, part, blocks)
+    return SummaOperator(grid, comm, part, blocks)
+

@@ -1,0 +1,85 @@
+"""The training task of one rank: local rows, global loss and accuracy, gradient sum.
+
+It satisfies the ``Task`` protocol of :func:`sparsegnn.train.fit` structurally (this
+package does not import :mod:`sparsegnn.train`). Reductions run over the grid's column
+group, which holds exactly one replica of every vertex block, so each vertex counts once:
+
+* loss = (sum over ranks of the local summed cross-entropy) / (global label count);
+  the all-reduce's backward is the identity, because each rank back-propagates its own
+  rows' share and the distributed SpMM's backward moves the rest;
+* accuracy = global correct count / global label count;
+* weight gradients are summed over the column group, which makes them equal on every
+  rank (each replica of a block computed the same share).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from sparsegnn.distributed.comm import Communicator, Group
+from sparsegnn.distributed.spmm import DistributedOperator
+
+SPLITS = ("train", "val", "test")
+
+
+class _GlobalSum(torch.autograd.Function):
+    """Sum over the group in the forward pass, pass the gradient through in the backward."""
+
+    @staticmethod
+    def forward(ctx, local: torch.Tensor, comm: Communicator, group: Group) -> torch.Tensor:  # type: ignore[override]
+        return comm.all_reduce(local.detach().reshape(1).clone(), group).reshape(())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        return grad, None, None
+
+
+@dataclass
+class DistributedTask:
+    """One rank's share of a full-graph node-classification problem."""
+
+    x: torch.Tensor
+    adj: DistributedOperator
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    comm: Communicator
+    group: Group
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Global label counts per split, reduced once (setup traffic)."""
+        local = torch.tensor([float(self.masks[s].sum()) for s in SPLITS], dtype=torch.float64)
+        with self.comm.phase("setup"):
+            total = self.comm.all_reduce(local.to(self.x.device), self.group)
+        self.counts = {s: int(v) for s, v in zip(SPLITS, total.tolist(), strict=True)}
+
+    def loss(self, logits: torch.Tensor, split: str) -> torch.Tensor:
+        m = self.masks[split]
+        local = F.cross_entropy(logits[m], self.y[m], reduction="sum")
+        with self.comm.phase("metrics"):
+            total = _GlobalSum.apply(local, self.comm, self.group)
+        return total / max(self.counts[split], 1)
+
+    def accuracy(self, logits: torch.Tensor, split: str) -> float:
+        m = self.masks[split]
+        correct = (logits[m].argmax(1) == self.y[m]).sum().to(torch.float64).reshape(1)
+        with self.comm.phase("metrics"):
+            total = self.comm.all_reduce(correct, self.group)
+        return float(total) / max(self.counts[split], 1)
+
+    def sync_gradients(self, model: nn.Module) -> None:
+        """Sum every parameter's gradient over one replica of each vertex block."""
+        params = list(model.parameters())
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        with self.comm.phase("grad_allreduce"):
+            flat = self.comm.all_reduce(flat, self.group)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n

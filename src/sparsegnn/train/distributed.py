@@ -1,0 +1,424 @@
+"""Distributed full-graph training: the :func:`fit` loop on partitioned ranks.
+
+Each rank builds the operator of the chosen algorithm over its tiles, a
+:class:`~sparsegnn.distributed.DistributedTask` over its vertex block and the same model
+as a single process (same seed, same initial weights), then runs the unchanged
+:func:`~sparsegnn.train.fullgraph.fit`. Dropout either reproduces the single-process
+masks (each rank draws the whole graph's mask and keeps its rows) or, for graphs read
+from a partitioned directory, draws per vertex block from ``seed + 1_000_003 * block``
+(the replicas of a block share that stream, so they stay identical).
+
+Checkpoints are per rank (``<stem>.<algo>-<grid>.rank<r><suffix>``) and resume on the
+same grid only; a checkpoint of another grid is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from sparsegnn.cli.common import emit
+from sparsegnn.cli.train_cmd import config_from_args, human_summary
+from sparsegnn.data import load_any
+from sparsegnn.distributed import (
+    BlockPartition,
+    Communicator,
+    DistributedTask,
+    GridError,
+    GridShape,
+    ProcessGrid,
+    Session,
+    SpmmCall,
+    build_operator,
+    close_session,
+    gather_objects,
+    grid_shape,
+    in_torchrun,
+    init_session,
+    predict,
+    spawn,
+)
+from sparsegnn.distributed.grid import Algorithm
+from sparsegnn.distributed.shard import (
+    Shard,
+    is_shard_dir,
+    make_shard,
+    manifest_shape,
+    read_manifest,
+    read_shard,
+    relabel,
+    write_shards,
+)
+from sparsegnn.sparse import CSRMatrix
+from sparsegnn.train.fullgraph import (
+    EpochStats,
+    TrainConfig,
+    TrainResult,
+    build_model,
+    fit,
+    operator_for,
+    row_normalize,
+)
+
+_SEED_STRIDE = 1_000_003
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """How to distribute: algorithm, replication (1.5D), backend, timeout, partition file."""
+
+    algo: Algorithm = "1d"
+    replication: int = 1
+    backend: str | None = None
+    timeout_s: float = 60.0
+    partition: Path | None = None
+    # "global": every rank draws the whole graph's dropout mask and keeps its rows, which
+    # reproduces single-process training exactly but costs an n x f mask per layer;
+    # "block": each vertex block draws its own; "auto": global when the rank holds the
+    # whole graph anyway (in memory), block when it reads a partitioned directory.
+    dropout_masks: Literal["auto", "global", "block"] = "auto"
+
+
+@dataclass
+class RankReport:
+    """What one rank measured in one epoch (the last), per phase: ``sent``/``recv`` totals and
+    per-collective ``<collective>_sent``/``_recv``, next to the model's ``sent``/``recv``."""
+
+    rank: int
+    coords: tuple[int, int, int]
+    epoch_bytes: dict[str, dict[str, int]]
+    constant_across_epochs: bool
+    predicted: dict[str, dict[str, int]]
+
+    def matches_model(self) -> bool:
+        """Measured == predicted, phase by phase (the model predicts totals per phase)."""
+        measured = {
+            p: {"sent": v.get("sent", 0), "recv": v.get("recv", 0)}
+            for p, v in self.epoch_bytes.items()
+        }
+        return measured == self.predicted
+
+
+def spmm_schedule(cfg: TrainConfig, in_dim: int, out_dim: int) -> list[SpmmCall]:
+    """The distributed SpMMs of one epoch (training forward, evaluation forward, backward).
+
+    Mirrors the layers: GCNConv multiplies the narrower side (``out <= in``: after its
+    linear map), SAGEConv likewise when ``out < in``; only the first layer's SpMM on raw
+    features needs no backward pass.
+    """
+    widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
+    forward, backward = [], []
+    for layer, (a, b) in enumerate(itertools.pairwise(widths)):
+        shrink = b <= a if cfg.model == "gcn" else b < a
+        width = b if shrink else a
+        forward.append(width)
+        if shrink or layer > 0:
+            backward.append(width)
+    calls = [SpmmCall(w, "forward_spmm") for w in forward] * 2
+    return calls + [SpmmCall(w, "backward_spmm") for w in backward]
+
+
+def partition_for(num_nodes: int, shape: GridShape, path: Path | None) -> BlockPartition:
+    """Even contiguous blocks, or the blocks of a partition vector file (.npy or text)."""
+    if path is None:
+        return BlockPartition.even(num_nodes, shape.row_blocks)
+    if not Path(path).is_file():
+        raise GridError(
+            f"partition file {path} not found; --partition takes a file with one block id "
+            f"in [0, {shape.row_blocks}) per vertex (.npy or text)"
+        )
+    parts = np.load(path) if Path(path).suffix == ".npy" else np.loadtxt(path, dtype=np.int64)
+    if parts.shape != (num_nodes,):
+        raise GridError(
+            f"partition {path} has {parts.size} entries for a graph of {num_nodes} vertices"
+        )
+    return BlockPartition.from_parts(torch.from_numpy(parts.astype(np.int64)), shape.row_blocks)
+
+
+def operator_kind(model: str) -> str:
+    """The operator a model multiplies by, as a partitioned directory records it."""
+    return "gcn" if model == "gcn" else "mean"
+
+
+def check_manifest(path: str | Path, shape: GridShape, model: str) -> None:
+    """Refuse a partitioned directory written for another grid or operator."""
+    manifest = read_manifest(path)
+    written = manifest_shape(manifest)
+    if written != shape or manifest["operator"] != operator_kind(model):
+        raise GridError(
+            f"{path} was partitioned for {written.describe()} and the {manifest['operator']} "
+            f"operator; this run is {shape.describe()} with --model {model}"
+        )
+
+
+def load_shard(
+    source: Any, cfg: TrainConfig, shape: GridShape, rank: int, partition: Path | None = None,
+) -> Shard:
+    """This rank's shard: from a partitioned directory (reads only its own file) or cut out
+    of a whole :class:`~sparsegnn.data.GraphData` held in memory."""
+    if isinstance(source, str | Path):
+        check_manifest(source, shape, cfg.model)
+        return read_shard(source, rank)
+    graph = source
+    if graph.x is None or graph.y is None or graph.train_mask is None:
+        raise ValueError(f"graph {graph.name!r} needs features, labels and split masks")
+    part = partition_for(graph.num_nodes, shape, partition)
+    adj = operator_for(cfg.model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
+    rows = {"x": graph.x, "y": graph.y}
+    rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
+    adj, rows = relabel(adj.to(dtype=cfg.torch_dtype), rows, part.order)
+    return make_shard(graph.name, adj, rows, part, shape, rank)
+
+
+def write_partitioned(
+    graph: Any, out: Path, algo: Algorithm, nprocs: int, replication: int, model: str,
+    parts: Path | None = None, *, normalize_features: bool = True,
+) -> dict[str, Any]:
+    """Write the per-rank shards of ``graph`` for a grid (``sparsegnn data partition``)."""
+    shape = grid_shape(algo, nprocs, replication)
+    if graph.x is None or graph.y is None or graph.train_mask is None:
+        raise ValueError(f"graph {graph.name!r} needs features, labels and split masks")
+    part = partition_for(graph.num_nodes, shape, parts)
+    adj = operator_for(model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
+    rows = {"x": row_normalize(graph.x) if normalize_features else graph.x, "y": graph.y}
+    rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
+    adj, rows = relabel(adj, rows, part.order)
+    write_shards(out, graph.name, adj, rows, part, shape, operator_kind(model))
+    return {
+        "out": str(out), "grid": shape.describe(), "ranks": shape.size,
+        "operator": operator_kind(model),
+        "block_sizes": [part.size(i) for i in range(part.blocks)],
+        "bytes_per_rank": [(out / f"rank{r}.npz").stat().st_size for r in range(shape.size)],
+    }
+
+
+def use_global_dropout(model: nn.Module, num_nodes: int, rows: slice | torch.Tensor) -> None:
+    """Make ``model`` apply the whole graph's dropout mask, restricted to this rank's rows.
+
+    The model's own dropout is switched off and a pre-hook on each layer draws the mask
+    of the full ``num_nodes x f`` input exactly as a single process would (same call,
+    same shape, same RNG stream, hence the same bits) and keeps ``rows`` (original vertex
+    ids of the local rows, in local order).
+    """
+    p = float(getattr(model, "dropout", 0.0))
+    layers = getattr(model, "layers", None)
+    if p == 0.0 or layers is None:
+        return
+    model.dropout = 0.0
+
+    def hook(layer: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if not layer.training:
+            return None
+        x = args[0]
+        ones = torch.ones(num_nodes, x.shape[1], dtype=x.dtype, device=x.device)
+        return (x * F.dropout(ones, p, True)[rows], *args[1:])
+
+    for layer in layers:
+        layer.register_forward_pre_hook(hook)
+
+
+def train_rank(
+    source: Any, cfg: TrainConfig, dcfg: DistributedConfig, session: Session,
+    members: Sequence[int] | None = None,
+) -> tuple[nn.Module, TrainResult, RankReport] | None:
+    """Train on this rank's share of ``source``; every rank of the job calls this.
+
+    ``source`` is a :class:`~sparsegnn.data.GraphData` or a directory written by
+    ``sparsegnn data partition``. ``members``: the global ranks forming the grid (default:
+    all); ranks outside it only take part in creating the groups and get ``None``.
+    """
+    size = session.world_size if members is None else len(members)
+    shape = grid_shape(dcfg.algo, size, dcfg.replication)
+    grid = ProcessGrid.create(shape, members)
+    if grid is None:
+        return None
+    shard = load_shard(source, cfg, shape, grid.rank, dcfg.partition)
+    shard = shard.to(session.device, cfg.torch_dtype)
+    comm = Communicator()
+    op = build_operator(grid, comm, shard.part, shard.blocks)
+    task = DistributedTask(shard.x, op, shard.y, shard.masks, comm, grid.col)
+    model = build_model(cfg, shard.num_features, shard.num_classes)
+    model = model.to(session.device, cfg.torch_dtype)
+    global_masks = dcfg.dropout_masks == "global" or (
+        dcfg.dropout_masks == "auto" and not isinstance(source, str | Path)
+    )
+    if global_masks:
+        use_global_dropout(model, shard.part.num_nodes, _original_rows(shard, grid.coords[0]))
+    rank_cfg = replace(
+        cfg, seed=cfg.seed if global_masks else cfg.seed + _SEED_STRIDE * grid.coords[0],
+        progress=cfg.progress and grid.rank == 0,
+        checkpoint=_rank_checkpoint(cfg, shape, grid.rank),
+    )
+    meter = _EpochMeter(comm)
+    result = fit(model, task, rank_cfg, is_main=True, on_epoch=meter.on_epoch)
+    predicted = predict(
+        shape, shard.part, grid.rank, spmm_schedule(cfg, shard.num_features, shard.num_classes),
+        value_bytes=shard.x.element_size(),
+        num_params=sum(p.numel() for p in model.parameters()), nnz=shard.nnz,
+    )
+    report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted)
+    return model, result, report
+
+
+def _original_rows(shard: Shard, block: int) -> slice | torch.Tensor:
+    """Original vertex ids of a block's rows, in local order (a slice when not relabelled)."""
+    lo, hi = shard.part.block(block)
+    order = shard.part.order
+    return slice(lo, hi) if order is None else order[lo:hi].to(shard.x.device)
+
+
+class _EpochMeter:
+    """Bytes per epoch: the counter difference between consecutive ``on_epoch`` calls."""
+
+    def __init__(self, comm: Communicator) -> None:
+        self.comm, self.previous = comm, comm.counts()
+        self.last: dict[str, dict[str, int]] = {}
+        self.constant = True
+
+    def on_epoch(self, stats: EpochStats) -> None:
+        now = self.comm.counts()
+        delta = {}
+        for phase, counts in now.items():
+            before = self.previous.get(phase, {})
+            diff = {key: n - before.get(key, 0) for key, n in counts.items()}
+            if phase != "setup" and any(diff.values()):
+                delta[phase] = {k: v for k, v in diff.items() if v}
+        if self.last and delta != self.last:
+            self.constant = False
+        self.last, self.previous = delta, now
+
+
+def _rank_checkpoint(cfg: TrainConfig, shape: GridShape, rank: int) -> Path | None:
+    """This rank's checkpoint file; refuse to resume from another grid's checkpoints."""
+    if cfg.checkpoint is None:
+        return None
+    base = Path(cfg.checkpoint)
+    tag = f"{shape.algo}-{shape.rows}x{shape.cols}x{shape.layers}"
+    mine = base.with_name(f"{base.stem}.{tag}.rank{rank}{base.suffix}")
+    if cfg.resume and not mine.exists():
+        others = sorted(base.parent.glob(f"{base.stem}.*.rank{rank}{base.suffix}"))
+        if others:
+            raise GridError(
+                f"checkpoint {others[0].name} was written on another grid; resume on that "
+                f"grid (this run is {shape.describe()}) or start without --resume"
+            )
+    return mine
+
+
+# ---------------------------------------------------------------------- command line
+@dataclass(frozen=True)
+class _Job:
+    """Everything a rank needs to run the CLI's job (picklable for spawned ranks)."""
+
+    dataset: str
+    data_dir: str | None
+    normalize_features: bool
+    cfg: TrainConfig
+    dcfg: DistributedConfig
+
+
+def _run_job(job: _Job) -> dict[str, Any]:
+    """One rank of ``sparsegnn train`` in distributed mode."""
+    session = init_session(job.dcfg.backend, job.dcfg.timeout_s)
+    try:
+        if is_shard_dir(job.dataset):
+            source: Any = Path(job.dataset)
+            name = read_manifest(source)["name"]
+        else:
+            source = load_any(job.dataset, job.data_dir, seed=job.cfg.seed)
+            name = source.name
+            if job.normalize_features and source.x is not None:
+                source.x = row_normalize(source.x)
+        trained = train_rank(source, job.cfg, job.dcfg, session)
+        assert trained is not None  # the grid spans the whole job
+        _, result, report = trained
+        reports = gather_objects(report)
+    finally:
+        close_session()
+    return {"graph": name, "backend": session.backend, "device": str(session.device),
+            "result": result, "reports": reports}
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """``sparsegnn train`` with ``--nprocs``/``--algo`` or under torchrun.
+
+    A partitioned directory as ``--dataset`` supplies the algorithm and the number of
+    ranks it was written for when ``--algo`` / ``--nprocs`` are not given.
+    """
+    if args.comm != "dense":
+        raise GridError("--comm sparse is not implemented for full-graph distributed training")
+    algo, replication, nprocs = args.algo or "1d", args.replication, args.nprocs
+    if is_shard_dir(args.dataset):
+        written = manifest_shape(read_manifest(args.dataset))
+        algo = args.algo or written.algo
+        replication = written.cols if algo == "1.5d" and replication == 1 else replication
+        nprocs = written.size if nprocs == 1 else nprocs
+    job = _Job(
+        args.dataset, args.data_dir, not args.no_normalize_features, config_from_args(args),
+        DistributedConfig(
+            algo=algo, replication=replication, backend=args.backend,
+            timeout_s=args.timeout, partition=Path(args.partition) if args.partition else None,
+        ),
+    )
+    if in_torchrun():
+        out = _run_job(job)
+        return _emit(args, job, out) if int(os.environ["RANK"]) == 0 else 0
+    shape = grid_shape(job.dcfg.algo, nprocs, job.dcfg.replication)
+    if is_shard_dir(args.dataset):
+        check_manifest(args.dataset, shape, job.cfg.model)
+    threads = max(1, (os.cpu_count() or 1) // shape.size)
+    return _emit(args, job, spawn(_run_job, shape.size, (job,), threads=threads)[0])
+
+
+def _emit(args: argparse.Namespace, job: _Job, first: dict[str, Any]) -> int:
+    """Rank 0's result plus every rank's byte counts as the command's output."""
+    result: TrainResult = first["result"]
+    reports: list[RankReport] = first["reports"]
+    shape = grid_shape(job.dcfg.algo, len(reports), job.dcfg.replication)
+    out = {
+        "dataset": first["graph"], "model": job.cfg.model, "algo": job.dcfg.algo,
+        "grid": [shape.rows, shape.cols, shape.layers], "world_size": shape.size,
+        "backend": first["backend"], "device": first["device"], **result.summary(),
+        "comm": comm_summary(reports),
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(job.cfg).items()},
+    }
+    text = human_summary(first["graph"], job.cfg.model, result)
+    mib = out["comm"]["total_bytes_per_epoch"] / 2**20
+    text += f"\n{shape.describe()}: {mib:.2f} MiB sent per epoch (all ranks)"
+    return emit(args, out, text)
+
+
+def comm_summary(reports: list[RankReport]) -> dict[str, Any]:
+    """Per-rank and total bytes of one epoch, measured, and the comm model's prediction."""
+
+    def rank_entry(r: RankReport, phases: dict[str, dict[str, int]]) -> dict[str, Any]:
+        return {"rank": r.rank, "coords": list(r.coords), "sent": _total([phases]),
+                "recv": _total([phases], "recv"), "phases": phases}
+
+    return {
+        "per_rank": [
+            {**rank_entry(r, r.epoch_bytes), "constant_across_epochs": r.constant_across_epochs}
+            for r in reports
+        ],
+        "total_bytes_per_epoch": _total(r.epoch_bytes for r in reports),
+        "comm_model": {
+            "per_rank": [rank_entry(r, r.predicted) for r in reports],
+            "total_bytes_per_epoch": _total(r.predicted for r in reports),
+        },
+        "matches_model": all(r.matches_model() for r in reports),
+    }
+
+
+def _total(volumes: Iterable[dict[str, dict[str, int]]], key: str = "sent") -> int:
+    """Bytes sent (or received) by the given ranks together over all phases."""
+    return sum(v.get(key, 0) for vol in volumes for v in vol.values())
