@@ -41,7 +41,7 @@ def test_gcnconv_accepts_edge_index_and_caches(graph):
 
 def test_gcnconv_matches_pyg(graph):
     pyg_nn = pytest.importorskip("torch_geometric.nn")
-    ei, adj, x = graph
+    _, adj, x = graph
     ours = GCNConv(6, 4).double()
     theirs = pyg_nn.GCNConv(6, 4).double()
     with torch.no_grad():
@@ -62,10 +62,12 @@ def test_sageconv_matches_dense(graph, aggr):
     elif aggr == "sum":
         agg, op = d @ x, adj
     else:
-        agg = torch.stack([
-            (x[d[i] > 0].max(0).values if (d[i] > 0).any() else torch.zeros(6, dtype=x.dtype))
-            for i in range(12)
-        ])
+        agg = torch.stack(
+            [
+                (x[d[i] > 0].max(0).values if (d[i] > 0).any() else torch.zeros(6, dtype=x.dtype))
+                for i in range(12)
+            ]
+        )
         op = adj
     expected = agg @ conv.lin_neigh.weight.T + x @ conv.lin_root.weight.T + conv.bias
     torch.testing.assert_close(conv(x, op), expected)
@@ -83,8 +85,10 @@ def test_sageconv_rectangular_block_uses_first_rows_as_targets(graph):
 @pytest.mark.parametrize("layers", [1, 2, 4])
 def test_models_any_depth_and_gradients(graph, layers):
     _, adj, x = graph
-    for model, op in ((GCN(6, 7, 3, layers, dropout=0.0), gcn_norm(adj)),
-                      (GraphSAGE(6, 7, 3, layers, dropout=0.0), row_norm(adj))):
+    for model, op in (
+        (GCN(6, 7, 3, layers, dropout=0.0), gcn_norm(adj)),
+        (GraphSAGE(6, 7, 3, layers, dropout=0.0), row_norm(adj)),
+    ):
         model = model.double()
         out = model(x, op)
         assert out.shape == (12, 3)

@@ -70,30 +70,72 @@ def test_scipy_and_pyg_roundtrip():
 @pytest.mark.parametrize(
     ("build", "error", "pattern"),
     [
-        (lambda: CSRMatrix.from_coo(torch.tensor([0, -1]), torch.tensor([0, 0]), None, (2, 2)),
-         IndexOutOfRangeError, "negative row"),
-        (lambda: CSRMatrix.from_coo(torch.tensor([0, 1]), torch.tensor([0, 5]), None, (2, 2)),
-         IndexOutOfRangeError, "column index 5"),
-        (lambda: CSRMatrix.from_coo(torch.tensor([0]), torch.tensor([0]), torch.tensor([float("nan")]), (1, 1)),
-         InvalidValueError, "finite"),
-        (lambda: CSRMatrix.from_coo(torch.tensor([0]), torch.tensor([0]), torch.tensor([float("inf")]), (1, 1)),
-         InvalidValueError, "finite"),
-        (lambda: CSRMatrix.from_coo(torch.tensor([0.0]), torch.tensor([0]), None, (1, 1)),
-         InvalidValueError, "integer"),
-        (lambda: CSRMatrix.from_coo(torch.tensor([0]), torch.tensor([0]), torch.tensor([1], dtype=torch.int64), (1, 1)),
-         InvalidValueError, "float32 or float64"),
-        (lambda: CSRMatrix.from_coo(torch.tensor([0, 1]), torch.tensor([0]), None, (2, 2)),
-         ShapeError, "differ in length"),
-        (lambda: CSRMatrix.from_edge_index(torch.zeros(3, 4, dtype=torch.long)),
-         ShapeError, r"\[2, E\]"),
-        (lambda: CSRMatrix.from_csr(torch.tensor([0, 2]), torch.tensor([1, 0]), None, (1, 2)),
-         UnsortedIndicesError, "not sorted"),
-        (lambda: CSRMatrix.from_csr(torch.tensor([0, 2]), torch.tensor([1, 1]), None, (1, 2)),
-         DuplicateEntryError, "more than once"),
-        (lambda: CSRMatrix.from_csr(torch.tensor([0, 1, 3]), torch.tensor([0, 1]), None, (2, 2)),
-         ShapeError, "end at nnz"),
-        (lambda: CSRMatrix.from_csr(torch.tensor([0, 1]), torch.tensor([0]), None, (2, 2)),
-         ShapeError, "crow must have 3"),
+        (
+            lambda: CSRMatrix.from_coo(torch.tensor([0, -1]), torch.tensor([0, 0]), None, (2, 2)),
+            IndexOutOfRangeError,
+            "negative row",
+        ),
+        (
+            lambda: CSRMatrix.from_coo(torch.tensor([0, 1]), torch.tensor([0, 5]), None, (2, 2)),
+            IndexOutOfRangeError,
+            "column index 5",
+        ),
+        (
+            lambda: CSRMatrix.from_coo(
+                torch.tensor([0]), torch.tensor([0]), torch.tensor([float("nan")]), (1, 1)
+            ),
+            InvalidValueError,
+            "finite",
+        ),
+        (
+            lambda: CSRMatrix.from_coo(
+                torch.tensor([0]), torch.tensor([0]), torch.tensor([float("inf")]), (1, 1)
+            ),
+            InvalidValueError,
+            "finite",
+        ),
+        (
+            lambda: CSRMatrix.from_coo(torch.tensor([0.0]), torch.tensor([0]), None, (1, 1)),
+            InvalidValueError,
+            "integer",
+        ),
+        (
+            lambda: CSRMatrix.from_coo(
+                torch.tensor([0]), torch.tensor([0]), torch.tensor([1], dtype=torch.int64), (1, 1)
+            ),
+            InvalidValueError,
+            "float32 or float64",
+        ),
+        (
+            lambda: CSRMatrix.from_coo(torch.tensor([0, 1]), torch.tensor([0]), None, (2, 2)),
+            ShapeError,
+            "differ in length",
+        ),
+        (
+            lambda: CSRMatrix.from_edge_index(torch.zeros(3, 4, dtype=torch.long)),
+            ShapeError,
+            r"\[2, E\]",
+        ),
+        (
+            lambda: CSRMatrix.from_csr(torch.tensor([0, 2]), torch.tensor([1, 0]), None, (1, 2)),
+            UnsortedIndicesError,
+            "not sorted",
+        ),
+        (
+            lambda: CSRMatrix.from_csr(torch.tensor([0, 2]), torch.tensor([1, 1]), None, (1, 2)),
+            DuplicateEntryError,
+            "more than once",
+        ),
+        (
+            lambda: CSRMatrix.from_csr(torch.tensor([0, 1, 3]), torch.tensor([0, 1]), None, (2, 2)),
+            ShapeError,
+            "end at nnz",
+        ),
+        (
+            lambda: CSRMatrix.from_csr(torch.tensor([0, 1]), torch.tensor([0]), None, (2, 2)),
+            ShapeError,
+            "crow must have 3",
+        ),
     ],
 )
 def test_bad_input_raises_documented_error(build, error, pattern):
@@ -162,7 +204,9 @@ def test_gcn_norm_matches_dense_formula():
 
 
 def test_self_loops_keep_existing_weights():
-    a = CSRMatrix.from_coo(torch.tensor([0, 1]), torch.tensor([0, 0]), torch.tensor([3.0, 1.0]), (2, 2))
+    a = CSRMatrix.from_coo(
+        torch.tensor([0, 1]), torch.tensor([0, 0]), torch.tensor([3.0, 1.0]), (2, 2)
+    )
     d = add_self_loops(a).to_dense()
     assert d[0, 0] == 3.0 and d[1, 1] == 1.0
 
@@ -171,7 +215,9 @@ def test_row_norm_is_mean_and_keeps_empty_rows_empty():
     a = random_csr(6, 6, 12, 1)
     d = a.to_dense()
     s = d.sum(1, keepdim=True)
-    expected = torch.where(s > 0, d / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(d))
+    expected = torch.where(
+        s > 0, d / torch.where(s > 0, s, torch.ones_like(s)), torch.zeros_like(d)
+    )
     torch.testing.assert_close(row_norm(a).to_dense(), expected)
 
 
@@ -196,7 +242,9 @@ def test_permute_is_p_a_pt():
 
 
 def test_float32_and_empty_matrices():
-    a = CSRMatrix.from_coo(torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long), None, (3, 4))
+    a = CSRMatrix.from_coo(
+        torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long), None, (3, 4)
+    )
     assert a.nnz == 0 and a.dtype == torch.float32
     assert spmm(a, torch.ones(4, 2)).abs().sum() == 0
     assert spgemm(a, CSRMatrix.identity(4)).nnz == 0

@@ -45,7 +45,9 @@ def test_interrupted_run_resumes_to_identical_weights(small_graph, tmp_path):
     resumed_model, resumed = _run(small_graph, resume_cfg)
 
     assert [h.loss for h in resumed.history] == [h.loss for h in full.history]
-    for a, b in zip(full_model.state_dict().values(), resumed_model.state_dict().values(), strict=True):
+    for a, b in zip(
+        full_model.state_dict().values(), resumed_model.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b)
 
 
@@ -59,7 +61,7 @@ def test_checkpoint_write_is_atomic_and_corruption_is_reported(tmp_path):
     save_checkpoint(path, {"a": torch.ones(3)})
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
     path.write_bytes(path.read_bytes()[:20])
-    with pytest.raises(DataFormatError, match="c.ckpt"):
+    with pytest.raises(DataFormatError, match=r"c\.ckpt"):
         load_checkpoint(path)
     with pytest.raises(DataFormatError, match="does not exist"):
         load_checkpoint(tmp_path / "missing.ckpt")

@@ -13,14 +13,16 @@ import torch
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print one JSON object with the results as the last line of stdout",
     )
 
 
 def add_device_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--device", default=None,
+        "--device",
+        default=None,
         help="torch device (cpu, cuda, cuda:1); default: cuda if available, else cpu",
     )
 

@@ -37,8 +37,10 @@ def run(args: argparse.Namespace) -> int:
         graph.x = row_normalize(graph.x)
     device = resolve_device(args.device)
     cfg = TrainConfig(model="gcn", seed=args.seed)
-    print(f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges // 2} undirected edges, "
-          f"{graph.num_features} features, {graph.num_classes} classes; device {device}")
+    print(
+        f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges // 2} undirected edges, "
+        f"{graph.num_features} features, {graph.num_classes} classes; device {device}"
+    )
     _, result = train_single(graph, cfg, device)
     out = {"dataset": graph.name, "model": "gcn", "device": str(device), **result.summary()}
     return emit(args, out, human_summary(graph.name, "gcn", result))

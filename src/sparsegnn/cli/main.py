@@ -19,6 +19,9 @@ _COMMAND_MODULES = (
     "sparsegnn.cli.train_cmd",
     "sparsegnn.cli.demo_cmd",
     "sparsegnn.cli.data_cmd",
+    "sparsegnn.cli.curate_cmd",
+    "sparsegnn.cli.track_cmd",
+    "sparsegnn.cli.plan_cmd",
 )
 
 

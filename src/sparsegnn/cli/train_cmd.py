@@ -21,7 +21,9 @@ from sparsegnn.train.fullgraph import TrainResult, row_normalize
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a GNN on a graph", description=__doc__)
     p.add_argument("--dataset", default="cora", help="dataset name, generator spec or graph file")
-    p.add_argument("--data-dir", default=None, help="data root (default: $SPARSEGNN_DATA or ../shared/data)")
+    p.add_argument(
+        "--data-dir", default=None, help="data root (default: $SPARSEGNN_DATA or ../shared/data)"
+    )
     p.add_argument("--model", choices=("gcn", "sage"), default="gcn")
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--layers", type=int, default=None, help="default: 2 full-graph, 3 minibatch")
@@ -32,9 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--patience", type=int, default=100, help="early-stopping patience (epochs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--no-normalize-features", action="store_true",
-                   help="keep raw features (default: scale each row to sum 1, as for Planetoid)")
-    p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint file (written atomically)")
+    p.add_argument(
+        "--no-normalize-features",
+        action="store_true",
+        help="keep raw features (default: scale each row to sum 1, as for Planetoid)",
+    )
+    p.add_argument(
+        "--checkpoint", type=Path, default=None, help="checkpoint file (written atomically)"
+    )
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -44,12 +51,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument("--nprocs", type=int, default=1, help="spawn this many local ranks")
     dist.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), default=None)
     dist.add_argument("--replication", type=int, default=1, help="replication factor c (1.5D)")
-    dist.add_argument("--comm", choices=("dense", "sparse"), default="dense",
-                      help="dense: communication-oblivious; sparse: send only needed rows")
+    dist.add_argument(
+        "--comm",
+        choices=("dense", "sparse"),
+        default="dense",
+        help="dense: communication-oblivious; sparse: send only needed rows",
+    )
     dist.add_argument("--partition", default=None, help="partition file or partitioner name")
     dist.add_argument("--backend", default=None, help="gloo or nccl (default: nccl on CUDA)")
-    dist.add_argument("--timeout", type=float, default=60.0,
-                      help="seconds before ranks give up on a failed peer")
+    dist.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds before ranks give up on a failed peer"
+    )
     mb = p.add_argument_group("sampled minibatch training")
     mb.add_argument("--mode", choices=("fullgraph", "minibatch"), default="fullgraph")
     mb.add_argument("--sampler", choices=("sage", "ladies", "shadow"), default="sage")
@@ -63,16 +75,33 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` a command line describes."""
     layers = args.layers if args.layers is not None else (3 if args.mode == "minibatch" else 2)
     return TrainConfig(
-        model=args.model, hidden=args.hidden, num_layers=layers, dropout=args.dropout,
-        lr=args.lr, weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience,
-        seed=args.seed, dtype=args.dtype, checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        model=args.model,
+        hidden=args.hidden,
+        num_layers=layers,
+        dropout=args.dropout,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        epochs=args.epochs,
+        patience=args.patience,
+        seed=args.seed,
+        dtype=args.dtype,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
         progress=not args.no_progress,
     )
 
 
 def is_distributed(args: argparse.Namespace) -> bool:
-    return args.nprocs > 1 or args.algo is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1
+    """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, or a sharded graph."""
+    from sparsegnn.distributed.shard import is_shard_dir
+
+    return (
+        args.nprocs > 1
+        or args.algo is not None
+        or int(os.environ.get("WORLD_SIZE", "1")) > 1
+        or is_shard_dir(args.dataset)
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,8 +119,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     device = resolve_device(args.device)
     _, result = train_single(graph, cfg, device)
-    out = {"dataset": graph.name, "model": cfg.model, "device": str(device), **result.summary(),
-           "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}}
+    out = {
+        "dataset": graph.name,
+        "model": cfg.model,
+        "device": str(device),
+        **result.summary(),
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+    }
     return emit(args, out, human_summary(graph.name, cfg.model, result))
 
 

@@ -34,7 +34,9 @@ class GCNConv(nn.Module):
         x ``[n_in, in_channels]``, operator ``[n_out, n_in]`` -> ``[n_out, out_channels]``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, bias: bool = True, cached: bool = False):
+    def __init__(
+        self, in_channels: int, out_channels: int, bias: bool = True, cached: bool = False
+    ):
         super().__init__()
         self.in_channels, self.out_channels, self.cached = in_channels, out_channels, cached
         self.lin = nn.Linear(in_channels, out_channels, bias=False)
@@ -87,8 +89,12 @@ class SAGEConv(nn.Module):
     """
 
     def __init__(
-        self, in_channels: int, out_channels: int, aggr: Aggr = "mean",
-        root_weight: bool = True, bias: bool = True,
+        self,
+        in_channels: int,
+        out_channels: int,
+        aggr: Aggr = "mean",
+        root_weight: bool = True,
+        bias: bool = True,
     ):
         super().__init__()
         if aggr not in ("mean", "sum", "max"):

@@ -7,6 +7,7 @@ maps the l-th frontier onto the next, each block rectangular).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -60,25 +61,31 @@ class GCN(_Stack):
     """A stack of :class:`GCNConv` (Kipf & Welling); the operator is ``gcn_norm(A)``."""
 
     def __init__(
-        self, in_channels: int, hidden: int, out_channels: int,
-        num_layers: int = 2, dropout: float = 0.5, cached: bool = False,
+        self,
+        in_channels: int,
+        hidden: int,
+        out_channels: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        cached: bool = False,
     ):
         super().__init__(dropout)
         w = _widths(in_channels, hidden, out_channels, num_layers)
-        self.layers = nn.ModuleList(
-            GCNConv(a, b, cached=cached) for a, b in zip(w[:-1], w[1:], strict=True)
-        )
+        self.layers = nn.ModuleList(GCNConv(a, b, cached=cached) for a, b in itertools.pairwise(w))
 
 
 class GraphSAGE(_Stack):
     """A stack of :class:`SAGEConv`; for ``aggr='mean'`` the operator is ``row_norm(A)``."""
 
     def __init__(
-        self, in_channels: int, hidden: int, out_channels: int,
-        num_layers: int = 3, dropout: float = 0.5, aggr: Aggr = "mean",
+        self,
+        in_channels: int,
+        hidden: int,
+        out_channels: int,
+        num_layers: int = 3,
+        dropout: float = 0.5,
+        aggr: Aggr = "mean",
     ):
         super().__init__(dropout)
         w = _widths(in_channels, hidden, out_channels, num_layers)
-        self.layers = nn.ModuleList(
-            SAGEConv(a, b, aggr=aggr) for a, b in zip(w[:-1], w[1:], strict=True)
-        )
+        self.layers = nn.ModuleList(SAGEConv(a, b, aggr=aggr) for a, b in itertools.pairwise(w))

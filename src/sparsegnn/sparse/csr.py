@@ -108,7 +108,9 @@ class CSRMatrix:
             val = torch.ones(nnz, dtype=torch.float32, device=row.device)
         val = torch.as_tensor(val, device=row.device)
         if val.shape != (nnz,):
-            raise ShapeError(f"values must have shape ({nnz},) to match the indices, got {tuple(val.shape)}")
+            raise ShapeError(
+                f"values must have shape ({nnz},) to match the indices, got {tuple(val.shape)}"
+            )
         _check_values(val)
         if shape is None:
             shape = (int(row.max()) + 1 if nnz else 0, int(col.max()) + 1 if nnz else 0)
@@ -160,12 +162,18 @@ class CSRMatrix:
         if num_nodes is None:
             num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
         return cls.from_coo(
-            edge_index[1], edge_index[0], values, (num_nodes, num_nodes),
-            duplicates=duplicates, symmetric=symmetric,
+            edge_index[1],
+            edge_index[0],
+            values,
+            (num_nodes, num_nodes),
+            duplicates=duplicates,
+            symmetric=symmetric,
         )
 
     @classmethod
-    def from_scipy(cls, mat: sp.spmatrix | sp.sparray, *, duplicates: DuplicatePolicy = "sum") -> CSRMatrix:
+    def from_scipy(
+        cls, mat: sp.spmatrix | sp.sparray, *, duplicates: DuplicatePolicy = "sum"
+    ) -> CSRMatrix:
         """Convert any scipy.sparse matrix (duplicates combined by ``duplicates``)."""
         coo = sp.coo_matrix(mat)
         val = torch.from_numpy(np.asarray(coo.data))
@@ -174,7 +182,9 @@ class CSRMatrix:
         return cls.from_coo(
             torch.from_numpy(coo.row.astype(np.int64)),
             torch.from_numpy(coo.col.astype(np.int64)),
-            val, coo.shape, duplicates=duplicates,
+            val,
+            coo.shape,
+            duplicates=duplicates,
         )
 
     @classmethod
@@ -184,7 +194,9 @@ class CSRMatrix:
         return cls.from_edge_index(data.edge_index, data.num_nodes, weight, duplicates=duplicates)
 
     @classmethod
-    def identity(cls, n: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> CSRMatrix:
+    def identity(
+        cls, n: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+    ) -> CSRMatrix:
         """The n x n identity."""
         idx = torch.arange(n, device=device)
         crow = torch.arange(n + 1, device=device)
@@ -197,11 +209,19 @@ class CSRMatrix:
         if rows < 0 or cols < 0:
             raise ShapeError(f"shape must be non-negative, got {self.shape}")
         if self.crow.dim() != 1 or self.crow.numel() != rows + 1:
-            raise ShapeError(f"crow must have {rows + 1} entries for {rows} rows, got {self.crow.numel()}")
+            raise ShapeError(
+                f"crow must have {rows + 1} entries for {rows} rows, got {self.crow.numel()}"
+            )
         if self.col.dim() != 1 or self.val.shape != self.col.shape:
-            raise ShapeError(f"col and val must be 1-D of equal length, got {tuple(self.col.shape)} and {tuple(self.val.shape)}")
+            raise ShapeError(
+                "col and val must be 1-D of equal length, got "
+                f"{tuple(self.col.shape)} and {tuple(self.val.shape)}"
+            )
         if int(self.crow[0]) != 0 or int(self.crow[-1]) != self.col.numel():
-            raise ShapeError(f"crow must start at 0 and end at nnz={self.col.numel()}, got {int(self.crow[0])}..{int(self.crow[-1])}")
+            raise ShapeError(
+                f"crow must start at 0 and end at nnz={self.col.numel()}, "
+                f"got {int(self.crow[0])}..{int(self.crow[-1])}"
+            )
         if rows and bool((self.crow[1:] < self.crow[:-1]).any()):
             raise ShapeError("crow must be non-decreasing")
         _check_bounds(self.col, cols, "column")
@@ -237,13 +257,18 @@ class CSRMatrix:
         return self.col.device
 
     def __repr__(self) -> str:
-        return f"CSRMatrix(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype}, device={self.device})"
+        return (
+            f"CSRMatrix(shape={self.shape}, nnz={self.nnz}, dtype={self.dtype}, "
+            f"device={self.device})"
+        )
 
     def row_indices(self) -> torch.Tensor:
         """Row of each nonzero (the COO row array), cached."""
         if self._rows is None:
             counts = self.crow[1:] - self.crow[:-1]
-            self._rows = torch.repeat_interleave(torch.arange(self.shape[0], device=self.device), counts)
+            self._rows = torch.repeat_interleave(
+                torch.arange(self.shape[0], device=self.device), counts
+            )
         return self._rows
 
     def row_degrees(self) -> torch.Tensor:
@@ -256,7 +281,9 @@ class CSRMatrix:
         return out.index_add_(0, self.row_indices(), self.val)
 
     # ------------------------------------------------------------------ conversion
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> CSRMatrix:
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> CSRMatrix:
         """Copy to another device and/or value dtype (indices stay int64)."""
         if dtype is not None and dtype not in _FLOAT_DTYPES:
             raise InvalidValueError(f"value dtype must be float32 or float64, got {dtype}")
@@ -266,7 +293,9 @@ class CSRMatrix:
     def with_values(self, val: torch.Tensor) -> CSRMatrix:
         """Same sparsity pattern, new values; shares the cached transpose structure."""
         if val.shape != self.val.shape:
-            raise ShapeError(f"new values must have shape {tuple(self.val.shape)}, got {tuple(val.shape)}")
+            raise ShapeError(
+                f"new values must have shape {tuple(self.val.shape)}, got {tuple(val.shape)}"
+            )
         out = CSRMatrix(self.crow, self.col, val, self.shape, False, _rows=self._rows)
         return out
 
@@ -282,7 +311,9 @@ class CSRMatrix:
         """A ``torch.sparse_csr_tensor`` sharing this matrix's storage, cached."""
         if self._torch_csr is None or self._torch_csr.values().data_ptr() != self.val.data_ptr():
             with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
+                warnings.filterwarnings(
+                    "ignore", message=".*Sparse CSR tensor support is in beta.*"
+                )
                 self._torch_csr = torch.sparse_csr_tensor(
                     self.crow, self.col, self.val.detach(), self.shape, check_invariants=False
                 )
@@ -351,7 +382,9 @@ class CSRMatrix:
         new_col = mapping[self.col]
         keep = new_col >= 0
         rows = self.row_indices()[keep]
-        return CSRMatrix.from_coo(rows, new_col[keep], self.val[keep], (self.shape[0], cols.numel()))
+        return CSRMatrix.from_coo(
+            rows, new_col[keep], self.val[keep], (self.shape[0], cols.numel())
+        )
 
     def submatrix(self, rows: torch.Tensor, cols: torch.Tensor) -> CSRMatrix:
         """``A[rows][:, cols]``: the induced subgraph when rows == cols."""
@@ -361,7 +394,10 @@ class CSRMatrix:
         """Symmetric relabelling ``P A P^T``: new vertex i is old vertex ``perm[i]``."""
         perm = torch.as_tensor(perm, device=self.device).long()
         if self.shape[0] != self.shape[1] or perm.numel() != self.shape[0]:
-            raise ShapeError(f"permute needs a square matrix and a full permutation, got {self.shape} and {perm.numel()}")
+            raise ShapeError(
+                "permute needs a square matrix and a full permutation, "
+                f"got {self.shape} and {perm.numel()}"
+            )
         inv = torch.empty_like(perm)
         inv[perm] = torch.arange(perm.numel(), device=self.device)
         out = self.select_rows(perm)
@@ -387,7 +423,9 @@ def _check_index_pair(row: torch.Tensor, col: torch.Tensor) -> tuple[torch.Tenso
         if idx.dim() != 1:
             raise ShapeError(f"{name} indices must be 1-D, got shape {tuple(idx.shape)}")
     if row.numel() != col.numel():
-        raise ShapeError(f"row and column index lists differ in length: {row.numel()} vs {col.numel()}")
+        raise ShapeError(
+            f"row and column index lists differ in length: {row.numel()} vs {col.numel()}"
+        )
     return row.long(), col.long()
 
 
@@ -403,7 +441,11 @@ def _check_bounds(idx: torch.Tensor, size: int, what: str) -> None:
 
 def _check_values(val: torch.Tensor) -> None:
     if val.dtype not in _FLOAT_DTYPES:
-        raise InvalidValueError(f"values must be float32 or float64, got {val.dtype}; convert with .float()")
+        raise InvalidValueError(
+            f"values must be float32 or float64, got {val.dtype}; convert with .float()"
+        )
     if val.numel() and not bool(torch.isfinite(val).all()):
         bad = int((~torch.isfinite(val)).nonzero()[0, 0])
-        raise InvalidValueError(f"value at position {bad} is {float(val[bad])}; values must be finite")
+        raise InvalidValueError(
+            f"value at position {bad} is {float(val[bad])}; values must be finite"
+        )

@@ -168,8 +168,12 @@ def fit(
     else:
         seed_everything(cfg.seed)
     bar = tqdm(
-        total=cfg.epochs, initial=state.epoch, desc="train", unit="epoch",
-        disable=not (cfg.progress and is_main), leave=False,
+        total=cfg.epochs,
+        initial=state.epoch,
+        desc="train",
+        unit="epoch",
+        disable=not (cfg.progress and is_main),
+        leave=False,
     )
     stopped = False
     while state.epoch < cfg.epochs:
@@ -196,7 +200,9 @@ def fit(
     return _finish(model, task, state, stopped)
 
 
-def _epoch(model: nn.Module, task: Task, optimizer: torch.optim.Optimizer, epoch: int) -> EpochStats:
+def _epoch(
+    model: nn.Module, task: Task, optimizer: torch.optim.Optimizer, epoch: int
+) -> EpochStats:
     start = time.perf_counter()
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -235,12 +241,15 @@ def _finish(model: nn.Module, task: Task, state: _State, stopped: bool) -> Train
 
 
 def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: _State) -> None:
-    save_checkpoint(path, {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "loop": state,
-        "rng": rng_state(),
-    })
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "loop": state,
+            "rng": rng_state(),
+        },
+    )
 
 
 def _restore(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> _State:
@@ -265,11 +274,15 @@ def local_task(graph: Any, model: str, device: torch.device, dtype: torch.dtype)
     return LocalTask(graph.x.to(device=device, dtype=dtype), op, graph.y.to(device), masks)
 
 
-def train_single(graph: Any, cfg: TrainConfig, device: torch.device | str = "cpu") -> tuple[nn.Module, TrainResult]:
+def train_single(
+    graph: Any, cfg: TrainConfig, device: torch.device | str = "cpu"
+) -> tuple[nn.Module, TrainResult]:
     """Build the operator, model and task for ``graph`` and train on one process."""
     device = torch.device(device)
     task = local_task(graph, cfg.model, device, cfg.torch_dtype)
-    model = build_model(cfg, graph.num_features, graph.num_classes).to(device=device, dtype=cfg.torch_dtype)
+    model = build_model(cfg, graph.num_features, graph.num_classes).to(
+        device=device, dtype=cfg.torch_dtype
+    )
     return model, fit(model, task, cfg)
 
 
