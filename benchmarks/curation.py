@@ -1,0 +1,112 @@
+"""Curation benchmark: annotator agreement and speed on CiteSeer, bulk annotation at scale.
+
+    python benchmarks/curation.py --json                  # CiteSeer + 1M generated documents
+    python benchmarks/curation.py --docs 20000 --skip-citeseer
+
+Part 1 distils the graph-aware student, the text-only student and the teacher-side model
+on CiteSeer's 60/20/20 split, and reports Cohen's kappa (with bootstrap 95% intervals) on
+the test papers and each model's annotation throughput over the whole corpus.
+Part 2 generates a corpus of ``--docs`` documents, ingests it, distils a student from the
+ground truth of the first ``--labelled`` documents (a corpus of their own, the first
+chunk of the big one), annotates every document and reports documents per second and
+the process's peak resident memory. With ``--json`` the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sparsegnn.curation import essential_web, read_labels
+from sparsegnn.curation.annotate import annotate
+from sparsegnn.curation.citeseer import run_citeseer
+from sparsegnn.curation.demo import CONFIGS
+from sparsegnn.curation.distil import distil
+from sparsegnn.curation.ingest import IngestConfig, ingest
+from sparsegnn.curation.student import StudentConfig
+from sparsegnn.curation.synthetic import SyntheticConfig, write_corpus
+from sparsegnn.train.memory import peak_memory_bytes
+
+
+def citeseer(data_dir: str | None, work: Path, n_boot: int, seed: int) -> dict[str, Any]:
+    """Kappa and throughput of the three annotators on one split."""
+    _, _, scores = run_citeseer(data_dir, work, CONFIGS, n_boot=n_boot, seed=seed)
+    out: dict[str, Any] = {s.name: {
+        "kappa": {c: k.to_dict() for c, k in s.kappa.items()},
+        "train_seconds": s.train_seconds,
+        "annotate_docs_per_second": s.annotate_docs_per_second,
+    } for s in scores}
+    student, teacher = out["student"], out["teacher_side"]
+    k = {n: out[n]["kappa"]["topic"]["kappa"] for n in out}
+    out["checks"] = {
+        "student_kappa_at_least_0.75": k["student"] >= 0.75,
+        "student_above_text_only": k["student"] > k["text_only"],
+        "student_within_0.03_of_teacher": k["teacher_side"] - k["student"] <= 0.03,
+        "student_speedup_over_teacher": student["annotate_docs_per_second"]
+        / teacher["annotate_docs_per_second"],
+    }
+    return out
+
+
+def scale(num_docs: int, labelled: int, work: Path, epochs: int) -> dict[str, Any]:
+    """Generate, ingest, distil on a labelled prefix, annotate everything."""
+    schema = essential_web()
+    gen = SyntheticConfig(num_docs=num_docs, chunk=labelled, seed=0)
+    t0 = time.perf_counter()
+    write_corpus(work / "corpus.parquet", gen)
+    write_corpus(work / "labelled.parquet", replace(gen, num_docs=labelled))
+    t1 = time.perf_counter()
+    ingest(work / "corpus.parquet", work / "store", IngestConfig(batch_rows=16384))
+    ingest(work / "labelled.parquet", work / "labelled", IngestConfig(batch_rows=16384))
+    t2 = time.perf_counter()
+    cfg = StudentConfig(epochs=epochs, patience=epochs)
+    result = distil(work / "labelled", read_labels(work / "labelled.parquet", schema), schema,
+                    cfg)
+    t3 = time.perf_counter()
+    report = annotate(work / "store", result.annotator, batch_rows=16384, progress=False)
+    return {
+        "num_docs": num_docs, "labelled_docs": labelled,
+        "generate_seconds": t1 - t0, "ingest_seconds": t2 - t1,
+        "distil_seconds": t3 - t2, "distil_best_val_accuracy": result.best_val_accuracy,
+        "annotate_seconds": report.seconds, "annotate_docs_per_second": report.docs_per_second,
+        "peak_memory_gib": peak_memory_bytes() / 2**30,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", default=None, help="data root holding citeseer_text/")
+    p.add_argument("--docs", type=int, default=1_000_000, help="generated corpus size")
+    p.add_argument("--labelled", type=int, default=20_000, help="teacher-labelled prefix")
+    p.add_argument("--epochs", type=int, default=30, help="student epochs at scale")
+    p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-citeseer", action="store_true")
+    p.add_argument("--skip-scale", action="store_true")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="sparsegnn-bench-") as tmp:
+        if not args.skip_citeseer:
+            out["citeseer"] = citeseer(args.data_dir, Path(tmp) / "citeseer", args.bootstrap,
+                                       args.seed)
+            print(json.dumps(out["citeseer"]["checks"]), file=sys.stderr)
+        if not args.skip_scale:
+            (Path(tmp) / "scale").mkdir()
+            out["scale"] = scale(args.docs, min(args.labelled, args.docs), Path(tmp) / "scale",
+                                 args.epochs)
+    for part, result in out.items():
+        print(f"{part}: {json.dumps(result, default=str)[:2000]}")
+    if args.json:
+        print(json.dumps(out, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

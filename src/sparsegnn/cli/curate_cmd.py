@@ -1,0 +1,212 @@
+"""``sparsegnn curate``: taxonomy annotation and SQL curation of document collections.
+
+    curate ingest CORPUS.jsonl --out DIR          document store + document graph
+    curate distil --corpus DIR --labels FILE      train an annotator from teacher labels
+    curate annotate --corpus DIR --model FILE     bulk annotation, Essential-Web layout
+    curate query "SQL" --corpus DIR               sandboxed DuckDB (or --recipe math)
+    curate agreement --reference A --annotations B   kappa per category, NMI, PNGs
+    curate demo                                   the whole recipe on CiteSeer
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sparsegnn.cli.common import add_json_flag, emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("curate", help="annotate documents with a taxonomy and curate with SQL")
+    cmds = p.add_subparsers(dest="curate_command", required=True, metavar="STEP")
+    _register_ingest(cmds)
+    _register_distil(cmds)
+    _register_annotate(cmds)
+    _register_query(cmds)
+    _register_agreement(cmds)
+    _register_demo(cmds)
+
+
+# --------------------------------------------------------------------------- ingest
+def _register_ingest(cmds: argparse._SubParsersAction) -> None:
+    p = cmds.add_parser("ingest", help="JSONL/Parquet documents -> Parquet store + graph")
+    p.add_argument("input", help="documents: .jsonl or .parquet with id, text[, url, links]")
+    p.add_argument("--out", required=True, help="folder for documents.parquet and graph.npz")
+    p.add_argument("--batch-rows", type=int, default=8192, help="rows per streamed batch")
+    p.add_argument("--site-neighbors", type=int, default=2,
+                   help="link each document to this many earlier ones of its site (0: off)")
+    p.add_argument("--knn", type=int, default=0,
+                   help="k-nearest-neighbour edges on TF-IDF (quadratic; small corpora)")
+    add_json_flag(p)
+    p.set_defaults(func=_ingest)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from sparsegnn.curation.ingest import IngestConfig, ingest
+
+    report = ingest(args.input, args.out, IngestConfig(args.batch_rows, args.site_neighbors,
+                                                       args.knn))
+    edges = ", ".join(f"{k} {v}" for k, v in report.edges.items())
+    summary = (f"ingested {report.num_documents} documents into {report.documents_file}; "
+               f"edges: {edges}; {report.dangling_links} links leave the corpus")
+    return emit(args, asdict(report), summary)
+
+
+# --------------------------------------------------------------------------- distil
+_PRESETS = ("student", "text", "teacher")
+
+
+def _preset(name: str) -> Any:
+    from sparsegnn.curation.student import TEACHER_SIDE, TEXT_ONLY, StudentConfig
+
+    return {"student": StudentConfig(), "text": TEXT_ONLY, "teacher": TEACHER_SIDE}[name]
+
+
+def _register_distil(cmds: argparse._SubParsersAction) -> None:
+    p = cmds.add_parser("distil", help="train an annotator from teacher labels")
+    p.add_argument("--corpus", required=True, help="folder written by `curate ingest`")
+    p.add_argument("--labels", required=True, help="teacher labels: .jsonl/.parquet, id + codes")
+    p.add_argument("--schema", default="essential_web",
+                   help="essential_web (built in) or a .json/.yaml schema file")
+    p.add_argument("--model", choices=_PRESETS, default="student",
+                   help="graph-aware student, text-only student or the teacher-side model")
+    p.add_argument("--out", required=True, help="where to save the annotator (.pt)")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    add_json_flag(p)
+    p.set_defaults(func=_distil)
+
+
+def _distil(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from sparsegnn.curation import load_schema, read_labels
+    from sparsegnn.curation.distil import distil
+
+    schema = load_schema(args.schema)
+    cfg = replace(_preset(args.model), seed=args.seed)
+    if args.epochs is not None:
+        cfg = replace(cfg, epochs=args.epochs)
+    result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg, progress=True)
+    result.annotator.save(args.out)
+    out = {"model": args.model, "out": args.out, "best_val_accuracy": result.best_val_accuracy,
+           "epochs_run": result.epochs_run, "train_seconds": result.train_seconds,
+           "config": cfg.to_dict()}
+    summary = (f"{args.model}: best validation accuracy {result.best_val_accuracy:.3f} after "
+               f"{result.epochs_run} epochs ({result.train_seconds:.1f} s); saved {args.out}")
+    return emit(args, out, summary)
+
+
+# --------------------------------------------------------------------------- annotate
+def _register_annotate(cmds: argparse._SubParsersAction) -> None:
+    p = cmds.add_parser("annotate", help="annotate every document (Essential-Web layout)")
+    p.add_argument("--corpus", required=True, help="folder written by `curate ingest`")
+    p.add_argument("--model", required=True, help="annotator saved by `curate distil`")
+    p.add_argument("--out", default=None, help="default: CORPUS/annotations.parquet")
+    p.add_argument("--batch-rows", type=int, default=16384)
+    p.add_argument("--no-progress", action="store_true")
+    add_json_flag(p)
+    p.set_defaults(func=_annotate)
+
+
+def _annotate(args: argparse.Namespace) -> int:
+    from sparsegnn.curation.annotate import annotate
+    from sparsegnn.curation.distil import Annotator
+
+    report = annotate(args.corpus, Annotator.load(args.model), args.out,
+                      batch_rows=args.batch_rows, progress=not args.no_progress)
+    summary = (f"annotated {report.num_documents} documents in {report.seconds:.1f} s "
+               f"({report.docs_per_second:.0f} docs/s, peak memory "
+               f"{report.peak_memory_bytes / 2**20:.0f} MiB) -> {report.output}")
+    return emit(args, asdict(report), summary)
+
+
+# --------------------------------------------------------------------------- query
+def _register_query(cmds: argparse._SubParsersAction) -> None:
+    p = cmds.add_parser("query", help="sandboxed SQL over documents joined with annotations")
+    p.add_argument("sql", nargs="?", default=None, help="one SELECT over documents, "
+                   "annotations or corpus (their join); bind values with ? and --param")
+    p.add_argument("--recipe", default=None, help="a shipped recipe: math, stem, medical, code")
+    p.add_argument("--corpus", required=True, help="folder with documents/annotations.parquet")
+    p.add_argument("--param", action="append", default=[], help="value for a ? placeholder")
+    p.add_argument("--output", default=None, help="export the rows to .parquet or .jsonl")
+    p.add_argument("--show", type=int, default=10, help="rows to print")
+    add_json_flag(p)
+    p.set_defaults(func=_query)
+
+
+def _query(args: argparse.Namespace) -> int:
+    from sparsegnn.curation import CorpusFiles, Sandbox, recipe_sql
+    from sparsegnn.curation.errors import QueryError
+    from sparsegnn.curation.export import export
+
+    if (args.sql is None) == (args.recipe is None):
+        raise QueryError("give either SQL or --recipe NAME, not both or neither")
+    sql = recipe_sql(args.recipe) if args.recipe else args.sql
+    with Sandbox(CorpusFiles.in_dir(args.corpus)) as box:
+        if args.output:
+            rows = export(box.batches(sql, args.param), args.output)
+            out = {"rows": rows, "output": args.output}
+            return emit(args, out, f"exported {rows} rows to {args.output}")
+        table = box.execute(sql, args.param)
+    shown = table.slice(0, args.show).drop_columns(
+        [c for c in ("text", "links", "eai_taxonomy") if c in table.column_names])
+    lines = [f"{table.num_rows} rows; first {min(args.show, table.num_rows)}:"]
+    lines += [json.dumps(r, default=str) for r in shown.to_pylist()]
+    return emit(args, {"rows": table.num_rows, "head": shown.to_pylist()}, "\n".join(lines))
+
+
+# --------------------------------------------------------------------------- agreement
+def _register_agreement(cmds: argparse._SubParsersAction) -> None:
+    p = cmds.add_parser("agreement", help="Cohen's kappa per category, NMI, confusion PNGs")
+    p.add_argument("--reference", required=True, help="golden/teacher labels (.jsonl/.parquet)")
+    p.add_argument("--annotations", required=True, help="annotator output or another label file")
+    p.add_argument("--schema", default="essential_web")
+    p.add_argument("--weights", choices=("none", "linear", "quadratic"), default="none")
+    p.add_argument("--primary-only", action="store_true",
+                   help="score primary labels only (default: primary/secondary overlap)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
+    p.add_argument("--plots", default=None, help="folder for one confusion-matrix PNG per category")
+    add_json_flag(p)
+    p.set_defaults(func=_agreement)
+
+
+def _agreement(args: argparse.Namespace) -> int:
+    from sparsegnn.curation import load_schema, read_labels
+    from sparsegnn.curation.report import agreement_report
+
+    schema = load_schema(args.schema)
+    report = agreement_report(read_labels(args.reference, schema),
+                              read_labels(args.annotations, schema), schema,
+                              weights=args.weights, overlap=not args.primary_only,
+                              n_boot=args.bootstrap, plots=args.plots)
+    return emit(args, report.to_dict(), report.table())
+
+
+# --------------------------------------------------------------------------- demo
+def _register_demo(cmds: argparse._SubParsersAction) -> None:
+    p = cmds.add_parser("demo", help="the whole recipe on CiteSeer (a few minutes)")
+    p.add_argument("--data-dir", default=None, help="data root holding citeseer_text/")
+    p.add_argument("--out", default=None, help="working folder (default: a temporary one)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the 60/20/20 split")
+    p.add_argument("--bootstrap", type=int, default=1000)
+    add_json_flag(p)
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sparsegnn.curation.demo import run_demo
+
+    if args.out:
+        return _finish_demo(args, run_demo(args.data_dir, Path(args.out), args.seed,
+                                           args.bootstrap))
+    with tempfile.TemporaryDirectory(prefix="sparsegnn-curate-") as tmp:
+        return _finish_demo(args, run_demo(args.data_dir, Path(tmp), args.seed, args.bootstrap))
+
+
+def _finish_demo(args: argparse.Namespace, result: Any) -> int:
+    return emit(args, result.to_dict(), result.summary())

@@ -1,0 +1,273 @@
+"""Distil: train an annotator (student or teacher-side model) from teacher labels.
+
+The teacher's labels cover a subset of the corpus; the model sees every document's text
+and the whole document graph (transductive, as the student annotates this very corpus),
+and learns one head per category from the labelled rows. Hard labels train with cross
+entropy, soft labels (probabilities per code) with the cross entropy to that
+distribution. Training is :func:`sparsegnn.train.fit` (Adam, early stopping on the mean
+validation accuracy over categories) with a task whose loss sums the heads.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch.nn import functional as F
+
+from sparsegnn.curation.ingest import (
+    DOCUMENTS_FILE,
+    GRAPH_FILE,
+    iter_ids,
+    iter_texts,
+    load_graph_edges,
+)
+from sparsegnn.curation.labels import CategoryLabels, LabelSet
+from sparsegnn.curation.schema import Schema
+from sparsegnn.curation.student import DocumentGraph, GraphStudent, StudentConfig
+from sparsegnn.data.edges import undirected_edge_index
+from sparsegnn.data.text import HashedTfidf
+from sparsegnn.errors import DataFormatError
+from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
+from sparsegnn.train import EpochStats, TrainConfig, fit
+
+Split = Literal["train", "val", "test"]
+
+
+@dataclass
+class Annotator:
+    """A trained model with everything needed to annotate: featurizer, classes, schema."""
+
+    model: GraphStudent
+    tfidf: HashedTfidf
+    classes: dict[str, list[str]]
+    schema: Schema
+    config: StudentConfig
+    known: LabelSet | None = None  # teacher labels, read by students with label_inputs
+
+    def save(self, path: str | Path) -> None:
+        torch.save({
+            "config": self.config.to_dict(),
+            "schema": self.schema.to_dict(),
+            "classes": self.classes,
+            "idf": torch.from_numpy(self.tfidf.idf_),
+            "state": self.model.state_dict(),
+            "known": None if self.known is None else _known_to_dict(self.known),
+        }, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Annotator:
+        ckpt = torch.load(Path(path), map_location="cpu", weights_only=True)
+        cfg = StudentConfig(**ckpt["config"])
+        tfidf = _featurizer(cfg)
+        tfidf.idf_ = ckpt["idf"].numpy()
+        model = GraphStudent(cfg.n_features, cfg.hidden, cfg.hops,
+                             {c: len(v) for c, v in ckpt["classes"].items()}, cfg.dropout,
+                             cfg.label_inputs)
+        model.load_state_dict(ckpt["state"])
+        known = None if ckpt["known"] is None else _known_from_dict(ckpt["known"])
+        return cls(model.eval(), tfidf, ckpt["classes"], Schema.from_dict(ckpt["schema"]), cfg,
+                   known)
+
+    def graph(self, store_dir: str | Path, ids: list[str]) -> DocumentGraph | None:
+        """The operators (and known labels) this annotator needs on a corpus."""
+        if self.model.hops == 0 and not self.model.label_inputs:
+            return None
+        graph = document_graph(store_dir)
+        if self.model.label_inputs and self.known is not None:
+            row_of = {d: i for i, d in enumerate(ids)}
+            graph.labels = label_matrix(row_of, self.known, self.classes, len(ids))
+        return graph
+
+
+def _known_to_dict(labels: LabelSet) -> dict[str, Any]:
+    """Primary codes only: what label inputs need, in plain types a safe load accepts."""
+    return {"ids": labels.ids, "codes": {c: v.primary for c, v in labels.categories.items()}}
+
+
+def _known_from_dict(data: dict[str, Any]) -> LabelSet:
+    return LabelSet(data["ids"], {c: CategoryLabels(list(v), [None] * len(v))
+                                  for c, v in data["codes"].items()})
+
+
+def _featurizer(cfg: StudentConfig) -> HashedTfidf:
+    return HashedTfidf(n_features=cfg.n_features, ngram_range=(1, cfg.ngram_max),
+                       sublinear_tf=True, min_df=cfg.min_df)
+
+
+def to_csr(mat: sp.csr_matrix) -> CSRMatrix:
+    """A scipy CSR block as our CSRMatrix (float32), the operand of the input SpMM."""
+    return CSRMatrix.from_scipy(mat.astype(np.float32))
+
+
+def document_graph(store_dir: str | Path) -> DocumentGraph:
+    """The student's operators over the undirected document graph written by ingest."""
+    n, src, dst = load_graph_edges(Path(store_dir) / GRAPH_FILE)
+    adj = CSRMatrix.from_edge_index(undirected_edge_index(src, dst, n), n)
+    return DocumentGraph(gcn_norm(adj, symmetric=True), row_norm(adj))
+
+
+def label_matrix(row_of: dict[str, int], labels: LabelSet, classes: dict[str, list[str]],
+                 n: int) -> torch.Tensor:
+    """``Y``: each labelled document's label distribution per head, side by side.
+
+    Labelled ids absent from this corpus are skipped (an annotator may label a corpus
+    other than the one it was trained on)."""
+    labels = labels.subset([d for d in labels.ids if d in row_of])
+    targets = _targets(labels, classes)
+    y = torch.zeros(n, sum(len(v) for v in classes.values()))
+    rows = torch.tensor([row_of[d] for d in labels.ids], dtype=torch.long)
+    y[rows] = torch.cat([targets[c] for c in classes], dim=1)
+    return y
+
+
+def corpus_ids(store_dir: str | Path, batch_rows: int = 65536) -> list[str]:
+    return [d for chunk in iter_ids(Path(store_dir) / DOCUMENTS_FILE, batch_rows) for d in chunk]
+
+
+@dataclass
+class DistilTask:
+    """Labelled rows per split and soft targets per category (hard labels are one-hot)."""
+
+    x: CSRMatrix
+    adj: DocumentGraph | None
+    heads: dict[str, slice]
+    rows: dict[str, torch.Tensor]
+    targets: dict[str, dict[str, torch.Tensor]]
+
+    def loss(self, logits: torch.Tensor, split: Split) -> torch.Tensor:
+        out = logits[self.rows[split]]
+        losses = [-(self.targets[split][c] * F.log_softmax(out[:, cols], dim=1)).sum(1).mean()
+                  for c, cols in self.heads.items()]
+        return torch.stack(losses).sum()
+
+    def accuracy(self, logits: torch.Tensor, split: Split) -> float:
+        """Mean accuracy over the heads; NaN for a split without labels (``test``: the
+        teacher's labels are all used for training and early stopping)."""
+        if split not in self.rows:
+            return float("nan")
+        out = logits[self.rows[split]]
+        accs = [float((out[:, cols].argmax(1) == self.targets[split][c].argmax(1)).float().mean())
+                for c, cols in self.heads.items()]
+        return float(np.mean(accs))
+
+    def sync_gradients(self, model: torch.nn.Module) -> None:
+        """One process: nothing to synchronise."""
+
+
+def _targets(labels: LabelSet, classes: dict[str, list[str]]) -> dict[str, torch.Tensor]:
+    out = {}
+    for cat, codes in classes.items():
+        col = {c: j for j, c in enumerate(codes)}
+        lab = labels.categories[cat]
+        t = torch.zeros(len(labels.ids), len(codes))
+        if lab.probs is not None:
+            src = [col[c] for c in lab.classes]
+            t[:, src] = torch.from_numpy(lab.probs)
+        else:
+            t[torch.arange(len(labels.ids)), torch.tensor([col[p] for p in lab.primary])] = 1.0
+        out[cat] = t
+    return out
+
+
+def _classes(labels: LabelSet, schema: Schema) -> dict[str, list[str]]:
+    """Codes each head predicts: those the teacher used, in the schema's order."""
+    out = {}
+    for cat in schema.categories:
+        lab = labels.categories.get(cat.name)
+        if lab is None:
+            continue
+        used = set(lab.primary) | set(lab.classes)
+        order = {c.code: i for i, c in enumerate(cat.codes)}
+        out[cat.name] = sorted(used, key=lambda c: (order.get(c, len(order)), c))
+    return out
+
+
+@dataclass
+class DistilResult:
+    annotator: Annotator
+    best_val_accuracy: float
+    epochs_run: int
+    train_seconds: float
+
+
+def distil(
+    store_dir: str | Path,
+    labels: LabelSet,
+    schema: Schema,
+    cfg: StudentConfig | None = None,
+    *,
+    val_ids: list[str] | None = None,
+    val_fraction: float = 0.2,
+    progress: bool = False,
+) -> DistilResult:
+    """Train an annotator on the corpus in ``store_dir`` from teacher ``labels``.
+
+    Validation rows (early stopping) are ``val_ids`` when given, else a random
+    ``val_fraction`` of the labelled documents.
+    """
+    cfg = cfg or StudentConfig()
+    start = time.perf_counter()
+    ids = corpus_ids(store_dir)
+    row_of = {d: i for i, d in enumerate(ids)}
+    unknown = [d for d in labels.ids if d not in row_of]
+    if unknown:
+        raise DataFormatError(f"{len(unknown)} labelled ids are not in the corpus, "
+                              f"e.g. {unknown[:3]}")
+    train_ids, val = _split_ids(labels.ids, val_ids, val_fraction, cfg.seed)
+    classes = _classes(labels, schema)
+    tfidf = _featurizer(cfg)
+    store = Path(store_dir) / DOCUMENTS_FILE
+    tfidf.fit(t for chunk in iter_texts(store, 8192) for t in chunk)
+    x = to_csr(sp.vstack(list(tfidf.transform_iter(iter_texts(store, 8192))), format="csr"))
+    graph = document_graph(store_dir) if cfg.hops > 0 or cfg.label_inputs else None
+    if graph is not None and cfg.label_inputs:
+        graph.labels = label_matrix(row_of, labels.subset(train_ids), classes, len(ids))
+    torch.manual_seed(cfg.seed)
+    model = GraphStudent(cfg.n_features, cfg.hidden, cfg.hops,
+                         {c: len(v) for c, v in classes.items()}, cfg.dropout, cfg.label_inputs)
+    task = DistilTask(x, graph, model.head_slices(), {}, {})
+    for split, split_ids in (("train", train_ids), ("val", val)):
+        task.rows[split] = torch.tensor([row_of[d] for d in split_ids], dtype=torch.long)
+        task.targets[split] = _targets(labels.subset(split_ids), classes)
+    best = _BestWeights(model)
+    train_cfg = TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, epochs=cfg.epochs,
+                            patience=cfg.patience, seed=cfg.seed, progress=progress)
+    result = fit(model, task, train_cfg, on_epoch=best.update)
+    model.load_state_dict(best.state)
+    annotator = Annotator(model.eval(), tfidf, classes, schema, cfg, labels)
+    return DistilResult(annotator, result.best_val_accuracy, result.epochs_run,
+                        time.perf_counter() - start)
+
+
+class _BestWeights:
+    """Keeps the weights of the best validation epoch (fit reports it but keeps the last)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.best = -1.0
+        self.state: dict[str, Any] = copy.deepcopy(model.state_dict())
+
+    def update(self, stats: EpochStats) -> None:
+        if stats.val_accuracy > self.best:
+            self.best = stats.val_accuracy
+            self.state = copy.deepcopy(self.model.state_dict())
+
+
+def _split_ids(ids: list[str], val_ids: list[str] | None, fraction: float, seed: int
+               ) -> tuple[list[str], list[str]]:
+    if val_ids is not None:
+        held = set(val_ids)
+        return [d for d in ids if d not in held], [d for d in ids if d in held]
+    order = np.random.default_rng(seed).permutation(len(ids))
+    n_val = max(1, round(fraction * len(ids)))
+    if n_val >= len(ids):
+        raise DataFormatError(f"{len(ids)} labelled documents are too few to hold out "
+                              "a validation set")
+    return [ids[i] for i in sorted(order[n_val:])], [ids[i] for i in sorted(order[:n_val])]

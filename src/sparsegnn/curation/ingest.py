@@ -1,0 +1,289 @@
+"""Ingest: documents from JSONL or Parquet into a Parquet document store and a graph.
+
+Everything streams in batches of ``batch_rows`` documents (one Parquet row group each),
+so the text of a corpus larger than memory never sits in memory at once; what grows with
+the corpus is the id index (to find duplicates and resolve links) and the edge arrays.
+Bad input is an error that names the file and row, never a silently dropped row:
+missing or empty ids, repeated ids and empty texts are all refused.
+
+The document graph has three kinds of edges: explicit links (``links``: ids of other
+documents; links that leave the corpus are counted and dropped), same-site edges (each
+document linked to the ``site_neighbors`` previous documents of its URL's host) and,
+optionally, k-nearest-neighbour edges on TF-IDF features (exact and quadratic in the
+corpus size: for corpora up to some ten thousand documents).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import scipy.sparse as sp
+
+from sparsegnn.curation._optional import require
+from sparsegnn.data.text import HashedTfidf
+from sparsegnn.errors import DataFormatError
+
+DOCUMENTS_FILE = "documents.parquet"
+GRAPH_FILE = "graph.npz"
+EDGE_KINDS = ("link", "site", "knn")
+_MAX_REPORTED = 5
+
+
+@dataclass
+class IngestConfig:
+    """How to build the store and the graph."""
+
+    batch_rows: int = 8192
+    site_neighbors: int = 2
+    knn: int = 0
+    knn_features: int = 2**12
+
+
+@dataclass
+class IngestReport:
+    """What an ingest wrote, for the CLI's summary and JSON."""
+
+    num_documents: int
+    edges: dict[str, int]
+    dangling_links: int
+    documents_file: str
+    graph_file: str
+
+
+def _document_schema() -> Any:
+    pa = require("pyarrow")
+    return pa.schema([("id", pa.string()), ("text", pa.string()), ("url", pa.string()),
+                      ("site", pa.string()), ("links", pa.list_(pa.string()))])
+
+
+def read_batches(path: str | Path, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
+    """Rows of a ``.jsonl`` or ``.parquet`` file, ``batch_rows`` at a time."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(f"{path}: input file is missing")
+    if path.suffix == ".parquet":
+        pq = require("pyarrow.parquet")
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
+            yield batch.to_pylist()
+        return
+    with path.open(encoding="utf-8") as fh:
+        lines = enumerate(fh, start=1)
+        while chunk := list(islice(lines, batch_rows)):
+            yield [_json_row(path, n, line) for n, line in chunk if line.strip()]
+
+
+def _json_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+    if not isinstance(row, dict):
+        raise DataFormatError(f"{path}:{lineno}: expected a JSON object per line")
+    return row
+
+
+def site_of(url: str | None) -> str | None:
+    """The host of a URL, lower-cased, without ``www.``; None when there is none."""
+    if not url:
+        return None
+    host = urlsplit(url if "//" in url else "//" + url).hostname
+    return host.removeprefix("www.") if host else None
+
+
+class _Validator:
+    """Checks rows as they stream past and remembers every id (for duplicates and links)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.row_of: dict[str, int] = {}
+        self.problems: list[str] = []
+        self.num_bad = 0
+
+    def check(self, rows: list[dict[str, Any]], start: int) -> None:
+        for offset, row in enumerate(rows):
+            n = start + offset
+            doc_id, text = row.get("id"), row.get("text")
+            problem = None
+            if doc_id is None or str(doc_id).strip() == "":
+                problem = "missing id"
+            elif str(doc_id) in self.row_of:
+                problem = f"duplicate id {str(doc_id)!r} (first at row {self.row_of[str(doc_id)]})"
+            elif not isinstance(text, str) or not text.strip():
+                problem = f"empty text for id {str(doc_id)!r}"
+            if problem is None:
+                self.row_of[str(doc_id)] = n
+                continue
+            self.num_bad += 1
+            if len(self.problems) < _MAX_REPORTED:
+                self.problems.append(f"row {n}: {problem}")
+
+    def raise_if_bad(self) -> None:
+        if self.num_bad:
+            hidden = self.num_bad - len(self.problems)
+            more = f" (and {hidden} more)" if hidden else ""
+            raise DataFormatError(
+                f"{self.path}: {self.num_bad} bad rows, nothing was ingested; fix them and "
+                f"rerun: {'; '.join(self.problems)}{more}")
+
+
+def ingest(
+    source: str | Path, out_dir: str | Path, cfg: IngestConfig | None = None
+) -> IngestReport:
+    """Write ``documents.parquet`` and ``graph.npz`` for the corpus in ``source``."""
+    cfg = cfg or IngestConfig()
+    pq = require("pyarrow.parquet")
+    pa = require("pyarrow")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    validator = _Validator(Path(source))
+    site_edges = _SiteEdges(cfg.site_neighbors)
+    tmp = out / (DOCUMENTS_FILE + ".partial")
+    n = 0
+    with pq.ParquetWriter(tmp, _document_schema()) as writer:
+        for rows in read_batches(source, cfg.batch_rows):
+            validator.check(rows, n)
+            n += len(rows)
+            if validator.num_bad:
+                continue  # keep scanning to report every problem, write nothing more
+            records = [_normalise(r) for r in rows]
+            site_edges.add([r["site"] for r in records], n - len(rows))
+            writer.write_batch(pa.RecordBatch.from_pylist(records, schema=_document_schema()))
+    if validator.num_bad:
+        tmp.unlink()
+        validator.raise_if_bad()
+    if n == 0:
+        tmp.unlink()
+        raise DataFormatError(f"{source}: no documents found")
+    store = out / DOCUMENTS_FILE
+    tmp.replace(store)
+    link_src, link_dst, dangling = _link_edges(store, validator.row_of, cfg.batch_rows)
+    kinds = {"link": (link_src, link_dst), "site": site_edges.arrays()}
+    if cfg.knn > 0:
+        kinds["knn"] = knn_edges(store_features(store, cfg.knn_features, cfg.batch_rows), cfg.knn)
+    graph = out / GRAPH_FILE
+    save_graph_edges(graph, n, kinds)
+    return IngestReport(n, {k: int(v[0].size) for k, v in kinds.items()}, dangling,
+                        str(store), str(graph))
+
+
+def _normalise(row: dict[str, Any]) -> dict[str, Any]:
+    url = row.get("url")
+    links = row.get("links") or []
+    if isinstance(links, str):
+        links = [links]
+    return {"id": str(row["id"]), "text": row["text"], "url": url,
+            "site": site_of(url), "links": [str(x) for x in links]}
+
+
+class _SiteEdges:
+    """Edges from each document to the previous ``k`` documents of the same site."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.recent: dict[str, deque[int]] = defaultdict(lambda: deque(maxlen=max(k, 1)))
+        self.src: list[int] = []
+        self.dst: list[int] = []
+
+    def add(self, sites: list[str | None], start: int) -> None:
+        if self.k <= 0:
+            return
+        for offset, site in enumerate(sites):
+            if site is None:
+                continue
+            row = start + offset
+            previous = self.recent[site]
+            self.src.extend(previous)
+            self.dst.extend([row] * len(previous))
+            previous.append(row)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.src, dtype=np.int64), np.asarray(self.dst, dtype=np.int64)
+
+
+def _link_edges(store: Path, row_of: dict[str, int], batch_rows: int
+                ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Resolve the stored ``links`` columns to row numbers (a second streaming pass)."""
+    pq = require("pyarrow.parquet")
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+    dangling = 0
+    row = 0
+    for batch in pq.ParquetFile(store).iter_batches(batch_size=batch_rows, columns=["links"]):
+        for links in batch.column(0).to_pylist():
+            targets = [row_of.get(t, -1) for t in links]
+            hits = np.asarray([t for t in targets if t >= 0], dtype=np.int64)
+            dangling += len(targets) - hits.size
+            src.append(np.full(hits.size, row, dtype=np.int64))
+            dst.append(hits)
+            row += 1
+    if not src:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), dangling
+    return np.concatenate(src), np.concatenate(dst), dangling
+
+
+def iter_texts(store: str | Path, batch_rows: int) -> Iterator[list[str]]:
+    """Texts of the document store, one list per batch."""
+    pq = require("pyarrow.parquet")
+    for batch in pq.ParquetFile(store).iter_batches(batch_size=batch_rows, columns=["text"]):
+        yield batch.column(0).to_pylist()
+
+
+def iter_ids(store: str | Path, batch_rows: int) -> Iterator[list[str]]:
+    """Ids of the document store, one list per batch."""
+    pq = require("pyarrow.parquet")
+    for batch in pq.ParquetFile(store).iter_batches(batch_size=batch_rows, columns=["id"]):
+        yield batch.column(0).to_pylist()
+
+
+def store_features(store: Path, n_features: int, batch_rows: int) -> sp.csr_matrix:
+    """Hashed unigram TF-IDF of the whole store (used for k-NN edges on small corpora)."""
+    tfidf = HashedTfidf(n_features=n_features, ngram_range=(1, 1), chunk_size=batch_rows)
+    tfidf.fit(t for chunk in iter_texts(store, batch_rows) for t in chunk)
+    return sp.vstack(list(tfidf.transform_iter(iter_texts(store, batch_rows))), format="csr")
+
+
+def knn_edges(features: sp.csr_matrix, k: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Each document to its ``k`` most cosine-similar others (rows are L2-normalised)."""
+    n = features.shape[0]
+    k = min(k, n - 1)
+    if k <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    src, dst = [], []
+    t = features.T.tocsc()
+    for start in range(0, n, block):
+        sim = (features[start:start + block] @ t).toarray()
+        rows = np.arange(sim.shape[0])
+        sim[rows, start + rows] = -np.inf
+        top = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+        src.append(np.repeat(start + rows, k))
+        dst.append(top.ravel())
+    return np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
+
+
+def save_graph_edges(path: Path, num_nodes: int, kinds: dict[str, tuple[np.ndarray, np.ndarray]]
+                     ) -> None:
+    """Directed edge lists per kind; readers symmetrise them into one undirected graph."""
+    arrays: dict[str, Any] = {"num_nodes": np.int64(num_nodes)}
+    for kind, (s, d) in kinds.items():
+        arrays[f"{kind}_src"], arrays[f"{kind}_dst"] = s, d
+    np.savez(path, **arrays)
+
+
+def load_graph_edges(path: str | Path) -> tuple[int, np.ndarray, np.ndarray]:
+    """All edges of ``graph.npz`` (every kind) as ``(num_nodes, src, dst)``."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(f"{path}: graph file is missing; run `sparsegnn curate ingest`")
+    with np.load(path) as z:
+        n = int(z["num_nodes"])
+        src = [z[f"{k}_src"] for k in EDGE_KINDS if f"{k}_src" in z]
+        dst = [z[f"{k}_dst"] for k in EDGE_KINDS if f"{k}_dst" in z]
+    return n, np.concatenate(src), np.concatenate(dst)

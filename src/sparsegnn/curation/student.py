@@ -1,0 +1,123 @@
+"""The annotator models: text features plus propagation over the document graph.
+
+Model (SIGN/APPNP-like, all message passing with our SpMM)::
+
+    H0 = X W_in                  X: sparse TF-IDF rows, W_in: [features, hidden]
+    Hk = Â H(k-1), k = 1..K      Â = D^-1/2 (A + I) D^-1/2 of the document graph
+    L  = D^-1 A Y                mean teacher label of the neighbours (no self loop)
+    Z  = dropout(relu([H0 | H1 | ... | HK | L]))
+    logits_c = Z W_c + b_c       one head per category
+
+``L`` (``label_inputs``) uses the teacher labels the annotator was given: ``Y`` holds each
+labelled document's label distribution (zeros elsewhere), and the adjacency has no self
+loop, so a document never sees its own label, only its neighbours'.
+
+Projecting *before* propagating is what makes bulk annotation cheap and bounded: X is
+only ever touched one batch of documents at a time (``H0`` is ``n x hidden``, dense), and
+each hop is one SpMM over ``n x hidden``. ``hops=0`` is the text-only student; a wider,
+deeper configuration on more hashed n-grams is the slower teacher-side model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from sparsegnn.sparse import CSRMatrix, spmm
+
+
+@dataclass
+class StudentConfig:
+    """Features, architecture and optimisation of an annotator."""
+
+    n_features: int = 2**14
+    ngram_max: int = 1
+    min_df: int = 2
+    hidden: int = 64
+    hops: int = 2
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    epochs: int = 200
+    patience: int = 50
+    label_inputs: bool = False
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+TEXT_ONLY = StudentConfig(hops=0)
+TEACHER_SIDE = StudentConfig(n_features=2**15, ngram_max=2, hidden=256, hops=3, min_df=1)
+
+
+@dataclass
+class DocumentGraph:
+    """The operators a student multiplies by: ``gcn`` = D^-1/2 (A+I) D^-1/2 for the text
+    propagation, ``mean`` = D^-1 A for the neighbours' labels, and ``labels`` (``Y``)."""
+
+    gcn: CSRMatrix
+    mean: CSRMatrix
+    labels: torch.Tensor | None = None
+
+
+class GraphStudent(nn.Module):
+    """Input projection, ``hops`` propagation steps and one linear head per category.
+
+    Shapes:
+        x ``[n, features]`` (CSRMatrix), adj ``[n, n]`` -> ``{category: [n, classes_c]}``.
+    """
+
+    def __init__(self, in_features: int, hidden: int, hops: int,
+                 heads: Mapping[str, int], dropout: float = 0.5, label_inputs: bool = False
+                 ) -> None:
+        super().__init__()
+        self.hops, self.dropout, self.label_inputs = hops, dropout, label_inputs
+        self.w_in = nn.Parameter(torch.empty(in_features, hidden))
+        width = hidden * (hops + 1) + (sum(heads.values()) if label_inputs else 0)
+        self.heads = nn.ModuleDict({c: nn.Linear(width, k) for c, k in heads.items()})
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.w_in)
+        for head in self.heads.values():
+            head.reset_parameters()
+
+    def encode(self, x: CSRMatrix) -> torch.Tensor:
+        """``X W_in`` for a batch of documents (rows of X)."""
+        return spmm(x, self.w_in)
+
+    def propagate(self, h0: torch.Tensor, graph: DocumentGraph | None) -> torch.Tensor:
+        """``[H0 | ÂH0 | ... | Â^K H0 | L]``, the representation the heads read."""
+        hs = [h0]
+        if (self.hops > 0 or self.label_inputs) and graph is None:
+            raise ValueError("a graph-aware student needs the document graph")
+        for _ in range(self.hops):
+            hs.append(spmm(graph.gcn, hs[-1]))
+        if self.label_inputs:
+            if graph.labels is None:
+                raise ValueError("this student reads neighbours' teacher labels; none given")
+            hs.append(spmm(graph.mean, graph.labels))
+        return torch.cat(hs, dim=1)
+
+    def classify(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-category logits of (rows of) the propagated representation."""
+        z = F.dropout(F.relu(z), self.dropout, self.training)
+        return {c: head(z) for c, head in self.heads.items()}
+
+    def forward(self, x: CSRMatrix, adj: DocumentGraph | None) -> torch.Tensor:
+        """All heads' logits side by side (``[n, sum of classes]``, in head order), the one
+        tensor :func:`sparsegnn.train.fit` expects; :meth:`head_slices` splits it."""
+        return torch.cat(list(self.classify(self.propagate(self.encode(x), adj)).values()), 1)
+
+    def head_slices(self) -> dict[str, slice]:
+        """Columns of each category's logits in :meth:`forward`'s output."""
+        out, start = {}, 0
+        for name, head in self.heads.items():
+            out[name] = slice(start, start + head.out_features)
+            start += head.out_features
+        return out

@@ -1,0 +1,154 @@
+"""Ingest, distil, annotate and the CLI on a small generated corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparsegnn.cli.main import main
+from sparsegnn.curation import essential_web, read_labels
+from sparsegnn.curation.distil import Annotator, distil
+from sparsegnn.curation.ingest import IngestConfig, ingest, load_graph_edges, site_of
+from sparsegnn.curation.student import StudentConfig
+from sparsegnn.curation.synthetic import SyntheticConfig, generate, write_corpus
+from sparsegnn.errors import DataFormatError
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+TINY = StudentConfig(n_features=512, hidden=8, hops=1, epochs=3, patience=3, label_inputs=True)
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("synthetic")
+    write_corpus(folder / "corpus.jsonl", SyntheticConfig(num_docs=300, num_sites=10, seed=2))
+    return folder
+
+
+def test_generator_is_seeded_and_chunked():
+    cfg = SyntheticConfig(num_docs=50, num_sites=5, seed=4, chunk=20)
+    a = [r for chunk in generate(cfg) for r in chunk]
+    b = [r for chunk in generate(cfg) for r in chunk]
+    assert a == b and len(a) == 50
+    assert [len(c) for c in generate(cfg)] == [20, 20, 10]
+
+
+def test_ingest_loses_no_rows_and_builds_all_edge_kinds(corpus: Path, tmp_path: Path):
+    report = ingest(corpus / "corpus.jsonl", tmp_path,
+                    IngestConfig(batch_rows=64, site_neighbors=2, knn=2))
+    assert report.num_documents == 300
+    assert pq.ParquetFile(tmp_path / "documents.parquet").metadata.num_row_groups == 5
+    assert min(report.edges.values()) > 0 and report.dangling_links == 0
+    n, src, dst = load_graph_edges(tmp_path / "graph.npz")
+    assert n == 300 and src.max() < 300 and dst.max() < 300
+
+
+def test_parquet_input_matches_jsonl(corpus: Path, tmp_path: Path):
+    rows = [json.loads(line) for line in (corpus / "corpus.jsonl").read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "corpus.parquet")
+    a = ingest(tmp_path / "corpus.parquet", tmp_path / "a", IngestConfig(batch_rows=100))
+    b = ingest(corpus / "corpus.jsonl", tmp_path / "b", IngestConfig(batch_rows=100))
+    assert (a.num_documents, a.edges) == (b.num_documents, b.edges)
+
+
+def test_ingest_memory_is_bounded_by_the_batch(tmp_path: Path):
+    """Arrow's peak allocation is one batch of text, whatever the corpus size."""
+    peaks = []
+    for n in (400, 4000):
+        path = _jsonl(tmp_path / f"c{n}.jsonl",
+                      [{"id": str(i), "text": "word " * 200} for i in range(n)])
+        pool = pa.default_memory_pool()
+        before = pool.max_memory()
+        ingest(path, tmp_path / f"s{n}", IngestConfig(batch_rows=100, site_neighbors=0))
+        peaks.append(pool.max_memory() - before)
+    # corpus 10x larger, peak well under 2x (and under ten batches of text)
+    assert peaks[1] < 2 * max(peaks[0], 1) + 100 * 1000 * 10
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([{"id": "a", "text": "x"}, {"text": "y"}], "row 1: missing id"),
+    ([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}], "duplicate id 'a'"),
+    ([{"id": "a", "text": "x"}, {"id": "b", "text": "  "}], "empty text for id 'b'"),
+])
+def test_bad_documents_are_refused_and_nothing_written(tmp_path: Path, rows: list, message: str):
+    path = _jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(DataFormatError, match=message):
+        ingest(path, tmp_path / "out")
+    assert not (tmp_path / "out" / "documents.parquet").exists()
+
+
+def test_every_bad_row_is_counted_with_its_row_number(tmp_path: Path):
+    rows = [{"id": str(i % 3), "text": "t"} for i in range(6)] + [{"id": "late", "text": ""}]
+    path = _jsonl(tmp_path / "dups.jsonl", rows)
+    # rows 3-5 repeat ids; row 6 sits in the second batch, after a batch with bad rows
+    with pytest.raises(DataFormatError, match=r"4 bad rows.*row 3: duplicate id '0'.*"
+                                              r"row 6: empty text for id 'late'"):
+        ingest(path, tmp_path / "out", IngestConfig(batch_rows=4))
+
+
+def test_bad_labels_are_refused(tmp_path: Path):
+    schema = essential_web()
+    unknown = _jsonl(tmp_path / "u.jsonl", [{"id": "a", "document_type_v1": "99"}])
+    with pytest.raises(Exception, match="row 0: unknown code '99'"):
+        read_labels(unknown, schema)
+    dup = _jsonl(tmp_path / "d.jsonl", [{"id": "a", "document_type_v1": "2"}] * 2)
+    with pytest.raises(DataFormatError, match="'a' appears more than once"):
+        read_labels(dup, schema)
+
+
+def test_site_of():
+    assert site_of("https://www.Example.org/a?b") == "example.org"
+    assert site_of("example.org/x") == "example.org" and site_of(None) is None
+
+
+def test_distil_annotate_and_reload(corpus: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture):
+    store = tmp_path / "store"
+    ingest(corpus / "corpus.jsonl", store, IngestConfig(batch_rows=128))
+    schema = essential_web()
+    labels = read_labels(corpus / "corpus.jsonl", schema)
+    result = distil(store, labels.subset(labels.ids[:150]), schema, TINY)
+    result.annotator.save(tmp_path / "model.pt")
+    assert Annotator.load(tmp_path / "model.pt").known.ids == labels.ids[:150]
+    assert main(["curate", "annotate", "--corpus", str(store), "--model",
+                 str(tmp_path / "model.pt"), "--batch-rows", "128", "--no-progress",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert report["num_documents"] == 300 and report["docs_per_second"] > 0
+    table = pq.read_table(report["output"])
+    assert table.num_rows == 300 and table.column("id").to_pylist() == labels.ids
+    ann = read_labels(report["output"], schema)
+    assert set(ann.categories) == set(labels.categories)
+    conf = table.column("eai_taxonomy").combine_chunks().field("document_type_v1").field(
+        "confidence").to_numpy()
+    assert ((conf > 0) & (conf <= 1)).all()
+
+
+def test_cli_distil_text_only(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    ingest(corpus / "corpus.jsonl", tmp_path, IngestConfig(batch_rows=128))
+    assert main(["curate", "distil", "--corpus", str(tmp_path), "--labels",
+                 str(corpus / "corpus.jsonl"), "--model", "text", "--epochs", "2",
+                 "--out", str(tmp_path / "text.pt"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert out["epochs_run"] == 2 and out["config"]["hops"] == 0
+    assert Annotator.load(tmp_path / "text.pt").graph(tmp_path, []) is None
+
+
+def test_cli_ingest_and_query(corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture):
+    assert main(["curate", "ingest", str(corpus / "corpus.jsonl"), "--out", str(tmp_path),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["num_documents"] == 300
+    out = tmp_path / "sel.jsonl"
+    assert main(["curate", "query", "SELECT id FROM documents WHERE site = ?", "--param",
+                 "site1.example", "--corpus", str(tmp_path), "--output", str(out)]) == 0
+    assert out.read_text().count("\n") > 0
+    assert main(["curate", "query", "COPY documents TO 'x.csv'", "--corpus",
+                 str(tmp_path)]) == 2
+    assert "COPY statements are not allowed" in capsys.readouterr().err
