@@ -1,1 +1,49 @@
-"""sparsegnn.tracking."""
+"""Exa.TrkX-style particle tracking: TrackML events -> hit graphs -> IN edge scores -> tracks.
+
+Stages hand each other typed objects: :class:`Event` (events.py), :class:`HitGraph`
+(graph.py), :class:`EdgeScores` and :class:`Tracks` (reco.py); metrics.py measures them
+against truth. The model and training loop (model.py, train.py) import torch; the
+ACTS simulation (simulate.py) and plots (plots.py) have optional dependencies and are
+imported only from their own modules.
+"""
+
+from sparsegnn.tracking.events import Event, Particles, read_event, read_events
+from sparsegnn.tracking.graph import (
+    DoubletCuts,
+    GraphStats,
+    HitGraph,
+    ModuleMap,
+    module_map_graph,
+    truth_graph,
+)
+from sparsegnn.tracking.metrics import (
+    EdgeMetrics,
+    TrackMetrics,
+    edge_metrics,
+    track_metrics,
+    trackml_score,
+)
+from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
+from sparsegnn.tracking.truth import TargetConfig
+
+__all__ = [
+    "DoubletCuts",
+    "EdgeMetrics",
+    "EdgeScores",
+    "Event",
+    "GraphStats",
+    "HitGraph",
+    "ModuleMap",
+    "Particles",
+    "TargetConfig",
+    "TrackMetrics",
+    "Tracks",
+    "build_tracks",
+    "edge_metrics",
+    "module_map_graph",
+    "read_event",
+    "read_events",
+    "track_metrics",
+    "trackml_score",
+    "truth_graph",
+]

@@ -1,0 +1,310 @@
+"""``sparsegnn track``: Exa.TrkX-style tracking on TrackML-format events.
+
+Stages, each reading the previous one's files so a run restarts anywhere:
+``simulate`` (ACTS particle gun, needs pyacts) -> ``build-graphs`` -> ``train`` ->
+``reconstruct`` -> ``evaluate``. ``evaluate`` also runs on raw events alone: with
+``--graph truth`` and no ``--model`` it scores the truth-built graph with an oracle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
+from sparsegnn.errors import DataFormatError
+from sparsegnn.tracking.events import Event, read_events
+from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph, truth_graph
+from sparsegnn.tracking.truth import TargetConfig
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("track", help="particle track reconstruction (Exa.TrkX style)",
+                       description=__doc__)
+    stages = p.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    _register_simulate(stages)
+    _register_build(stages)
+    _register_train(stages)
+    _register_reconstruct(stages)
+    _register_evaluate(stages)
+
+
+def _events_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--events", type=Path, required=True, help="directory of TrackML CSV events")
+    p.add_argument("--limit", type=int, default=None, help="read only the first N events")
+
+
+def _target_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("target / reconstructable particles")
+    g.add_argument("--min-pt", type=float, default=1.0, help="GeV (default 1)")
+    g.add_argument("--min-hits", type=int, default=3)
+    g.add_argument("--max-eta", type=float, default=4.0, help="|eta| bound (default 4)")
+
+
+def _graph_flags(p: argparse.ArgumentParser, default: str) -> None:
+    g = p.add_argument_group("graph construction")
+    g.add_argument("--graph", choices=("module-map", "truth"), default=default,
+                   help=f"module map + cuts, or edges between consecutive hits (default {default})")
+    g.add_argument("--module-map", type=Path, default=None,
+                   help="module map file (.npz); learnt from --train-events when absent")
+    g.add_argument("--map-level", choices=("module", "layer"), default="module",
+                   help="learn module pairs, or (volume, layer) pairs for few training events")
+    g.add_argument("--train-events", type=Path, default=None,
+                   help="events to learn the module map from (default: --events, which "
+                        "makes graph efficiency optimistic)")
+    for cut, unit in (("dphi", "rad"), ("dz", "mm"), ("deta", ""), ("phi-slope", "rad/mm"),
+                      ("z0", "mm")):
+        g.add_argument(f"--{cut}", type=float, default=None, help=f"max |{cut}| {unit}".strip())
+
+
+def _targets(args: argparse.Namespace) -> TargetConfig:
+    return TargetConfig(args.min_pt, args.min_hits, args.max_eta)
+
+
+def _cuts(args: argparse.Namespace) -> DoubletCuts:
+    return DoubletCuts(args.dphi, args.dz, args.deta, args.phi_slope, args.z0)
+
+
+def _build_graphs(args: argparse.Namespace, events: list[Event]) -> tuple[list[HitGraph], int]:
+    """Graphs of ``events`` as the flags ask; also the module map's size (0 for truth)."""
+    targets = _targets(args)
+    if args.graph == "truth":
+        return [truth_graph(ev, targets) for ev in events], 0
+    if args.module_map is not None and args.module_map.is_file():
+        mm = ModuleMap.load(args.module_map)
+    else:
+        train = events if args.train_events is None else read_events(args.train_events)
+        mm = ModuleMap.learn(train, args.map_level)
+        if args.module_map is not None:
+            mm.save(args.module_map)
+    return [module_map_graph(ev, mm, _cuts(args), targets) for ev in events], len(mm)
+
+
+def _mean(values: list[float]) -> float | None:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def _clean(obj: Any) -> Any:
+    """NaN -> None so --json prints valid JSON."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    return obj
+
+
+# ---------------------------------------------------------------------------- simulate
+def _register_simulate(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("simulate", help="simulate particle-gun events with ACTS (pyacts)")
+    p.add_argument("--gun", type=int, required=True, metavar="N", help="muons per event")
+    p.add_argument("--num-events", type=int, default=10)
+    p.add_argument("--pt-min", type=float, default=0.5, help="GeV")
+    p.add_argument("--pt-max", type=float, default=10.0, help="GeV")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--out", type=Path, required=True)
+    add_json_flag(p)
+    p.set_defaults(func=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from sparsegnn.tracking.simulate import GunConfig, simulate_gun
+
+    cfg = GunConfig(events=args.num_events, particles=args.gun, pt_min=args.pt_min,
+                    pt_max=args.pt_max, seed=args.seed)
+    prefixes = simulate_gun(args.out, cfg)
+    result = {"out": str(args.out), "events": prefixes, "particles_per_event": args.gun}
+    return emit(args, result, f"simulated {len(prefixes)} events into {args.out}")
+
+
+# ---------------------------------------------------------------------------- build-graphs
+def _register_build(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("build-graphs", help="module-map or truth graphs, one .npz per event")
+    _events_flags(p)
+    _graph_flags(p, "module-map")
+    _target_flags(p)
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    add_json_flag(p)
+    p.set_defaults(func=_build)
+
+
+def _build(args: argparse.Namespace) -> int:
+    events = read_events(args.events, args.limit)
+    graphs, map_size = _build_graphs(args, events)
+    args.out.mkdir(parents=True, exist_ok=True)
+    per_event = []
+    for g in graphs:
+        g.save(args.out / f"{g.name}.npz")
+        per_event.append({"event": g.name, **g.stats().as_dict()})
+    keys = ("num_nodes", "num_edges", "efficiency", "true_efficiency", "purity")
+    result = {"out": str(args.out), "graph": args.graph, "module_map_pairs": map_size,
+              **{f"mean_{k}": _mean([e[k] for e in per_event]) for k in keys},
+              "events": per_event}
+    summary = (f"{len(graphs)} {args.graph} graphs -> {args.out}: mean "
+               f"{result['mean_num_edges']:.0f} edges, efficiency "
+               f"{result['mean_efficiency']:.4f}, purity {result['mean_purity']:.4f}")
+    return emit(args, _clean(result), summary)
+
+
+# ---------------------------------------------------------------------------- train
+def _register_train(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("train", help="train the Interaction Network edge classifier")
+    p.add_argument("--graphs", type=Path, required=True, help="directory of graph .npz files")
+    p.add_argument("--out", type=Path, required=True, help="model checkpoint to write")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--iterations", type=int, default=6, help="message-passing iterations")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--pos-weight", type=float, default=None,
+                   help="BCE weight of target edges (default: negatives per positive)")
+    p.add_argument("--max-sample-nodes", type=int, default=None,
+                   help="train on ShaDow subgraphs of at most this many hits (every event used)")
+    p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop")
+    p.add_argument("--skip-larger-than", type=int, default=None,
+                   help="whole-event baseline: skip graphs with more hits than this")
+    p.add_argument("--seed", type=int, default=0)
+    add_device_flag(p)
+    add_json_flag(p)
+    p.set_defaults(func=_train)
+
+
+def _load_graphs(directory: Path) -> list[HitGraph]:
+    paths = sorted(directory.glob("*.npz")) if directory.is_dir() else []
+    if not paths:
+        raise DataFormatError(f"{directory}: no graph .npz files (run 'track build-graphs')")
+    return [HitGraph.load(p) for p in paths]
+
+
+def _train(args: argparse.Namespace) -> int:
+    from sparsegnn.tracking.model import INConfig
+    from sparsegnn.tracking.train import TrackTrainConfig, save_model, train
+
+    graphs = _load_graphs(args.graphs)
+    cfg = TrackTrainConfig(
+        model=INConfig(hidden=args.hidden, iterations=args.iterations), epochs=args.epochs,
+        lr=args.lr, pos_weight=args.pos_weight, max_sample_nodes=args.max_sample_nodes,
+        fanouts=tuple(int(f) for f in args.fanouts.split(",")),
+        skip_larger_than=args.skip_larger_than, seed=args.seed,
+    )
+    model, report = train(graphs, cfg, resolve_device(args.device))
+    save_model(args.out, model, report)
+    last = report.epochs[-1] if report.epochs else None
+    result = {"out": str(args.out), "num_graphs": len(graphs), **report.as_dict()}
+    summary = f"trained on {len(graphs)} graphs -> {args.out}"
+    if last is not None:
+        summary += (f"; last epoch loss {last.loss:.4f}, {last.events_used} events used, "
+                    f"{last.events_skipped} skipped, largest step {last.max_step_nodes} hits")
+    return emit(args, _clean(result), summary)
+
+
+# ---------------------------------------------------------------------------- reconstruct
+def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("reconstruct", help="score edges and build tracks (TrackML CSV)")
+    _events_flags(p)
+    p.add_argument("--graphs", type=Path, required=True)
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="directory for {event}-tracks.csv")
+    _reco_flags(p)
+    add_device_flag(p)
+    add_json_flag(p)
+    p.set_defaults(func=_reconstruct)
+
+
+def _reco_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cut", type=float, default=0.5, help="edge score cut")
+    p.add_argument("--method", choices=("components", "walkthrough"), default="components")
+
+
+def _reconstruct(args: argparse.Namespace) -> int:
+    from sparsegnn.tracking.pipeline import score_edges, write_tracks
+    from sparsegnn.tracking.reco import build_tracks
+    from sparsegnn.tracking.train import load_model
+
+    device = resolve_device(args.device)
+    model = load_model(args.model, device)
+    graphs = {g.name: g for g in _load_graphs(args.graphs)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    counts = []
+    for ev in read_events(args.events, args.limit):
+        if ev.name not in graphs:
+            raise DataFormatError(f"{args.graphs}: no graph for event {ev.name}")
+        tracks = build_tracks(score_edges(graphs[ev.name], model, device), args.cut, args.method)
+        write_tracks(args.out / f"{ev.name}-tracks.csv", ev, tracks)
+        counts.append({"event": ev.name, "num_tracks": int((tracks.sizes() >= 3).sum())})
+    result = {"out": str(args.out), "events": counts}
+    return emit(args, result, f"tracks of {len(counts)} events -> {args.out}")
+
+
+# ---------------------------------------------------------------------------- evaluate
+def _register_evaluate(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("evaluate", help="edge and tracking metrics against truth")
+    _events_flags(p)
+    p.add_argument("--graphs", type=Path, default=None,
+                   help="saved graphs (default: build them with the graph flags)")
+    p.add_argument("--model", type=Path, default=None,
+                   help="trained model (default: oracle scores from the truth labels)")
+    p.add_argument("--plots", type=Path, default=None, help="write PNG plots here")
+    _reco_flags(p)
+    _graph_flags(p, "truth")
+    _target_flags(p)
+    add_device_flag(p)
+    add_json_flag(p)
+    p.set_defaults(func=_evaluate)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from sparsegnn.tracking.metrics import combine, concat_matches
+    from sparsegnn.tracking.pipeline import evaluate_event, score_edges
+    from sparsegnn.tracking.train import load_model
+
+    device = resolve_device(args.device)
+    events = read_events(args.events, args.limit)
+    if args.graphs is not None:
+        saved = {g.name: g for g in _load_graphs(args.graphs)}
+        missing = [ev.name for ev in events if ev.name not in saved]
+        if missing:
+            raise DataFormatError(f"{args.graphs}: no graph for event(s) {missing}")
+        graphs = [saved[ev.name] for ev in events]
+    else:
+        graphs = _build_graphs(args, events)[0]
+    model = load_model(args.model, device) if args.model is not None else None
+    results = [evaluate_event(ev, g, score_edges(g, model, device), args.cut, args.method,
+                              _targets(args))[0] for ev, g in zip(events, graphs, strict=True)]
+    pooled = combine([r.tracks for r in results])
+    result = {
+        "events": len(results), "graph": "saved" if args.graphs else args.graph,
+        "scores": "model" if model is not None else "oracle", "cut": args.cut,
+        "method": args.method,
+        "graph_efficiency": _mean([r.graph.efficiency for r in results]),
+        "graph_purity": _mean([r.graph.purity for r in results]),
+        "num_edges": sum(r.graph.num_edges for r in results),
+        "edge_efficiency": _mean([r.edges.efficiency for r in results]),
+        "edge_purity": _mean([r.edges.purity for r in results]),
+        "edge_auc": _mean([r.edges.auc for r in results]),
+        **pooled.as_dict(),
+    }
+    if args.plots is not None:
+        result["plots"] = [str(p) for p in _plots(args, results, concat_matches)]
+    summary = (
+        f"{len(results)} events, {result['scores']} scores, {args.method} at cut {args.cut}: "
+        f"tracking efficiency {pooled.efficiency:.4f} ({pooled.num_matched}/"
+        f"{pooled.num_reconstructable}), fake rate {pooled.fake_rate:.4f}, duplicate rate "
+        f"{pooled.duplicate_rate:.4f}, TrackML score {pooled.trackml_score:.4f}"
+    )
+    return emit(args, _clean(result), summary)
+
+
+def _plots(args: argparse.Namespace, results: list, concat_matches) -> list[Path]:
+    from sparsegnn.tracking.plots import efficiency_plots, score_plot
+
+    matches = concat_matches([r.matches for r in results])
+    written = efficiency_plots(matches, _targets(args), args.plots)
+    scores = np.concatenate([r.scores.scores for r in results])
+    true = np.concatenate([r.true_edges for r in results])
+    return [*written, score_plot(scores, true, args.plots)]

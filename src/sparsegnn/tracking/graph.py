@@ -1,0 +1,263 @@
+"""Hit graphs: a module map learned from training events plus doublet cuts, or truth-built.
+
+Module map (as in the ATLAS/Exa.TrkX module-map graph construction): every pair of
+sensitive modules that consecutive hits of a true particle connect in the training
+events. On a new event, every hit pair sitting on a connected module pair is a
+candidate edge; geometric doublet cuts (dphi, dz, deta, phi slope, z0) then remove the
+candidates no realistic track makes. Only module pairs seen in training get edges, so
+the map needs many training events to reach full efficiency on unseen ones.
+
+The truth-built graph has exactly the segments of every particle (efficiency and purity
+1 by construction): it isolates the edge classifier and track building from graph
+construction when evaluating on a single event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sparsegnn.errors import DataFormatError
+from sparsegnn.tracking.events import Event, module_key
+from sparsegnn.tracking.truth import (
+    DEFAULT_TARGETS,
+    TargetConfig,
+    edge_truth,
+    segments,
+    selected_particles,
+)
+
+_NODE_SCALE = np.array([1000.0, np.pi, 1000.0])  # r [mm], phi [rad], z [mm]
+_EDGE_SCALE = np.array([100.0, 0.1, 100.0, 0.1])  # dr, dphi, dz, deta
+
+
+@dataclass(frozen=True)
+class DoubletCuts:
+    """Upper bounds on |value| for a candidate edge; ``None`` disables a cut.
+
+    ``phi_slope`` is dphi/dr (rad/mm): ~ 1 / (2 R) for a helix of radius R, so it bounds
+    the curvature, i.e. the transverse momentum. ``z0`` is where the straight line
+    through both hits crosses the beam line (mm): it bounds the vertex position.
+    Both need dr != 0; edges with |dr| < 1 mm skip those two cuts (same-r pairs in the
+    endcap disks would otherwise divide by zero).
+    """
+
+    dphi: float | None = None
+    dz: float | None = None
+    deta: float | None = None
+    phi_slope: float | None = None
+    z0: float | None = None
+
+
+NO_CUTS = DoubletCuts()
+
+
+@dataclass(frozen=True)
+class ModuleMap:
+    """Directed pairs of detector elements that consecutive hits of one particle connect.
+
+    ``level="module"`` keys are sensitive modules (the module map proper: selective, but
+    it needs many training events to cover every module pair). ``level="layer"`` keys
+    are (volume, layer) pairs with the module ignored: a handful of events cover every
+    layer pair, and the doublet cuts then do the selecting (the classic Exa.TrkX
+    geometric graph construction).
+    """
+
+    pairs: np.ndarray  # [M, 2] int64 keys, unique rows sorted lexicographically
+    level: str = "module"
+
+    @classmethod
+    def learn(cls, events: list[Event], level: str = "module") -> ModuleMap:
+        """The element pairs that consecutive hits of any particle connect in ``events``."""
+        found = [np.empty((0, 2), np.int64)]
+        for ev in events:
+            src, dst = segments(ev)
+            keys = element_keys(ev, level)
+            found.append(np.stack([keys[src], keys[dst]], axis=1))
+        return cls(np.unique(np.concatenate(found), axis=0).astype(np.int64), level)
+
+    def __len__(self) -> int:
+        return int(self.pairs.shape[0])
+
+    def save(self, path: str | Path) -> None:
+        np.savez_compressed(Path(path), pairs=self.pairs, level=np.array(self.level))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModuleMap:
+        with np.load(Path(path)) as data:
+            if "pairs" not in data or "level" not in data:
+                raise DataFormatError(f"{path}: not a module map (needs 'pairs' and 'level')")
+            return cls(data["pairs"].astype(np.int64), str(data["level"]))
+
+
+def element_keys(event: Event, level: str) -> np.ndarray:
+    """Per-hit key of its module (``"module"``) or of its (volume, layer) (``"layer"``)."""
+    if level == "module":
+        return event.module_key
+    if level == "layer":
+        return module_key(event.volume, event.layer, np.zeros_like(event.module))
+    raise ValueError(f"unknown module-map level {level!r}; use 'module' or 'layer'")
+
+
+@dataclass
+class HitGraph:
+    """One event's graph: hits are nodes, candidate segments are directed edges (inner -> outer)."""
+
+    name: str
+    edge_index: np.ndarray  # [2, E] int64
+    node_features: np.ndarray  # [N, 3] float32: r, phi, z (scaled)
+    edge_features: np.ndarray  # [E, 4] float32: dr, dphi, dz, deta (scaled)
+    y: np.ndarray  # [E] bool: consecutive hits of one particle
+    target: np.ndarray  # [E] bool: true and the particle passes the TargetConfig
+    num_true_segments: int  # segments of all particles in the event
+    num_target_segments: int  # segments of target particles in the event
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_features.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+    def stats(self) -> GraphStats:
+        kept_target = int(self.target.sum())
+        return GraphStats(
+            num_nodes=self.num_nodes, num_edges=self.num_edges,
+            efficiency=kept_target / max(self.num_target_segments, 1),
+            true_efficiency=int(self.y.sum()) / max(self.num_true_segments, 1),
+            purity=int(self.y.sum()) / max(self.num_edges, 1),
+            target_purity=kept_target / max(self.num_edges, 1),
+        )
+
+    def save(self, path: str | Path) -> None:
+        np.savez_compressed(
+            Path(path), name=np.array(self.name), edge_index=self.edge_index,
+            node_features=self.node_features, edge_features=self.edge_features, y=self.y,
+            target=self.target,
+            counts=np.array([self.num_true_segments, self.num_target_segments]),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> HitGraph:
+        names = ("name", "edge_index", "node_features", "edge_features", "y", "target", "counts")
+        with np.load(Path(path)) as data:
+            missing = [n for n in names if n not in data]
+            if missing:
+                raise DataFormatError(f"{path}: not a hit graph, missing arrays {missing}")
+            d = {n: data[n] for n in names}
+        return cls(str(d["name"]), d["edge_index"].astype(np.int64), d["node_features"],
+                   d["edge_features"], d["y"].astype(bool), d["target"].astype(bool),
+                   int(d["counts"][0]), int(d["counts"][1]))
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """Graph-construction quality: efficiency = target segments kept / target segments."""
+
+    num_nodes: int
+    num_edges: int
+    efficiency: float
+    true_efficiency: float  # over the segments of all particles
+    purity: float  # true edges / edges
+    target_purity: float  # target edges / edges
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def module_map_graph(event: Event, module_map: ModuleMap, cuts: DoubletCuts = NO_CUTS,
+                     targets: TargetConfig = DEFAULT_TARGETS) -> HitGraph:
+    """Candidate edges from ``module_map``, filtered by ``cuts``."""
+    edge_index = _candidates(event, module_map)
+    edge_index = edge_index[:, _passes(event, edge_index, cuts)]
+    return _graph(event, edge_index, targets)
+
+
+def truth_graph(event: Event, targets: TargetConfig = DEFAULT_TARGETS) -> HitGraph:
+    """Edges between consecutive hits of every particle (noise hits stay isolated)."""
+    return _graph(event, segments(event), targets)
+
+
+def _candidates(event: Event, module_map: ModuleMap) -> np.ndarray:
+    """All hit pairs on connected module pairs, each unordered pair once, no self-pairs."""
+    keys = element_keys(event, module_map.level)
+    order = np.argsort(keys, kind="stable")
+    mods, start, count = np.unique(keys[order], return_index=True, return_counts=True)
+    pairs = module_map.pairs
+    ia = np.searchsorted(mods, pairs[:, 0])
+    ib = np.searchsorted(mods, pairs[:, 1])
+    ok = (ia < mods.size) & (ib < mods.size)
+    ok[ok] &= (mods[ia[ok]] == pairs[ok, 0]) & (mods[ib[ok]] == pairs[ok, 1])
+    ia, ib = ia[ok], ib[ok]
+    ca, cb = count[ia], count[ib]
+    sizes = ca * cb
+    total = int(sizes.sum())
+    pair = np.repeat(np.arange(ia.size), sizes)
+    k = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    src = order[start[ia][pair] + k // cb[pair]]
+    dst = order[start[ib][pair] + k % cb[pair]]
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    _, first = np.unique(lo * max(event.num_hits, 1) + hi, return_index=True)
+    return np.stack([src[first], dst[first]]).astype(np.int64)
+
+
+def _edge_values(event: Event, edge_index: np.ndarray) -> dict[str, np.ndarray]:
+    src, dst = edge_index
+    r, phi, z, eta = event.r, event.phi, event.z, event.eta
+    dr = r[dst] - r[src]
+    dphi = _wrap(phi[dst] - phi[src])
+    dz = z[dst] - z[src]
+    return {"dr": dr, "dphi": dphi, "dz": dz, "deta": eta[dst] - eta[src], "r_src": r[src],
+            "z_src": z[src]}
+
+
+def _passes(event: Event, edge_index: np.ndarray, cuts: DoubletCuts) -> np.ndarray:
+    v = _edge_values(event, edge_index)
+    keep = np.ones(edge_index.shape[1], dtype=bool)
+    for name in ("dphi", "dz", "deta"):
+        bound = getattr(cuts, name)
+        if bound is not None:
+            keep &= np.abs(v[name]) <= bound
+    has_dr = np.abs(v["dr"]) >= 1.0
+    safe_dr = np.where(has_dr, v["dr"], 1.0)
+    if cuts.phi_slope is not None:
+        keep &= ~has_dr | (np.abs(v["dphi"] / safe_dr) <= cuts.phi_slope)
+    if cuts.z0 is not None:
+        z0 = v["z_src"] - v["r_src"] * v["dz"] / safe_dr
+        keep &= ~has_dr | (np.abs(z0) <= cuts.z0)
+    return keep
+
+
+def _graph(event: Event, edge_index: np.ndarray, targets: TargetConfig) -> HitGraph:
+    edge_index = _outwards(event, edge_index)
+    y, target = edge_truth(event, edge_index, targets)
+    segs = segments(event)
+    selected = selected_particles(event, targets)
+    num_target = int(selected[event.particle_index[segs[0]]].sum())
+    node = np.stack([event.r, event.phi, event.z], axis=1) / _NODE_SCALE
+    v = _edge_values(event, edge_index)
+    edge = np.stack([v["dr"], v["dphi"], v["dz"], v["deta"]], axis=1) / _EDGE_SCALE
+    return HitGraph(event.name, edge_index, node.astype(np.float32), edge.astype(np.float32),
+                    y, target, int(segs.shape[1]), num_target)
+
+
+def _outwards(event: Event, edge_index: np.ndarray) -> np.ndarray:
+    """Orient every edge from the hit nearer the origin to the farther one.
+
+    Track building follows edges outwards, and the model's incoming/outgoing aggregation
+    then means inner/outer neighbours in every graph, however it was built.
+    """
+    dist = np.linalg.norm(event.position, axis=1)
+    src, dst = edge_index
+    flip = dist[src] > dist[dst]
+    return np.stack([np.where(flip, dst, src), np.where(flip, src, dst)]).astype(np.int64)
+
+
+def _wrap(angle: np.ndarray) -> np.ndarray:
+    """Angle difference mapped into [-pi, pi)."""
+    return (angle + np.pi) % (2 * np.pi) - np.pi

@@ -1,0 +1,93 @@
+"""PNG plots of tracking performance: efficiency vs pT and eta, and the edge-score distribution.
+
+matplotlib is optional (the ``plot`` extra); it is imported inside the functions, with
+the Agg backend, so the rest of the tracking package works without it and no display is
+ever needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from sparsegnn.tracking.metrics import ParticleMatches
+from sparsegnn.tracking.truth import TargetConfig
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ImportError("plots need matplotlib: pip install 'sparsegnn[plot]'") from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _binned_efficiency(values: np.ndarray, matched: np.ndarray, edges: np.ndarray):
+    """Per-bin efficiency and its binomial standard error (nan for empty bins)."""
+    idx = np.digitize(values, edges) - 1
+    inside = (idx >= 0) & (idx < edges.size - 1)
+    total = np.bincount(idx[inside], minlength=edges.size - 1).astype(float)
+    found = np.bincount(idx[inside], weights=matched[inside].astype(float),
+                        minlength=edges.size - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        eff = found / total
+        err = np.sqrt(eff * (1 - eff) / total)
+    return eff, err, total
+
+
+def efficiency_plots(matches: ParticleMatches, cfg: TargetConfig,
+                     out_dir: str | Path) -> list[Path]:
+    """``efficiency_pt.png`` (all cuts but pT) and ``efficiency_eta.png`` (all cuts but eta)."""
+    plt = _pyplot()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pt, eta = matches.pt, matches.eta
+    enough_hits = matches.nhits >= cfg.min_hits
+    panels = [
+        ("efficiency_pt.png", pt, enough_hits & (np.abs(eta) < cfg.max_abs_eta),
+         np.logspace(-1, 1.3, 12), "pT [GeV]", True),
+        ("efficiency_eta.png", eta, enough_hits & (pt >= cfg.min_pt),
+         np.linspace(-4, 4, 17), "eta", False),
+    ]
+    written = []
+    for name, values, selected, edges, label, log in panels:
+        eff, err, total = _binned_efficiency(values[selected], matches.matched[selected], edges)
+        centers = 0.5 * (edges[1:] + edges[:-1])
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ok = total > 0
+        ax.errorbar(centers[ok], eff[ok], yerr=err[ok], fmt="o", capsize=2)
+        ax.set_xlabel(label)
+        ax.set_ylabel("tracking efficiency")
+        ax.set_ylim(0, 1.05)
+        if log:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        written.append(out_dir / name)
+    return written
+
+
+def score_plot(scores: np.ndarray, true: np.ndarray, out_dir: str | Path) -> Path:
+    """``scores.png``: histogram of edge scores for true and false edges (log counts)."""
+    plt = _pyplot()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    bins = np.linspace(0, 1, 41)
+    ax.hist(scores[true], bins=bins, histtype="step", label="true edges")
+    ax.hist(scores[~true], bins=bins, histtype="step", label="false edges")
+    ax.set_yscale("log")
+    ax.set_xlabel("edge score")
+    ax.set_ylabel("edges")
+    ax.legend()
+    fig.tight_layout()
+    path = out_dir / "scores.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,197 @@
+"""Train the Interaction Network on hit graphs: ShaDow subgraphs, or whole events with a size cap.
+
+Two regimes, for comparison:
+
+* ``max_sample_nodes`` set: every event is cut into bounded ShaDow minibatches
+  (:mod:`sparsegnn.tracking.sampling`), so no event is ever skipped and one step holds
+  at most that many hits.
+* ``max_sample_nodes`` unset: one step per whole event, skipping the events with more
+  than ``skip_larger_than`` hits, as the public Exa.TrkX pipelines do.
+
+Labels are the target edges; true edges of non-target particles (low pT, short) get
+loss weight 0, and positives are up-weighted by the negative/positive ratio of the
+training graphs unless ``pos_weight`` is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sparsegnn.tracking.graph import HitGraph
+from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
+from sparsegnn.tracking.reco import EdgeScores
+from sparsegnn.tracking.sampling import shadow_subgraphs
+from sparsegnn.train import load_checkpoint, save_checkpoint, seed_everything
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrackTrainConfig:
+    """Everything that decides a training run."""
+
+    model: INConfig = field(default_factory=INConfig)
+    epochs: int = 10
+    lr: float = 1e-3
+    pos_weight: float | None = None
+    max_sample_nodes: int | None = None
+    fanouts: tuple[int, ...] = (4, 2)
+    skip_larger_than: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    epoch: int
+    loss: float  # mean training loss over the epoch's steps
+    steps: int
+    events_used: int
+    events_skipped: int
+    max_step_nodes: int  # largest number of hits in one step
+    edge_coverage: float  # fraction of the epoch's graph edges that entered a loss
+    seconds: float
+
+
+@dataclass
+class TrainReport:
+    pos_weight: float
+    epochs: list[EpochReport] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"pos_weight": self.pos_weight, "epochs": [asdict(e) for e in self.epochs]}
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One optimisation step's inputs, on the device."""
+
+    x: torch.Tensor
+    edge_attr: torch.Tensor
+    ops: EdgeOperators
+    target: torch.Tensor
+    weight: torch.Tensor
+    num_nodes: int
+    covered: int  # graph edges this step's loss covers
+
+
+def loss_weights(graph: HitGraph) -> np.ndarray:
+    """1 for target and false edges, 0 for true edges of non-target particles."""
+    return (~(graph.y & ~graph.target)).astype(np.float32)
+
+
+def default_pos_weight(graphs: list[HitGraph]) -> float:
+    """Negatives per positive over the weighted training edges (1 if either is absent)."""
+    pos = sum(int(g.target.sum()) for g in graphs)
+    neg = sum(int((~g.y).sum()) for g in graphs)
+    return neg / pos if pos and neg else 1.0
+
+
+def train(graphs: list[HitGraph], cfg: TrackTrainConfig,
+          device: torch.device | str = "cpu") -> tuple[InteractionNetwork, TrainReport]:
+    """Fit an Interaction Network; returns the model and per-epoch statistics."""
+    seed_everything(cfg.seed)
+    device = torch.device(device)
+    model = InteractionNetwork(cfg.model).to(device)
+    optim = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    pos_weight = cfg.pos_weight if cfg.pos_weight is not None else default_pos_weight(graphs)
+    report = TrainReport(pos_weight)
+    for epoch in range(cfg.epochs):
+        stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device)
+        report.epochs.append(stats)
+        log.info("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
+                 stats.loss, stats.steps, stats.events_used, stats.events_skipped, stats.seconds)
+    return model, report
+
+
+def _epoch(model: InteractionNetwork, optim: torch.optim.Optimizer, graphs: list[HitGraph],
+           cfg: TrackTrainConfig, pos_weight: float, epoch: int,
+           device: torch.device) -> EpochReport:
+    start = time.perf_counter()
+    model.train()
+    losses: list[float] = []
+    used = skipped = covered = total_edges = max_nodes = 0
+    for graph in graphs:
+        if _skipped(graph, cfg):
+            skipped += 1
+            continue
+        used += 1
+        total_edges += graph.num_edges
+        for step in _steps(graph, cfg, epoch, device):
+            optim.zero_grad()
+            logits = model(step.x, step.edge_attr, step.ops)
+            loss = weighted_bce(logits, step.target, step.weight, pos_weight)
+            loss.backward()
+            optim.step()
+            losses.append(float(loss.detach()))
+            covered += step.covered
+            max_nodes = max(max_nodes, step.num_nodes)
+    return EpochReport(
+        epoch=epoch, loss=float(np.mean(losses)) if losses else float("nan"), steps=len(losses),
+        events_used=used, events_skipped=skipped, max_step_nodes=max_nodes,
+        edge_coverage=covered / total_edges if total_edges else float("nan"),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _skipped(graph: HitGraph, cfg: TrackTrainConfig) -> bool:
+    """Only the whole-event baseline skips; sampled training uses every event."""
+    return (cfg.max_sample_nodes is None and cfg.skip_larger_than is not None
+            and graph.num_nodes > cfg.skip_larger_than)
+
+
+def _steps(graph: HitGraph, cfg: TrackTrainConfig, epoch: int, device: torch.device):
+    """The steps of one event: one whole-graph step, or its ShaDow minibatches."""
+    weight = loss_weights(graph)
+    if cfg.max_sample_nodes is None:
+        yield _make_step(graph, np.arange(graph.num_nodes), np.arange(graph.num_edges),
+                         graph.edge_index, weight, device)
+        return
+    for sub in shadow_subgraphs(graph, cfg.max_sample_nodes, cfg.fanouts, cfg.seed, epoch):
+        sub_weight = weight[sub.edges] * sub.loss_mask
+        yield _make_step(graph, sub.nodes, sub.edges, sub.edge_index, sub_weight, device,
+                         covered=int(sub.loss_mask.sum()))
+
+
+def _make_step(graph: HitGraph, nodes: np.ndarray, edges: np.ndarray, edge_index: np.ndarray,
+               weight: np.ndarray, device: torch.device, covered: int | None = None) -> _Step:
+    ei = torch.from_numpy(edge_index).to(device)
+    return _Step(
+        x=torch.from_numpy(graph.node_features[nodes]).to(device),
+        edge_attr=torch.from_numpy(graph.edge_features[edges]).to(device),
+        ops=EdgeOperators(ei, int(nodes.size)),
+        target=torch.from_numpy(graph.target[edges]).to(device),
+        weight=torch.from_numpy(np.asarray(weight, dtype=np.float32)).to(device),
+        num_nodes=int(nodes.size),
+        covered=int(edges.size) if covered is None else covered,
+    )
+
+
+@torch.no_grad()
+def predict(model: InteractionNetwork, graph: HitGraph,
+            device: torch.device | str = "cpu") -> EdgeScores:
+    """Edge probabilities on a whole event graph (inference needs no gradients, so no sampling)."""
+    model.eval()
+    device = torch.device(device)
+    step = _make_step(graph, np.arange(graph.num_nodes), np.arange(graph.num_edges),
+                      graph.edge_index, loss_weights(graph), device)
+    scores = torch.sigmoid(model(step.x, step.edge_attr, step.ops)).cpu().numpy()
+    return EdgeScores(graph.name, graph.edge_index, scores.astype(np.float64), graph.num_nodes)
+
+
+def save_model(path: str | Path, model: InteractionNetwork, report: TrainReport) -> None:
+    """Weights, sizes and the training report in one atomic checkpoint file."""
+    save_checkpoint(path, {"config": asdict(model.cfg), "state_dict": model.state_dict(),
+                           "report": report.as_dict()})
+
+
+def load_model(path: str | Path, device: torch.device | str = "cpu") -> InteractionNetwork:
+    state = load_checkpoint(path)
+    model = InteractionNetwork(INConfig(**state["config"]))
+    model.load_state_dict(state["state_dict"])
+    return model.to(device)

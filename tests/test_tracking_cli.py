@@ -1,0 +1,68 @@
+"""`sparsegnn track ...` through the real entry point, on the TrackML sample."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from sparsegnn.cli.main import main
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
+pytestmark = pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small tensors: extra intra-op threads only add contention on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_evaluate_truth_graph_on_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE),
+                      "--plots", str(tmp_path))
+    assert (result["graph"], result["scores"], result["num_edges"]) == ("truth", "oracle", 4230)
+    assert result["num_reconstructable"] == 54 and result["efficiency"] == 1.0
+    assert result["fake_rate"] == 0.0 and result["trackml_score"] == pytest.approx(1.0)
+    assert result["edge_auc"] is None  # only true edges: AUC undefined, printed as null
+    assert sorted(Path(p).name for p in result["plots"]) == [
+        "efficiency_eta.png", "efficiency_pt.png", "scores.png"]
+
+
+def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    graphs, model, tracks = tmp_path / "graphs", tmp_path / "in.pt", tmp_path / "tracks"
+    built = run_json(capsys, "track", "build-graphs", "--events", str(SAMPLE), "--out", str(graphs),
+                     "--phi-slope", "0.01", "--module-map", str(tmp_path / "mm.npz"))
+    assert built["mean_efficiency"] == 1.0 and built["mean_num_edges"] < 14466
+    assert (tmp_path / "mm.npz").is_file() and built["module_map_pairs"] == 3918
+    trained = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out", str(model),
+                       "--hidden", "8", "--iterations", "1", "--epochs", "1", "--device", "cpu")
+    assert trained["epochs"][0]["events_used"] == 1 and model.is_file()
+    run_json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--graphs", str(graphs),
+             "--model", str(model), "--out", str(tracks), "--device", "cpu")
+    with open(tracks / "event000000001-tracks.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 5527 and set(rows[0]) == {"hit_id", "track_id"}
+    scored = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--graphs",
+                      str(graphs), "--model", str(model), "--method", "walkthrough",
+                      "--device", "cpu")
+    assert scored["scores"] == "model" and 0.0 <= scored["efficiency"] <= 1.0
+    assert 0.0 <= scored["edge_auc"] <= 1.0
+
+
+def test_missing_graphs_is_a_clean_error(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["track", "train", "--graphs", str(tmp_path), "--out", str(tmp_path / "m")]) == 2
+    assert "no graph .npz files" in capsys.readouterr().err

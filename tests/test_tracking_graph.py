@@ -1,0 +1,119 @@
+"""Module map, doublet cuts, edge truth and graph statistics; ShaDow bounds on hit graphs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparsegnn.errors import InvalidValueError
+from sparsegnn.tracking.events import Event, Particles, read_event
+from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph, truth_graph
+from sparsegnn.tracking.sampling import max_nodes_per_seed, shadow_subgraphs
+from sparsegnn.tracking.truth import TargetConfig, segments, successor
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
+needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present")
+
+
+def two_track_event() -> Event:
+    """Two straight particles through three barrel layers, one noise hit, layers 2/4/6.
+
+    Hits are stored out of order on purpose: the truth order must come from geometry.
+    p0 at phi=0 (pT 2 GeV) and p1 at phi=pi/2 (pT 0.5 GeV); the noise hit is on layer 4
+    next to p0.
+    """
+    r = np.array([30.0, 10.0, 20.0, 10.0, 20.0, 30.0, 21.0])
+    phi = np.array([0.0, 0.0, 0.0, np.pi / 2, np.pi / 2, np.pi / 2, 0.05])
+    z = r * 0.1
+    position = np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
+    layer = np.array([6, 2, 4, 2, 4, 6, 4])
+    module = np.array([1, 1, 1, 2, 2, 2, 1])
+    pidx = np.array([0, 0, 0, 1, 1, 1, -1])
+    particles = Particles(
+        particle_id=np.array([11, 22]), vertex=np.zeros((2, 3)),
+        momentum=np.array([[2.0, 0.0, 0.2], [0.0, 0.5, 0.05]]), charge=np.array([1, -1]),
+        nhits=np.array([3, 3]),
+    )
+    return Event("two", np.arange(1, 8), position, np.full(7, 8), layer, module,
+                 np.where(pidx >= 0, particles.particle_id[np.maximum(pidx, 0)], 0), pidx,
+                 np.ones(7), particles)
+
+
+def test_truth_order_follows_distance_from_vertex() -> None:
+    ev = two_track_event()
+    assert successor(ev).tolist() == [-1, 2, 0, 4, 5, -1, -1]
+    assert segments(ev).T.tolist() == [[1, 2], [2, 0], [3, 4], [4, 5]]
+
+
+def test_module_map_candidates_truth_and_stats() -> None:
+    ev = two_track_event()
+    mm = ModuleMap.learn([ev])
+    assert len(mm) == 4  # (l2,m1)->(l4,m1), (l4,m1)->(l6,m1) and the same for module 2
+    graph = module_map_graph(ev, mm)
+    edges = {tuple(e) for e in graph.edge_index.T.tolist()}
+    # The noise hit 6 shares p0's modules, so it gets edges 1->6 and 6->0.
+    assert edges == {(1, 2), (2, 0), (3, 4), (4, 5), (1, 6), (6, 0)}
+    stats = graph.stats()
+    assert stats.num_edges == 6 and stats.efficiency == 1.0 and stats.purity == pytest.approx(4 / 6)
+    target = dict(zip(map(tuple, graph.edge_index.T.tolist()), graph.target.tolist(), strict=True))
+    assert target[(1, 2)] and target[(2, 0)] and not target[(3, 4)]  # p1 has pT 0.5
+    lowered = module_map_graph(ev, mm, targets=TargetConfig(min_pt=0.4))
+    assert lowered.target.sum() == 4
+
+
+def test_doublet_cuts_remove_noise_edges() -> None:
+    ev = two_track_event()
+    graph = module_map_graph(ev, ModuleMap.learn([ev]), DoubletCuts(dphi=0.01))
+    assert graph.num_edges == 4 and graph.stats().purity == 1.0
+    none = module_map_graph(ev, ModuleMap.learn([ev]), DoubletCuts(z0=-1.0))
+    assert none.num_edges == 0
+    # Straight tracks from the origin: phi slope 0 and z0 0 keep every true edge.
+    tight = module_map_graph(ev, ModuleMap.learn([ev]), DoubletCuts(phi_slope=1e-6, z0=1e-6))
+    assert tight.y.sum() == 4
+
+
+def test_graph_round_trip(tmp_path: Path) -> None:
+    graph = truth_graph(two_track_event())
+    graph.save(tmp_path / "g.npz")
+    back = HitGraph.load(tmp_path / "g.npz")
+    assert back.name == "two" and np.array_equal(back.edge_index, graph.edge_index)
+    assert np.array_equal(back.target, graph.target) and back.num_target_segments == 2
+    ModuleMap.learn([two_track_event()]).save(tmp_path / "mm.npz")
+    assert len(ModuleMap.load(tmp_path / "mm.npz")) == 4
+
+
+@needs_sample
+def test_sample_graphs() -> None:
+    ev = read_event(SAMPLE, "event000000001")
+    truth = truth_graph(ev).stats()
+    assert (truth.num_edges, truth.efficiency, truth.purity) == (4230, 1.0, 1.0)
+    mm = ModuleMap.learn([ev])
+    graph = module_map_graph(ev, mm)
+    stats = graph.stats()
+    assert stats.efficiency == 1.0 and stats.true_efficiency == 1.0  # learnt on this event
+    assert graph.y.sum() == 4230 and 0.2 < stats.purity < 0.4
+
+
+def test_shadow_subgraphs_respect_the_bound_and_seed_every_hit() -> None:
+    ev = two_track_event()
+    graph = module_map_graph(ev, ModuleMap.learn([ev]))
+    subs = list(shadow_subgraphs(graph, max_nodes=max_nodes_per_seed([2]), fanouts=[2], seed=0,
+                                 epoch=0))
+    assert all(s.nodes.size <= 3 for s in subs)
+    owned = np.concatenate([s.edges[s.loss_mask] for s in subs])
+    assert np.unique(owned).size == owned.size  # each edge in at most one loss
+    with pytest.raises(InvalidValueError, match="below the 7 hits one seed may visit"):
+        next(shadow_subgraphs(graph, max_nodes=5, fanouts=[2, 2], seed=0, epoch=0))
+
+
+def test_layer_level_map_generalises_across_modules() -> None:
+    ev = two_track_event()
+    layer_map = ModuleMap.learn([ev], level="layer")
+    assert layer_map.level == "layer" and len(layer_map) == 2  # (l2->l4), (l4->l6)
+    graph = module_map_graph(ev, layer_map)
+    # Any hit pair on consecutive layers is a candidate, across modules too.
+    assert graph.num_edges == 2 * 3 + 3 * 2 and graph.stats().efficiency == 1.0
+    with pytest.raises(ValueError, match="unknown module-map level"):
+        ModuleMap.learn([ev], level="disk")

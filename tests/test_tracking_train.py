@@ -1,0 +1,88 @@
+"""Training regimes (ShaDow-sampled vs whole events with a size cap), checkpoints, learning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from sparsegnn.tracking.events import Event, Particles
+from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
+from sparsegnn.tracking.metrics import roc_auc
+from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.train import TrackTrainConfig, load_model, predict, save_model, train
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: extra intra-op threads only add contention on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def straight_tracks(n_tracks: int, seed: int, layers: int = 5, n_noise: int = 5) -> Event:
+    """Straight tracks from the origin through ``layers`` barrel layers of 8 phi modules."""
+    rng = np.random.default_rng(seed)
+    phi0 = rng.uniform(-np.pi, np.pi, n_tracks)
+    cot = rng.uniform(-0.5, 0.5, n_tracks)
+    radii = 30.0 * np.arange(1, layers + 1)
+    r = np.concatenate([np.repeat(radii, n_tracks), rng.choice(radii, n_noise)])
+    phi = np.concatenate([np.tile(phi0, layers), rng.uniform(-np.pi, np.pi, n_noise)])
+    z = np.concatenate([np.outer(radii, cot).ravel(), rng.uniform(-50, 50, n_noise)])
+    layer = np.concatenate([np.repeat(np.arange(layers), n_tracks), (r[n_tracks * layers:] // 30)])
+    module = ((phi + np.pi) / (2 * np.pi) * 8).astype(np.int64)
+    pidx = np.concatenate([np.tile(np.arange(n_tracks), layers), np.full(n_noise, -1)])
+    pt = rng.uniform(0.5, 3.0, n_tracks)
+    particles = Particles(
+        particle_id=np.arange(1, n_tracks + 1), vertex=np.zeros((n_tracks, 3)),
+        momentum=np.stack([pt * np.cos(phi0), pt * np.sin(phi0), pt * cot], axis=1),
+        charge=np.ones(n_tracks, dtype=np.int64), nhits=np.full(n_tracks, layers),
+    )
+    n = r.size
+    return Event(f"toy{seed}", np.arange(1, n + 1),
+                 np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1), np.full(n, 8),
+                 layer.astype(np.int64), module, np.where(pidx >= 0, pidx + 1, 0), pidx,
+                 np.ones(n), particles)
+
+
+def toy_graphs(sizes: list[int]) -> list[HitGraph]:
+    events = [straight_tracks(n, seed) for seed, n in enumerate(sizes)]
+    mm = ModuleMap.learn(events)
+    return [module_map_graph(ev, mm) for ev in events]
+
+
+def test_sampled_training_uses_every_event_within_the_bound() -> None:
+    graphs = toy_graphs([10, 30])
+    cfg = TrackTrainConfig(INConfig(hidden=8, iterations=2), epochs=1, max_sample_nodes=100,
+                           fanouts=(8, 2), skip_larger_than=100)
+    _, report = train(graphs, cfg)
+    epoch = report.epochs[0]
+    assert graphs[1].num_nodes > 100  # the baseline would skip it; sampling must not
+    assert epoch.events_used == 2 and epoch.events_skipped == 0
+    assert 0 < epoch.max_step_nodes <= 100 and epoch.steps > 2
+    assert 0.3 < epoch.edge_coverage <= 1.0 and np.isfinite(epoch.loss)
+
+
+def test_whole_event_baseline_skips_large_graphs() -> None:
+    graphs = toy_graphs([10, 30])
+    cfg = TrackTrainConfig(INConfig(hidden=8, iterations=2), epochs=1, skip_larger_than=100)
+    _, report = train(graphs, cfg)
+    epoch = report.epochs[0]
+    assert (epoch.events_used, epoch.events_skipped, epoch.steps) == (1, 1, 1)
+    assert epoch.edge_coverage == 1.0 and epoch.max_step_nodes == graphs[0].num_nodes
+
+
+def test_model_learns_and_checkpoint_round_trips(tmp_path: Path) -> None:
+    graphs = toy_graphs([25])
+    cfg = TrackTrainConfig(INConfig(hidden=16, iterations=2), epochs=40, lr=3e-3)
+    model, report = train(graphs, cfg)
+    assert report.epochs[-1].loss < report.epochs[0].loss
+    scores = predict(model, graphs[0])
+    assert roc_auc(graphs[0].target, scores.scores) > 0.9
+    save_model(tmp_path / "in.pt", model, report)
+    again = predict(load_model(tmp_path / "in.pt"), graphs[0])
+    np.testing.assert_allclose(again.scores, scores.scores, rtol=1e-6)
