@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 
 from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
-from sparsegnn.cli.train_cmd import human_summary
 from sparsegnn.data import load_any
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train import TrainConfig, train_single
-from sparsegnn.train.fullgraph import row_normalize
+from sparsegnn.train.fullgraph import human_summary, row_normalize
 
 _FALLBACK = "sbm:nodes=3000,blocks=7,degree=8"
 

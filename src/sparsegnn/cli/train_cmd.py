@@ -14,8 +14,8 @@ from pathlib import Path
 
 from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
 from sparsegnn.data import load_any
-from sparsegnn.train import TrainConfig, train_single
-from sparsegnn.train.fullgraph import TrainResult, row_normalize
+from sparsegnn.train import train_single
+from sparsegnn.train.fullgraph import config_from_args, human_summary, row_normalize
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data-dir", default=None, help="data root (default: $SPARSEGNN_DATA or ../shared/data)"
     )
-    p.add_argument("--model", choices=("gcn", "sage"), default="gcn")
+    p.add_argument(
+        "--model",
+        choices=("gcn", "sage"),
+        default=None,
+        help="default: gcn full-graph, sage (GraphSAGE) minibatch",
+    )
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--layers", type=int, default=None, help="default: 2 full-graph, 3 minibatch")
     p.add_argument("--dropout", type=float, default=0.5)
@@ -71,27 +76,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The :class:`TrainConfig` a command line describes."""
-    layers = args.layers if args.layers is not None else (3 if args.mode == "minibatch" else 2)
-    return TrainConfig(
-        model=args.model,
-        hidden=args.hidden,
-        num_layers=layers,
-        dropout=args.dropout,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        epochs=args.epochs,
-        patience=args.patience,
-        seed=args.seed,
-        dtype=args.dtype,
-        checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        progress=not args.no_progress,
-    )
-
-
 def is_distributed(args: argparse.Namespace) -> bool:
     """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, or a sharded graph."""
     from sparsegnn.distributed.shard import is_shard_dir
@@ -127,13 +111,3 @@ def run(args: argparse.Namespace) -> int:
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
     }
     return emit(args, out, human_summary(graph.name, cfg.model, result))
-
-
-def human_summary(dataset: str, model: str, r: TrainResult) -> str:
-    return (
-        f"{model} on {dataset}: test accuracy {r.test_accuracy:.4f} "
-        f"(best validation {r.best_val_accuracy:.4f} at epoch {r.best_epoch}, "
-        f"{r.epochs_run} epochs{', stopped early' if r.stopped_early else ''})\n"
-        f"median epoch time {r.epoch_time_s * 1e3:.1f} ms, "
-        f"peak memory {r.peak_memory_bytes / 2**20:.0f} MiB"
-    )

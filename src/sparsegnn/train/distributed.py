@@ -28,11 +28,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from sparsegnn.cli.common import emit
-from sparsegnn.cli.train_cmd import config_from_args, human_summary
 from sparsegnn.data import load_any
 from sparsegnn.distributed import (
     BlockPartition,
     Communicator,
+    DistributedOperator,
     DistributedTask,
     GridError,
     GridShape,
@@ -59,13 +59,17 @@ from sparsegnn.distributed.shard import (
     relabel,
     write_shards,
 )
+from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
+from sparsegnn.partition import PARTITIONERS, Adjacency, partition
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import (
     EpochStats,
     TrainConfig,
     TrainResult,
     build_model,
+    config_from_args,
     fit,
+    human_summary,
     operator_for,
     row_normalize,
 )
@@ -75,13 +79,15 @@ _SEED_STRIDE = 1_000_003
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """How to distribute: algorithm, replication (1.5D), backend, timeout, partition file."""
+    """How to distribute: algorithm, replication (1.5D), backend, timeout, partition (a
+    vector file or a partitioner name), and dense or sparsity-aware SpMM communication."""
 
     algo: Algorithm = "1d"
     replication: int = 1
     backend: str | None = None
     timeout_s: float = 60.0
-    partition: Path | None = None
+    partition: Path | str | None = None
+    comm: Literal["dense", "sparse"] = "dense"
     # "global": every rank draws the whole graph's dropout mask and keeps its rows, which
     # reproduces single-process training exactly but costs an n x f mask per layer;
     # "block": each vertex block draws its own; "auto": global when the rank holds the
@@ -128,14 +134,28 @@ def spmm_schedule(cfg: TrainConfig, in_dim: int, out_dim: int) -> list[SpmmCall]
     return calls + [SpmmCall(w, "backward_spmm") for w in backward]
 
 
-def partition_for(num_nodes: int, shape: GridShape, path: Path | None) -> BlockPartition:
-    """Even contiguous blocks, or the blocks of a partition vector file (.npy or text)."""
+def partition_for(
+    num_nodes: int, shape: GridShape, path: Path | str | None,
+    edge_index: torch.Tensor | None = None, seed: int = 0,
+) -> BlockPartition:
+    """Even contiguous blocks, the blocks of a partition vector file (.npy or text), or
+    those a named partitioner (:data:`sparsegnn.partition.PARTITIONERS`) computes from
+    ``edge_index``."""
     if path is None:
         return BlockPartition.even(num_nodes, shape.row_blocks)
+    if str(path) in PARTITIONERS and not Path(path).is_file():
+        if edge_index is None:
+            raise GridError(f"the {path} partitioner needs the graph's edges")
+        parts = partition(
+            Adjacency.from_edge_index(edge_index, num_nodes), str(path), shape.row_blocks,
+            seed=seed,
+        )
+        return BlockPartition.from_parts(torch.from_numpy(parts), shape.row_blocks)
     if not Path(path).is_file():
         raise GridError(
-            f"partition file {path} not found; --partition takes a file with one block id "
-            f"in [0, {shape.row_blocks}) per vertex (.npy or text)"
+            f"partition file {path} not found; --partition takes a partitioner "
+            f"({', '.join(PARTITIONERS)}) or a file with one block id in "
+            f"[0, {shape.row_blocks}) per vertex (.npy or text)"
         )
     parts = np.load(path) if Path(path).suffix == ".npy" else np.loadtxt(path, dtype=np.int64)
     if parts.shape != (num_nodes,):
@@ -162,7 +182,8 @@ def check_manifest(path: str | Path, shape: GridShape, model: str) -> None:
 
 
 def load_shard(
-    source: Any, cfg: TrainConfig, shape: GridShape, rank: int, partition: Path | None = None,
+    source: Any, cfg: TrainConfig, shape: GridShape, rank: int,
+    parts: Path | str | None = None,
 ) -> Shard:
     """This rank's shard: from a partitioned directory (reads only its own file) or cut out
     of a whole :class:`~sparsegnn.data.GraphData` held in memory."""
@@ -172,7 +193,7 @@ def load_shard(
     graph = source
     if graph.x is None or graph.y is None or graph.train_mask is None:
         raise ValueError(f"graph {graph.name!r} needs features, labels and split masks")
-    part = partition_for(graph.num_nodes, shape, partition)
+    part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, cfg.seed)
     adj = operator_for(cfg.model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
     rows = {"x": graph.x, "y": graph.y}
     rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
@@ -182,18 +203,25 @@ def load_shard(
 
 def write_partitioned(
     graph: Any, out: Path, algo: Algorithm, nprocs: int, replication: int, model: str,
-    parts: Path | None = None, *, normalize_features: bool = True,
+    parts: Path | str | None = None, *, normalize_features: bool = True, seed: int = 0,
 ) -> dict[str, Any]:
-    """Write the per-rank shards of ``graph`` for a grid (``sparsegnn data partition``)."""
+    """Write the per-rank shards of ``graph`` for a grid (``sparsegnn data partition``).
+
+    ``parts``: a partition vector file or a partitioner name; the vertex order and block
+    boundaries it gives are kept in the manifest (``block_sizes``) and, for a named
+    partitioner, its vector in ``OUT/parts.npy`` so other grids can reuse it.
+    """
     shape = grid_shape(algo, nprocs, replication)
     if graph.x is None or graph.y is None or graph.train_mask is None:
         raise ValueError(f"graph {graph.name!r} needs features, labels and split masks")
-    part = partition_for(graph.num_nodes, shape, parts)
+    part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, seed)
     adj = operator_for(model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
     rows = {"x": row_normalize(graph.x) if normalize_features else graph.x, "y": graph.y}
     rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
     adj, rows = relabel(adj, rows, part.order)
     write_shards(out, graph.name, adj, rows, part, shape, operator_kind(model))
+    if parts is not None and str(parts) in PARTITIONERS and part.order is not None:
+        np.save(out / "parts.npy", _parts_vector(part).numpy())
     return {
         "out": str(out), "grid": shape.describe(), "ranks": shape.size,
         "operator": operator_kind(model),
@@ -244,8 +272,17 @@ def train_rank(
         return None
     shard = load_shard(source, cfg, shape, grid.rank, dcfg.partition)
     shard = shard.to(session.device, cfg.torch_dtype)
-    comm = Communicator()
-    op = build_operator(grid, comm, shard.part, shard.blocks)
+    sparse = dcfg.comm == "sparse"
+    op: DistributedOperator
+    if sparse:
+        # A named partitioner runs on every rank (in load_shard); it is seeded and
+        # deterministic, so all ranks hold the same blocks and their plans agree.
+        rows_comm = SparseCommunicator()
+        comm: Communicator = rows_comm
+        op = SparseRowOperator(grid, rows_comm, shard.part, shard.blocks)
+    else:
+        comm = Communicator()
+        op = build_operator(grid, comm, shard.part, shard.blocks)
     task = DistributedTask(shard.x, op, shard.y, shard.masks, comm, grid.col)
     model = build_model(cfg, shard.num_features, shard.num_classes)
     model = model.to(session.device, cfg.torch_dtype)
@@ -261,13 +298,40 @@ def train_rank(
     )
     meter = _EpochMeter(comm)
     result = fit(model, task, rank_cfg, is_main=True, on_epoch=meter.on_epoch)
+    calls = spmm_schedule(cfg, shard.num_features, shard.num_classes)
     predicted = predict(
-        shape, shard.part, grid.rank, spmm_schedule(cfg, shard.num_features, shard.num_classes),
+        shape, shard.part, grid.rank, [] if sparse else calls,
         value_bytes=shard.x.element_size(),
         num_params=sum(p.numel() for p in model.parameters()), nnz=shard.nnz,
     )
+    if isinstance(op, SparseRowOperator):
+        predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))
     report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted)
     return model, result, report
+
+
+def _planned_spmm_bytes(
+    op: SparseRowOperator, calls: list[SpmmCall], value_bytes: int
+) -> dict[str, dict[str, int]]:
+    """What this rank's sparse plan sends and receives per epoch, per SpMM phase."""
+    out: dict[str, dict[str, int]] = {}
+    reduce = (op.grid.shape.cols - 1) * op.n_local
+    for call in calls:
+        sent, recv = op.rows_per_spmm(call.phase == "backward_spmm")
+        row_bytes = call.width * value_bytes
+        v = out.setdefault(call.phase, {"sent": 0, "recv": 0})
+        v["sent"] += (sent + reduce) * row_bytes
+        v["recv"] += (recv + reduce) * row_bytes
+    return {p: v for p, v in out.items() if v["sent"] or v["recv"]}
+
+
+def _parts_vector(part: BlockPartition) -> torch.Tensor:
+    """Original vertex -> block id, the inverse of ``part.order`` and ``offsets``."""
+    assert part.order is not None
+    sizes = torch.tensor([part.size(i) for i in range(part.blocks)])
+    parts = torch.empty(part.num_nodes, dtype=torch.long)
+    parts[part.order] = torch.repeat_interleave(torch.arange(part.blocks), sizes)
+    return parts
 
 
 def _original_rows(shard: Shard, block: int) -> slice | torch.Tensor:
@@ -355,8 +419,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     A partitioned directory as ``--dataset`` supplies the algorithm and the number of
     ranks it was written for when ``--algo`` / ``--nprocs`` are not given.
     """
-    if args.comm != "dense":
-        raise GridError("--comm sparse is not implemented for full-graph distributed training")
+    if args.comm == "sparse" and (args.algo or "1d") not in ("1d", "1.5d"):
+        raise GridError(f"--comm sparse supports --algo 1d and 1.5d, not {args.algo}")
     algo, replication, nprocs = args.algo or "1d", args.replication, args.nprocs
     if is_shard_dir(args.dataset):
         written = manifest_shape(read_manifest(args.dataset))
@@ -367,7 +431,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         args.dataset, args.data_dir, not args.no_normalize_features, config_from_args(args),
         DistributedConfig(
             algo=algo, replication=replication, backend=args.backend,
-            timeout_s=args.timeout, partition=Path(args.partition) if args.partition else None,
+            timeout_s=args.timeout, partition=_partition_arg(args.partition), comm=args.comm,
         ),
     )
     if in_torchrun():
@@ -378,6 +442,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         check_manifest(args.dataset, shape, job.cfg.model)
     threads = max(1, (os.cpu_count() or 1) // shape.size)
     return _emit(args, job, spawn(_run_job, shape.size, (job,), threads=threads)[0])
+
+
+def _partition_arg(value: str | None) -> Path | str | None:
+    """A partitioner name stays a name; anything else is a partition vector file."""
+    if value is None or value in PARTITIONERS:
+        return value
+    return Path(value)
 
 
 def _emit(args: argparse.Namespace, job: _Job, first: dict[str, Any]) -> int:

@@ -290,3 +290,36 @@ def row_normalize(x: torch.Tensor) -> torch.Tensor:
     """Scale each feature row to sum 1 (rows of zeros stay zero): Planetoid's preprocessing."""
     s = x.sum(1, keepdim=True)
     return x / torch.where(s == 0, torch.ones_like(s), s)
+
+
+def config_from_args(args: Any) -> TrainConfig:
+    """The :class:`TrainConfig` of parsed ``sparsegnn train`` options (any namespace)."""
+    minibatch = args.mode == "minibatch"
+    layers = args.layers if args.layers is not None else (3 if minibatch else 2)
+    model = args.model or ("sage" if minibatch else "gcn")
+    return TrainConfig(
+        model=model,
+        hidden=args.hidden,
+        num_layers=layers,
+        dropout=args.dropout,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        epochs=args.epochs,
+        patience=args.patience,
+        seed=args.seed,
+        dtype=args.dtype,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        progress=not args.no_progress,
+    )
+
+
+def human_summary(dataset: str, model: str, r: TrainResult) -> str:
+    return (
+        f"{model} on {dataset}: test accuracy {r.test_accuracy:.4f} "
+        f"(best validation {r.best_val_accuracy:.4f} at epoch {r.best_epoch}, "
+        f"{r.epochs_run} epochs{', stopped early' if r.stopped_early else ''})\n"
+        f"median epoch time {r.epoch_time_s * 1e3:.1f} ms, "
+        f"peak memory {r.peak_memory_bytes / 2**20:.0f} MiB"
+    )

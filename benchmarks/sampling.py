@@ -1,0 +1,276 @@
+"""Sampling and minibatch-training throughput: sparsegnn vs PyG (or a pure-torch sampler).
+
+Run: ``python benchmarks/sampling.py [--scales 18,20] [--json]``.
+
+Sampling: minibatches per second of node-wise sampling (fan-outs 15,10,5, batch size
+1024) on R-MAT graphs, ours at bulk sizes k in {1, 16, 64}, against PyG's
+``NeighborLoader``. Training: seeds per second of 3-layer GraphSAGE, ours (our sampler,
+prefetching loader and layers) against PyG's ``GraphSAGE`` fed by ``NeighborLoader``.
+
+``NeighborLoader`` needs pyg-lib or torch-sparse. When neither imports, the benchmark
+says so in its output and measures the peer side with a straightforward vectorised
+pure-torch sampler instead (one random sort per frontier; PyG's model, which runs
+without the extensions, is still used for training). Nothing is skipped silently:
+every peer entry names what was actually measured. ``build_pyg_extensions.sh`` builds
+the extension wheels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from sparsegnn.data import rmat
+from sparsegnn.nn import GraphSAGE
+from sparsegnn.sampling import NodeWiseSampler, batch_generator, epoch_permutation
+from sparsegnn.sampling.loader import MinibatchLoader
+from sparsegnn.sparse import CSRMatrix
+
+FANOUTS = (15, 10, 5)
+
+
+@dataclass
+class Setup:
+    adj: CSRMatrix
+    x: torch.Tensor
+    y: torch.Tensor
+    seeds: torch.Tensor  # enough shuffled seed vertices for every measurement
+
+
+def make_graph(scale: int, features: int, classes: int) -> Setup:
+    g = rmat(scale, 16, seed=0, num_features=features)
+    adj = CSRMatrix.from_edge_index(g.edge_index, g.num_nodes)
+    assert g.x is not None
+    y = torch.randint(0, classes, (g.num_nodes,), generator=torch.Generator().manual_seed(0))
+    return Setup(adj, g.x, y, epoch_permutation(g.num_nodes, 0, 0))
+
+
+def timed(fn: Callable[[], int]) -> float:
+    """Items per second of ``fn`` (which returns how many items it produced)."""
+    start = time.perf_counter()
+    count = fn()
+    return count / (time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------- ours
+def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> float:
+    sampler = NodeWiseSampler(s.adj, FANOUTS)
+    seeds = [s.seeds[i * batch_size : (i + 1) * batch_size] for i in range(batches)]
+
+    def run() -> int:
+        for start in range(0, batches, k):
+            idx = range(start, min(start + k, batches))
+            sampler.sample([seeds[i] for i in idx], [batch_generator(0, 0, i) for i in idx])
+        return batches
+
+    return timed(run)
+
+
+def ours_training(s: Setup, steps: int, batch_size: int, hidden: int) -> float:
+    sampler = NodeWiseSampler(s.adj, FANOUTS)
+    train = s.seeds[: steps * batch_size]
+    loader = MinibatchLoader(sampler, train, s.x, s.y, batch_size=batch_size, bulk=min(steps, 64))
+    model = GraphSAGE(s.x.shape[1], hidden, int(s.y.max()) + 1, len(FANOUTS), dropout=0.5)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def run() -> int:
+        seen = 0
+        for item in loader.epoch(0):
+            opt.zero_grad()
+            out = model(item.x, item.batch.operators(len(FANOUTS)))
+            F.cross_entropy(out, item.y).backward()
+            opt.step()
+            seen += item.num_seeds
+        return seen
+
+    return timed(run)
+
+
+# ---------------------------------------------------------------------- peers
+def pyg_status() -> str | None:
+    """None when NeighborLoader can run here, else why not."""
+    try:
+        import torch_geometric.typing as pyg_typing
+    except ImportError as err:
+        return f"torch_geometric not installed ({err})"
+    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
+        return "PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is installed"
+    return None
+
+
+def torch_sample(
+    crow: torch.Tensor, col: torch.Tensor, seeds: torch.Tensor, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference node-wise sampler in plain torch: one random sort per frontier.
+
+    Returns the input vertex ids (seeds first) and the sampled edges as a PyG
+    ``edge_index`` in local ids (source = neighbour, target = the vertex sampling it),
+    which is what NeighborLoader hands to a model.
+    """
+    nodes, edges = seeds, []
+    offset = 0  # local id of the frontier's first vertex
+    for fanout in FANOUTS:
+        frontier = nodes[offset:]
+        start, deg = crow[frontier], crow[frontier + 1] - crow[frontier]
+        rows = torch.repeat_interleave(torch.arange(frontier.numel()), deg)
+        first = torch.cumsum(deg, 0) - deg
+        pos = torch.arange(rows.numel()) - first[rows] + start[rows]
+        order = torch.argsort(rows.double() + torch.rand(rows.numel(), generator=gen))
+        rank = torch.arange(rows.numel()) - first[rows[order]]
+        kept = order[rank < fanout]
+        nbr = col[pos[kept]]
+        new = torch.unique(nbr[~torch.isin(nbr, nodes)])
+        sorted_nodes, where = torch.sort(torch.cat([nodes, new]))
+        local = where[torch.searchsorted(sorted_nodes, nbr)]
+        edges.append(torch.stack([local, rows[kept] + offset]))
+        offset, nodes = nodes.numel(), torch.cat([nodes, new])
+    return nodes, torch.cat(edges, 1)
+
+
+def torch_batches(
+    s: Setup, batches: int, batch_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(0)
+    for i in range(batches):
+        yield torch_sample(
+            s.adj.crow, s.adj.col, s.seeds[i * batch_size : (i + 1) * batch_size], gen
+        )
+
+
+def pyg_batches(
+    s: Setup, batches: int, batch_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+
+    data = Data(edge_index=s.adj.to_edge_index(), num_nodes=s.adj.shape[0])
+    loader = NeighborLoader(
+        data,
+        num_neighbors=list(FANOUTS),
+        batch_size=batch_size,
+        input_nodes=s.seeds[: batches * batch_size],
+        shuffle=False,
+    )
+    for batch in loader:
+        yield batch.n_id, batch.edge_index
+
+
+def peer_batches(s: Setup, status: str | None, batches: int, batch_size: int) -> Iterator:
+    return torch_batches(s, batches, batch_size) if status else pyg_batches(s, batches, batch_size)
+
+
+def peer_sampling(s: Setup, status: str | None, batches: int, batch_size: int) -> float:
+    return timed(lambda: sum(1 for _ in peer_batches(s, status, batches, batch_size)))
+
+
+def peer_training(s: Setup, status: str | None, steps: int, batch_size: int, hidden: int) -> float:
+    from torch_geometric.nn.models import GraphSAGE as PygSAGE
+
+    model = PygSAGE(s.x.shape[1], hidden, len(FANOUTS), int(s.y.max()) + 1, dropout=0.5)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def run() -> int:
+        seen = 0
+        for i, (n_id, edge_index) in enumerate(peer_batches(s, status, steps, batch_size)):
+            seeds = s.seeds[i * batch_size : (i + 1) * batch_size]
+            opt.zero_grad()
+            out = model(s.x[n_id], edge_index)[: seeds.numel()]
+            F.cross_entropy(out, s.y[seeds]).backward()
+            opt.step()
+            seen += seeds.numel()
+        return seen
+
+    return timed(run)
+
+
+# ---------------------------------------------------------------------- driver
+def bench_graph(scale: int, args: argparse.Namespace, status: str | None) -> dict[str, Any]:
+    s = make_graph(scale, args.features, args.classes)
+    peer_name = "pure-torch sampler (one sort per frontier)" if status else "PyG NeighborLoader"
+    ours = {str(k): ours_sampling(s, k, args.batches, args.batch_size) for k in args.bulk}
+    out: dict[str, Any] = {
+        "scale": scale,
+        "num_nodes": s.adj.shape[0],
+        "nnz": s.adj.nnz,
+        "sampling_minibatches_per_s": {
+            "ours": ours,
+            "peer": peer_sampling(s, status, args.batches, args.batch_size),
+        },
+        "peer": peer_name,
+    }
+    if args.train_steps:
+        out["training_seeds_per_s"] = {
+            "ours": ours_training(s, args.train_steps, args.batch_size, args.hidden),
+            "peer": peer_training(s, status, args.train_steps, args.batch_size, args.hidden),
+            "peer_model": "torch_geometric.nn.models.GraphSAGE",
+        }
+    return out
+
+
+def summary(results: list[dict[str, Any]], status: str | None) -> str:
+    lines = [f"peer: {'PyG NeighborLoader' if status is None else 'UNAVAILABLE - ' + status}"]
+    if status:
+        lines.append(
+            "comparing with a pure-torch vectorised sampler instead (PyG's model for training)"
+        )
+    for r in results:
+        samp = r["sampling_minibatches_per_s"]
+        ours = ", ".join(f"k={k}: {v:.2f}" for k, v in samp["ours"].items())
+        lines.append(
+            f"R-MAT 2^{r['scale']} ({r['num_nodes']} vertices, {r['nnz']} nonzeros): "
+            f"sampling minibatches/s ours {ours}; {r['peer']} {samp['peer']:.2f}"
+        )
+        if "training_seeds_per_s" in r:
+            t = r["training_seeds_per_s"]
+            lines.append(f"  training seeds/s: ours {t['ours']:.0f}, peer {t['peer']:.0f}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--scales", default="18,20", help="R-MAT scales (2^scale vertices)")
+    p.add_argument("--bulk", default="1,16,64", help="bulk sizes k of our sampler")
+    p.add_argument("--batches", type=int, default=64, help="minibatches per sampling measurement")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument(
+        "--train-steps", type=int, default=8, help="minibatches per training measurement (0: skip)"
+    )
+    p.add_argument("--features", type=int, default=128)
+    p.add_argument("--classes", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = p.parse_args(argv)
+    args.scales = [int(x) for x in args.scales.split(",")]
+    args.bulk = [int(x) for x in args.bulk.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    status = pyg_status()
+    results = [bench_graph(scale, args, status) for scale in args.scales]
+    print(summary(results, status))
+    if args.json:
+        sys.stdout.flush()
+        config = {k: v for k, v in vars(args).items() if k != "json"}
+        print(
+            json.dumps({"peer_status": status or "available", "config": config, "graphs": results})
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

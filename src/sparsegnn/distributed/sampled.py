@@ -1,0 +1,188 @@
+"""Distributed minibatch sampling and training.
+
+Replicated topology (:func:`train_replicated`): every rank holds the whole adjacency
+and feature matrix, takes its share ``r::w`` of every global minibatch and samples it
+from its own stream (``i * w + r``) without any communication; the only collective is
+the gradient all-reduce after each step, counted by
+:class:`~sparsegnn.distributed.comm.Communicator` under the phase ``grad_allreduce``.
+The all-reduce gathers and sums in rank order, so every rank applies bit-identical
+updates and the replicas never drift: validation, early stopping and the final test
+accuracy agree on all ranks without further communication.
+
+Partitioned topology (:class:`PartitionedTopology`): when A does not fit one rank, its
+rows are cut 1.5D-style into ``p / c`` contiguous blocks, each held by ``c`` ranks.
+Node-wise sampling of ``Q A`` needs, per frontier row, its degree and the entries at the
+drawn offsets; those are fetched from the row's owner (the replica in the requester's
+own replica slot ``rank % c``) with two ``all_to_all`` exchanges, ids out and answers
+back: a sparsity-aware ``Q A`` that moves only the rows Q selects and, of a row above
+the fan-out, only the drawn entries. The random offsets are drawn by the rank that owns
+the minibatch from the minibatch's own stream, exactly as the local sampler draws them,
+so the partitioned sampler reproduces the replicated one bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sparsegnn.distributed.comm import Communicator, Group
+from sparsegnn.distributed.partition import split_range
+from sparsegnn.sparse import CSRMatrix
+
+
+class GradientSum:
+    """Sum every parameter's gradient over all ranks, one flat all-reduce per step."""
+
+    def __init__(self, comm: Communicator, group: Group):
+        self.comm, self.group = comm, group
+
+    def __call__(self, model: nn.Module) -> None:
+        params = list(model.parameters())
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        with self.comm.phase("grad_allreduce"):
+            flat = self.comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), self.group)
+        offset = 0
+        for p in params:
+            p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+
+
+class ExchangeCommunicator(Communicator):
+    """A :class:`Communicator` that also exchanges variable-sized pieces (``all_to_all``).
+
+    Bytes follow the same model: what a rank sends to and receives from the *other*
+    members; a piece a rank keeps for itself costs nothing.
+    """
+
+    def all_to_all(
+        self,
+        send: torch.Tensor,
+        send_counts: list[int],
+        group: Group,
+        recv_counts: list[int] | None = None,
+    ) -> tuple[torch.Tensor, list[int]]:
+        """Rows ``send_counts[k]`` of ``send`` (in member order) go to member k.
+
+        Returns the received rows (in member order) and how many came from each member;
+        ``recv_counts``, when the caller knows them (a reply), saves the count exchange.
+        """
+        if recv_counts is None:
+            counts = torch.tensor(send_counts, dtype=torch.long)
+            received = torch.empty_like(counts)
+            dist.all_to_all_single(received, counts, group=group.handle)
+            self._count("all_to_all", 8 * (group.size - 1), 8 * (group.size - 1))
+            recv_counts = received.tolist()
+        row = math.prod(send.shape[1:])
+        recv = send.new_empty((sum(recv_counts), *send.shape[1:]))
+        dist.all_to_all_single(
+            recv.view(-1),
+            send.contiguous().view(-1),
+            [c * row for c in recv_counts],
+            [c * row for c in send_counts],
+            group=group.handle,
+        )
+        nbytes = send.element_size() * row
+        self._count(
+            "all_to_all",
+            (sum(send_counts) - send_counts[group.me]) * nbytes,
+            (sum(recv_counts) - recv_counts[group.me]) * nbytes,
+        )
+        return recv, recv_counts
+
+
+class RowOwners:
+    """Who holds which rows under a 1.5D row partition, and the request/answer exchange.
+
+    Rows are cut into ``p / c`` contiguous blocks; block j is held by ranks
+    ``j*c .. j*c + c - 1``. Rank r sends a request for a row of block j to rank
+    ``j * c + r % c`` (its own replica slot), which spreads the requests for a block over
+    its replicas. Every exchange is collective over ``group``.
+    """
+
+    def __init__(self, num_rows: int, replication: int, comm: ExchangeCommunicator, group: Group):
+        if replication < 1 or group.size % replication:
+            raise ValueError(f"{group.size} ranks cannot hold {replication} replicas per block")
+        ranges = split_range(0, num_rows, group.size // replication)
+        self.replication, self.comm, self.group = replication, comm, group
+        self.lo, self.hi = ranges[group.me // replication]
+        self._starts = torch.tensor([a for a, _ in ranges], dtype=torch.long)
+
+    def ask(
+        self, request: torch.Tensor, answer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """Send each request (row id first) to its row's owner; the answers, in order."""
+        vertex = request if request.dim() == 1 else request[:, 0]
+        block = torch.searchsorted(self._starts.to(vertex.device), vertex, right=True) - 1
+        dest = block * self.replication + self.group.me % self.replication
+        order = torch.argsort(dest, stable=True)
+        send_counts = torch.bincount(dest, minlength=self.group.size).tolist()
+        received, recv_counts = self.comm.all_to_all(request[order], send_counts, self.group)
+        back, _ = self.comm.all_to_all(answer(received), recv_counts, self.group, send_counts)
+        out = torch.empty_like(back)
+        out[order] = back
+        return out
+
+
+class PartitionedTopology:
+    """A sampling :class:`~sparsegnn.sampling.Topology` over 1.5D-partitioned rows of A.
+
+    ``block`` holds rows ``owners.lo .. owners.hi`` of A (all n columns). Every method is
+    collective: all ranks must call it the same number of times, which they do when they
+    sample the same number of minibatches per call (empty ones included).
+    """
+
+    def __init__(self, block: CSRMatrix, owners: RowOwners):
+        if block.shape[0] != owners.hi - owners.lo:
+            raise ValueError(
+                f"block has {block.shape[0]} rows, the partition gives this rank "
+                f"{owners.hi - owners.lo}"
+            )
+        self.block, self.owners = block, owners
+
+    @classmethod
+    def from_global(
+        cls, adj: CSRMatrix, replication: int, comm: ExchangeCommunicator, group: Group
+    ) -> PartitionedTopology:
+        """Cut this rank's rows out of a whole A (tests and small runs)."""
+        owners = RowOwners(adj.shape[0], replication, comm, group)
+        rows = torch.arange(owners.lo, owners.hi, device=adj.device)
+        return cls(adj.select_rows(rows), owners)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.block.shape[1], self.block.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.block.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.block.dtype
+
+    def degree(self, rows: torch.Tensor) -> torch.Tensor:
+        def answer(req: torch.Tensor) -> torch.Tensor:
+            local = req - self.owners.lo
+            return self.block.crow[local + 1] - self.block.crow[local]
+
+        with self.owners.comm.phase("sampling"):
+            return self.owners.ask(rows, answer)
+
+    def entries(
+        self, rows: torch.Tensor, offsets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Column and value of entry ``offsets[i]`` of row ``rows[i]``, from the owners."""
+
+        def answer(req: torch.Tensor) -> torch.Tensor:
+            pos = self.block.crow[req[:, 0] - self.owners.lo] + req[:, 1]
+            # Values travel as the bits of a float64 inside the int64 reply: exact.
+            bits = self.block.val[pos].double().view(torch.int64)
+            return torch.stack([self.block.col[pos], bits], 1)
+
+        with self.owners.comm.phase("sampling"):
+            reply = self.owners.ask(torch.stack([rows, offsets], 1), answer)
+        return reply[:, 0], reply[:, 1].view(torch.float64).to(self.dtype)

@@ -1,0 +1,318 @@
+"""Sampled minibatch training of GraphSAGE (GraphSAGE, LADIES or ShaDow sampling).
+
+Each step trains on one sampled minibatch from :class:`~sparsegnn.sampling.loader.
+MinibatchLoader`, which samples the next bulk of k minibatches in a background thread.
+Validation and test use full-neighbourhood inference (the model on the whole
+row-normalised adjacency), so the reported accuracy measures the trained weights, not
+the luck of one more sample. Early stopping keeps the best-on-validation weights.
+The same loop runs on every rank of a distributed run; ``sync`` is the gradient
+all-reduce there and a no-op on one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from tqdm.auto import tqdm
+
+from sparsegnn.errors import InvalidValueError
+from sparsegnn.nn import GraphSAGE
+from sparsegnn.sampling import LadiesSampler, NodeWiseSampler, ShadowSampler
+from sparsegnn.sampling.loader import MinibatchLoader
+from sparsegnn.sampling.samplers import Sampler
+from sparsegnn.sparse import CSRMatrix, row_norm
+from sparsegnn.train.checkpoint import seed_everything
+from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.memory import peak_memory_bytes
+
+SamplerKind = Literal["sage", "ladies", "shadow"]
+
+
+@dataclass
+class MinibatchConfig:
+    """How minibatches are drawn; the model and optimiser come from :class:`TrainConfig`."""
+
+    sampler: SamplerKind = "sage"
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    batch_size: int = 1024
+    bulk: int = 64
+    prefetch: bool = True
+
+
+def make_sampler(
+    kind: SamplerKind, adj: CSRMatrix, fanouts: Sequence[int], batch_size: int
+) -> Sampler:
+    """The sampler of a kind; LADIES gets ``fanout * batch_size`` vertices per layer.
+
+    That LADIES budget equals the most vertices node-wise sampling with the same
+    fan-outs can add per layer, so the two are compared at one sampling budget.
+    """
+    if kind == "sage":
+        return NodeWiseSampler(adj, fanouts)
+    if kind == "ladies":
+        return LadiesSampler(adj, [f * batch_size for f in fanouts])
+    if kind == "shadow":
+        return ShadowSampler(adj, fanouts)
+    raise InvalidValueError(f"unknown sampler {kind!r}; choose sage, ladies or shadow")
+
+
+@dataclass
+class MinibatchEpoch:
+    epoch: int
+    loss: float
+    val_accuracy: float
+    seconds: float
+    seeds: int
+
+
+@dataclass
+class MinibatchResult:
+    """What a minibatch run produced; ``summary()`` is the CLI's JSON."""
+
+    epochs_run: int
+    best_epoch: int
+    best_val_accuracy: float
+    test_accuracy: float
+    seeds_per_second: float
+    minibatches_per_epoch: int
+    peak_memory_bytes: int
+    stopped_early: bool = False
+    history: list[MinibatchEpoch] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["losses"] = [h.loss for h in self.history]
+        del out["history"]
+        return out
+
+
+@dataclass
+class MinibatchData:
+    """Everything a rank needs: adjacency (for sampling), features, labels, split masks."""
+
+    adj: CSRMatrix
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+
+    @classmethod
+    def from_graph(cls, graph: Any, dtype: torch.dtype = torch.float32) -> MinibatchData:
+        if graph.x is None or graph.y is None or graph.train_mask is None:
+            raise ValueError(
+                f"graph {graph.name!r} needs features, labels and split masks to train on"
+            )
+        adj = CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes).to(dtype=dtype)
+        masks = {"train": graph.train_mask, "val": graph.val_mask, "test": graph.test_mask}
+        return cls(adj, graph.x.to(dtype), graph.y, masks)
+
+
+class _Evaluator:
+    """Full-neighbourhood inference: every layer multiplies by the mean operator of A."""
+
+    def __init__(self, data: MinibatchData, device: torch.device):
+        self.op = row_norm(data.adj).to(device)
+        self.x, self.y = data.x.to(device), data.y.to(device)
+        self.masks = {k: v.to(device) for k, v in data.masks.items()}
+
+    @torch.no_grad()
+    def accuracy(self, model: nn.Module, split: str) -> float:
+        model.eval()
+        logits = model(self.x, self.op)
+        m = self.masks[split]
+        return float((logits[m].argmax(1) == self.y[m]).float().mean())
+
+
+def fit_minibatch(
+    data: MinibatchData,
+    cfg: TrainConfig,
+    mb: MinibatchConfig,
+    device: torch.device | str = "cpu",
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    sync: Callable[[nn.Module], None] | None = None,
+) -> tuple[nn.Module, MinibatchResult]:
+    """Train GraphSAGE on sampled minibatches; returns the best-on-validation model."""
+    device = torch.device(device)
+    seed_everything(cfg.seed)
+    model = GraphSAGE(
+        data.x.shape[1], cfg.hidden, int(data.y.max()) + 1, cfg.num_layers, cfg.dropout
+    )
+    model = model.to(device=device, dtype=cfg.torch_dtype)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sampler = make_sampler(mb.sampler, data.adj, mb.fanouts, mb.batch_size)
+    _check_depth(sampler, cfg.num_layers)
+    loader = MinibatchLoader(
+        sampler,
+        data.masks["train"].nonzero().flatten(),
+        data.x,
+        data.y,
+        batch_size=mb.batch_size,
+        bulk=mb.bulk,
+        seed=cfg.seed,
+        prefetch=mb.prefetch,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+    )
+    evaluator = _Evaluator(data, device)
+    best_val, best_epoch, bad, best_state = -1.0, 0, 0, copy.deepcopy(model.state_dict())
+    history: list[MinibatchEpoch] = []
+    bar = tqdm(
+        range(cfg.epochs),
+        desc="train",
+        unit="epoch",
+        disable=not (cfg.progress and rank == 0),
+        leave=False,
+    )
+    stopped = False
+    for epoch in bar:
+        stats = _train_epoch(model, optimizer, loader, epoch, cfg.num_layers, sync)
+        stats.val_accuracy = evaluator.accuracy(model, "val")
+        history.append(stats)
+        if stats.val_accuracy > best_val:
+            best_val, best_epoch, bad = stats.val_accuracy, epoch, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            bad += 1
+        bar.set_postfix(loss=f"{stats.loss:.4f}", val=f"{stats.val_accuracy:.3f}")
+        if bad >= cfg.patience:
+            stopped = True
+            break
+    bar.close()
+    model.load_state_dict(best_state)
+    seconds = sum(h.seconds for h in history)
+    result = MinibatchResult(
+        epochs_run=len(history),
+        best_epoch=best_epoch,
+        best_val_accuracy=best_val,
+        test_accuracy=evaluator.accuracy(model, "test"),
+        seeds_per_second=sum(h.seeds for h in history) / seconds if seconds else 0.0,
+        minibatches_per_epoch=len(loader),
+        peak_memory_bytes=peak_memory_bytes(device),
+        stopped_early=stopped,
+        history=history,
+    )
+    return model, result
+
+
+def _check_depth(sampler: Sampler, num_layers: int) -> None:
+    """Node-wise and layer-wise blocks are per layer; ShaDow's subgraph serves any depth."""
+    if not isinstance(sampler, ShadowSampler) and sampler.num_layers != num_layers:
+        raise InvalidValueError(
+            f"{sampler.num_layers} fan-outs for a {num_layers}-layer model; "
+            "give one fan-out per layer (--fanouts) or change --layers"
+        )
+
+
+def _train_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: MinibatchLoader,
+    epoch: int,
+    num_layers: int,
+    sync: Callable[[nn.Module], None] | None,
+) -> MinibatchEpoch:
+    """One pass over the training seeds; time includes waiting for the sampler."""
+    model.train()
+    start = time.perf_counter()
+    total_loss, seeds = 0.0, 0
+    for item in loader.epoch(epoch):
+        optimizer.zero_grad(set_to_none=True)
+        b = item.num_seeds
+        logits = model(item.x, item.batch.operators(num_layers))[:b]
+        # Summed over this rank's seeds, divided by the whole minibatch: after the gradient
+        # all-reduce (a sum) every rank holds the whole minibatch's mean-loss gradient.
+        loss = F.cross_entropy(logits, item.y, reduction="sum") / item.global_seeds
+        loss.backward()
+        if sync is not None:
+            sync(model)
+        optimizer.step()
+        total_loss += float(loss.detach()) * item.global_seeds
+        seeds += b
+    return MinibatchEpoch(
+        epoch, total_loss / max(seeds, 1), 0.0, time.perf_counter() - start, seeds
+    )
+
+
+def minibatch_config_from_args(args: argparse.Namespace) -> MinibatchConfig:
+    fanouts = tuple(int(f) for f in str(args.fanouts).split(",") if f.strip())
+    return MinibatchConfig(args.sampler, fanouts, args.batch_size, args.bulk)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """``sparsegnn train --mode minibatch``: load, train, print a summary (and JSON)."""
+    from sparsegnn.cli.common import emit, resolve_device
+    from sparsegnn.data import load_any
+    from sparsegnn.train.fullgraph import config_from_args, row_normalize
+
+    graph = load_any(args.dataset, args.data_dir, seed=args.seed)
+    if not args.no_normalize_features and graph.x is not None:
+        graph.x = row_normalize(graph.x)
+    cfg = config_from_args(args)
+    cfg.model = "sage"
+    mb = minibatch_config_from_args(args)
+    device = resolve_device(args.device)
+    data = MinibatchData.from_graph(graph, cfg.torch_dtype)
+    world, comm = 1, None
+    if args.nprocs > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        summary, world, comm = _run_replicated(data, cfg, mb, args)
+        if summary is None:  # not rank 0 of a torchrun job: rank 0 reports
+            return 0
+    else:
+        summary = fit_minibatch(data, cfg, mb, device)[1].summary()
+    out = {
+        "dataset": graph.name,
+        "model": "sage",
+        "mode": "minibatch",
+        "device": str(device),
+        "world_size": world,
+        **summary,
+        "minibatch": asdict(mb),
+        "config": {
+            k: str(v) if not isinstance(v, int | float | str | bool) else v
+            for k, v in asdict(cfg).items()
+        },
+    }
+    if comm is not None:
+        out["comm_bytes"] = comm
+    return emit(args, out, human_summary(graph.name, mb, summary))
+
+
+def _run_replicated(
+    data: MinibatchData, cfg: TrainConfig, mb: MinibatchConfig, args: argparse.Namespace
+) -> tuple[dict[str, Any] | None, int, dict[str, Any]]:
+    """Replicated-topology ranks: spawned here (``--nprocs``) or joined (torchrun)."""
+    from sparsegnn.train.minibatch_distributed import train_replicated, train_replicated_rank
+
+    if args.nprocs > 1:
+        outcomes = train_replicated(
+            data, cfg, mb, args.nprocs, backend=args.backend, timeout_s=args.timeout
+        )
+    else:
+        outcomes = [train_replicated_rank(data, cfg, mb, args.backend, args.timeout)]
+    first = outcomes[0]
+    return (first.summary if first.rank == 0 else None), first.world_size, first.comm
+
+
+def human_summary(dataset: str, mb: MinibatchConfig, r: dict[str, Any]) -> str:
+    fanouts = ",".join(map(str, mb.fanouts))
+    stopped = ", stopped early" if r["stopped_early"] else ""
+    return (
+        f"GraphSAGE on {dataset}, {mb.sampler} sampling (fan-outs {fanouts}, "
+        f"batch {mb.batch_size}, bulk {mb.bulk}): test accuracy {r['test_accuracy']:.4f} "
+        f"(best validation {r['best_val_accuracy']:.4f} at epoch {r['best_epoch']}, "
+        f"{r['epochs_run']} epochs{stopped})\n"
+        f"{r['seeds_per_second']:.0f} training seeds/s per rank, "
+        f"{r['minibatches_per_epoch']} minibatches/epoch, "
+        f"peak memory {r['peak_memory_bytes'] / 2**20:.0f} MiB"
+    )
