@@ -88,8 +88,13 @@ def _add_partition(actions: Any) -> None:
     p.add_argument("--replication", type=int, default=1, help="c for 1.5d")
     p.add_argument("--model", choices=("gcn", "sage"), default="gcn",
                    help="decides the stored operator: gcn_norm (gcn) or row_norm (sage)")
-    p.add_argument("--parts", default=None,
-                   help="partition vector file (.npy or text, one block id per vertex)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--parts", default=None,
+                     help="partition vector file (.npy or text, one block id per vertex)")
+    how.add_argument("--partitioner", default=None,
+                     choices=("block", "random", "metis", "kahip", "balanced"),
+                     help="compute the blocks with this partitioner (one part per vertex "
+                          "block of the grid; the vector is saved as OUT/parts.npy)")
     p.add_argument("--no-normalize-features", action="store_true",
                    help="keep raw features (default: rows scaled to sum 1, as `train` does)")
     add_json_flag(p)
@@ -103,7 +108,8 @@ def _run_partition(args: argparse.Namespace) -> int:
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = write_partitioned(
         g, Path(args.out), args.algo, args.nprocs, args.replication, args.model,
-        Path(args.parts) if args.parts else None, normalize_features=not args.no_normalize_features,
+        args.partitioner or (Path(args.parts) if args.parts else None),
+        normalize_features=not args.no_normalize_features, seed=args.seed or 0,
     )
     text = f"wrote {result['ranks']} rank files for the {result['grid']} to {args.out}"
     return emit(args, result, text)

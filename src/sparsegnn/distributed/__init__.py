@@ -6,6 +6,8 @@ out of a :class:`BlockPartition`; :func:`build_operator` gives the operator whos
 ``matmul`` is the distributed SpMM (autograd included) that the unchanged models call;
 :class:`DistributedTask` reduces loss, accuracy and weight gradients over the grid;
 :class:`Communicator` counts every byte, and :func:`predict` states what it should count.
+:class:`SparseRowOperator` is the sparsity-aware 1D/1.5D SpMM and
+:func:`epoch_volume` its exact per-rank volume without ranks (docs/communication.md).
 See docs/distributed.md.
 """
 
@@ -23,6 +25,8 @@ from sparsegnn.distributed.launch import (
     spawn,
 )
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
+from sparsegnn.distributed.plan import RankVolume, block_pairs, epoch_volume, row_volume
+from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
 from sparsegnn.distributed.spmm import DistributedOperator, build_operator
 from sparsegnn.distributed.task import DistributedTask
 
@@ -38,17 +42,23 @@ __all__ = [
     "LocalBlocks",
     "ProcessGrid",
     "RankFailedError",
+    "RankVolume",
     "Session",
+    "SparseCommunicator",
+    "SparseRowOperator",
     "SpmmCall",
     "barrier",
+    "block_pairs",
     "build_operator",
     "close_session",
+    "epoch_volume",
     "gather_objects",
     "grid_shape",
     "in_torchrun",
     "init_session",
     "local_blocks",
     "predict",
+    "row_volume",
     "spawn",
     "tile_nnz",
 ]

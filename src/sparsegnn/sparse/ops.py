@@ -1,13 +1,16 @@
 """Sparse kernels with autograd: SpMM, SpGEMM, SDDMM and the GCN/mean normalisations.
 
-Kernel choice (measured, see docs/kernels.md): the forward SpMM runs torch's native CSR
-kernel (``torch.sparse.mm`` on a ``sparse_csr_tensor``), which was the fastest on CPU and
-is the cuSPARSE path on CUDA. The backward reuses the *cached* transpose (or ``A`` itself
-when the matrix is known symmetric, as a GCN operator of an undirected graph is), where
-a plain ``torch.sparse`` autograd would rebuild ``A^T`` on every backward pass.
+Kernel choice (measured, see docs/kernels.md): float32 SpMM on the CPU runs as a
+weighted ``embedding_bag`` sum (FBGEMM's gather kernel), 2-3x faster than torch's CSR
+kernels; float64 and CUDA use ``torch.sparse.mm`` (MKL, cuSPARSE). The backward reuses
+the *cached* transpose (or ``A`` itself when the matrix is known symmetric, as a GCN
+operator of an undirected graph is), where a plain ``torch.sparse`` autograd would
+rebuild ``A^T`` on every backward pass.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -20,9 +23,33 @@ _SDDMM_CHUNK_ELEMS = 1 << 24
 
 def _mm(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     """Plain (no autograd) ``A @ X`` with the fastest kernel for the device."""
-    if a.nnz == 0:
+    if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
+    if x.device.type == "cpu" and x.dtype == torch.float32 and _has_fbgemm():
+        return _mm_embedding_bag(a, x)
     return torch.sparse.mm(a.to_torch(), x)
+
+
+def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
+    """CSR SpMM as a weighted embedding-bag sum: row i is bag i, a gather-and-reduce.
+
+    ``embedding_bag`` with per-sample weights computes ``out[i] = sum_k val[k] *
+    X[col[k]]`` over the nonzeros ``k`` of row ``i``, which is exactly CSR ``A @ X``
+    (empty rows give zeros). On x86 torch runs it with FBGEMM's JIT-compiled,
+    prefetching gather kernel, measured 2-3x faster than both of torch's CSR kernels
+    (MKL's and ATen's) on float32 at every width (docs/kernels.md). FBGEMM covers
+    float32 only; float64 keeps ``torch.sparse.mm``.
+    """
+    return torch.nn.functional.embedding_bag(
+        a.col, x, a.crow, mode="sum", per_sample_weights=a.val.detach(),
+        include_last_offset=True,
+    )
+
+
+@functools.cache
+def _has_fbgemm() -> bool:
+    """Whether this torch build has FBGEMM (x86 builds do), which ``embedding_bag`` uses."""
+    return "fbgemm" in torch.backends.quantized.supported_engines
 
 
 def sddmm(a: CSRMatrix, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
