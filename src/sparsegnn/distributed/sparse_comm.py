@@ -1,0 +1,151 @@
+"""Sparsity-aware 1D / 1.5D SpMM: each rank receives only the rows of H it multiplies.
+
+Rank ``(i, k)`` multiplies the tiles ``A_ij`` of its stage blocks j (see
+:func:`~sparsegnn.distributed.partition.stage_blocks`). Of block j it needs only the rows
+whose ids are nonzero columns of ``A_ij``, and it gets exactly those from rank
+``(j, k)`` of its column group, in one ``all_to_all`` per SpMM, instead of all of
+``H_j`` by broadcast. The 1.5D replicas then all-reduce their partial sums as before.
+
+A :class:`RowPlan` is built once per graph and partition (the setup phase): every rank
+compresses the columns of its tiles to the distinct ids they use (so received rows are
+multiplied in place, never scattered into a full-width buffer) and sends those id lists
+to their owners, who keep them as the rows to send. The backward pass multiplies the
+tiles of ``A^T`` and so has its own plan (the same one when A is symmetric).
+
+Bytes: what a rank sends to and receives from the *other* members of its column group,
+counted under the current phase as ``all_to_all``; the exact numbers are what
+:mod:`sparsegnn.distributed.plan` computes without ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
+from sparsegnn.distributed.grid import GridError
+from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, stage_blocks
+from sparsegnn.distributed.spmm import DistributedOperator
+from sparsegnn.sparse import CSRMatrix
+
+
+class SparseCommunicator(Communicator):
+    """A :class:`Communicator` that also exchanges rows with one ``all_to_all``."""
+
+    def exchange(
+        self, send: torch.Tensor, send_counts: list[int], recv_counts: list[int], group: Group
+    ) -> torch.Tensor:
+        """Rows ``send_counts[m]`` of ``send`` (member order) go to member m; returns the
+        ``sum(recv_counts)`` rows received, in member order. Counts are known to both
+        sides (they are part of the plan), so no size exchange precedes the data."""
+        if group.size == 1:
+            return send
+        width = math.prod(send.shape[1:])
+        recv = send.new_empty((sum(recv_counts), *send.shape[1:]))
+        dist.all_to_all_single(
+            recv.view(-1), send.contiguous().view(-1),
+            [c * width for c in recv_counts], [c * width for c in send_counts],
+            group=group.handle,
+        )
+        row_bytes = width * send.element_size()
+        self._count(
+            "all_to_all",
+            (sum(send_counts) - send_counts[group.me]) * row_bytes,
+            (sum(recv_counts) - recv_counts[group.me]) * row_bytes,
+        )
+        return recv
+
+
+def compress_columns(t: CSRMatrix) -> tuple[CSRMatrix, torch.Tensor]:
+    """``(A[:, used], used)``: the tile restricted to the sorted distinct columns it uses."""
+    used, inverse = torch.unique(t.col, sorted=True, return_inverse=True)
+    return CSRMatrix(t.crow, inverse, t.val, (t.shape[0], len(used))), used
+
+
+@dataclass
+class RowPlan:
+    """One direction's send/receive lists for rank ``(i, k)`` of a 1D/1.5D grid.
+
+    Attributes:
+        tiles: block column j -> tile to multiply; the own block's tile keeps its full
+            columns, the others are compressed to the rows received from block j.
+        send_index: local rows to send, concatenated in member (block) order.
+        send_counts / recv_counts: rows to / from each member of the column group.
+    """
+
+    tiles: dict[int, CSRMatrix]
+    send_index: torch.Tensor
+    send_counts: list[int]
+    recv_counts: list[int]
+
+
+def build_plan(
+    tiles: dict[int, CSRMatrix], me: int, comm: SparseCommunicator, group: Group
+) -> RowPlan:
+    """Compress the tiles and tell every owner which of its rows this rank needs.
+
+    Collective over the column group ``group`` (member index = block index); it moves
+    the id lists once, in the setup phase.
+    """
+    # The lists travel on the tiles' device: NCCL only moves CUDA tensors.
+    device = next(iter(tiles.values())).col.device if tiles else torch.device("cpu")
+    compressed: dict[int, CSRMatrix] = {}
+    wanted = [torch.empty(0, dtype=torch.long, device=device) for _ in range(group.size)]
+    for j, t in tiles.items():
+        if j == me:
+            compressed[j] = t
+        else:
+            compressed[j], wanted[j] = compress_columns(t)
+    need_counts = [len(w) for w in wanted]
+    counts = torch.tensor(need_counts, dtype=torch.long, device=device).reshape(-1, 1)
+    ones = [1] * group.size
+    send_counts = comm.exchange(counts, ones, ones, group).reshape(-1).tolist()
+    requests = comm.exchange(torch.cat(wanted), need_counts, send_counts, group)
+    return RowPlan(compressed, requests, send_counts, need_counts)
+
+
+class SparseRowOperator(DistributedOperator):
+    """1D and 1.5D with sparsity-aware communication (one ``all_to_all`` per SpMM)."""
+
+    def __init__(
+        self, grid: ProcessGrid, comm: SparseCommunicator, part: BlockPartition,
+        blocks: LocalBlocks,
+    ) -> None:
+        if grid.shape.algo not in ("1d", "1.5d"):
+            raise GridError(
+                f"--comm sparse supports 1d and 1.5d, not {grid.shape.algo}; "
+                "use --comm dense for 2d/3d"
+            )
+        super().__init__(grid, comm, part, blocks)
+        self.sparse_comm = comm
+        me = grid.coords[0]
+        with comm.phase("setup"):
+            self.forward_plan = build_plan(blocks.forward, me, comm, grid.col)
+            self.backward_plan = (
+                self.forward_plan if blocks.backward is blocks.forward
+                else build_plan(blocks.backward, me, comm, grid.col)
+            )
+
+    def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
+        plan = self.backward_plan if transpose else self.forward_plan
+        i, k, _ = self.grid.coords
+        recv = self.sparse_comm.exchange(
+            x[plan.send_index], plan.send_counts, plan.recv_counts, self.grid.col
+        )
+        pieces = recv.split(plan.recv_counts) if self.grid.col.size > 1 else [x]
+        out = torch.zeros(self.n_local, x.shape[1], dtype=x.dtype, device=x.device)
+        for j in stage_blocks(self.grid.shape, k):
+            h = x if j == i else pieces[j]
+            if h.shape[0]:
+                out += plan.tiles[j].matmul(h)
+        return self.comm.all_reduce(out, self.grid.row)
+
+    def rows_per_spmm(self, transpose: bool) -> tuple[int, int]:
+        """Rows this rank sends to and receives from other ranks in one SpMM."""
+        plan = self.backward_plan if transpose else self.forward_plan
+        me = self.grid.col.me
+        return (sum(plan.send_counts) - plan.send_counts[me],
+                sum(plan.recv_counts) - plan.recv_counts[me])

@@ -1,0 +1,102 @@
+"""The volume planner: vectorised formulas equal the comm model and the ranks' counters.
+
+That the planner equals the bytes a real p=4 gloo run measures is tested in
+tests/test_sparse_comm.py (one job of ranks for both); here the planner is checked
+against :func:`sparsegnn.distributed.predict` and brute force, and the CLI is run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sparsegnn.cli.main import main
+from sparsegnn.data import load_any
+from sparsegnn.distributed import (
+    BlockPartition,
+    SpmmCall,
+    block_pairs,
+    epoch_volume,
+    grid_shape,
+    predict,
+    tile_nnz,
+)
+from sparsegnn.distributed.plan import relabelled
+from sparsegnn.sparse import CSRMatrix
+from sparsegnn.train.fullgraph import operator_for
+
+SPEC = "sbm:nodes=200,blocks=4,degree=6"
+CALLS = [SpmmCall(5, "forward_spmm"), SpmmCall(3, "forward_spmm"), SpmmCall(3, "backward_spmm")]
+
+
+@pytest.fixture(scope="module")
+def operator():
+    g = load_any(SPEC, None, seed=0)
+    return operator_for("gcn", CSRMatrix.from_edge_index(g.edge_index, g.num_nodes))
+
+
+def _uneven(n: int, blocks: int) -> BlockPartition:
+    parts = torch.randint(0, blocks, (n,), generator=torch.Generator().manual_seed(3))
+    return BlockPartition.from_parts(parts, blocks)
+
+
+@pytest.mark.parametrize(("algo", "p", "c"), [("1d", 4, 1), ("1.5d", 8, 2), ("1.5d", 9, 3),
+                                              ("2d", 4, 1), ("3d", 8, 1)])
+def test_dense_plan_equals_the_comm_model(operator, algo, p, c):
+    shape = grid_shape(algo, p, c)
+    part = _uneven(operator.shape[0], shape.row_blocks)
+    a = relabelled(operator, part)
+    nnz = {"forward_spmm": tile_nnz(a, part, shape), "backward_spmm": tile_nnz(a.t(), part, shape)}
+    planned = epoch_volume(shape, part, operator, CALLS, value_bytes=4, comm="dense")
+    for rank in range(p):
+        model = predict(shape, part, rank, CALLS, value_bytes=4, num_params=0, nnz=nnz)
+        for phase, vol in planned.items():
+            assert model[phase] == {"sent": vol.sent[rank], "recv": vol.recv[rank]}, rank
+
+
+def test_block_pairs_count_distinct_needed_rows(operator):
+    part = _uneven(operator.shape[0], 3)
+    dense = relabelled(operator, part).to_dense() != 0
+    for transpose, m in ((False, dense), (True, dense.T)):
+        expected = np.zeros((3, 3), dtype=np.int64)
+        for i in range(3):
+            for j in range(3):
+                if i != j:
+                    (r0, r1), (c0, c1) = part.block(i), part.block(j)
+                    expected[i, j] = int(m[r0:r1, c0:c1].any(0).sum())
+        assert block_pairs(operator, part, transpose).tolist() == expected.tolist()
+
+
+def test_sparse_plan_is_below_dense_and_rejects_2d(operator):
+    shape = grid_shape("1d", 4)
+    part = BlockPartition.even(operator.shape[0], 4)
+    sparse = epoch_volume(shape, part, operator, CALLS, value_bytes=4, comm="sparse")
+    dense = epoch_volume(shape, part, operator, CALLS, value_bytes=4, comm="dense")
+    for phase in dense:
+        assert (sparse[phase].sent <= dense[phase].sent).all()
+        assert sparse[phase].total == sparse[phase].recv.sum()
+    with pytest.raises(ValueError, match=r"1d and 1\.5d only"):
+        epoch_volume(grid_shape("2d", 4), part, operator, CALLS, value_bytes=4, comm="sparse")
+
+
+def test_plan_cli_reports_per_rank_volumes(capsys):
+    argv = ["plan", "--graph", SPEC, "--parts", "8", "--algo", "1.5d", "--replication", "2",
+            "--partitioner", "metis", "--comm", "sparse", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ranks"] == 8 and len(out["bytes_per_epoch"]["sent"]) == 8
+    vol = out["bytes_per_epoch"]
+    assert vol["total"] == sum(vol["sent"]) == sum(vol["recv"])
+    assert vol["max_per_rank"] == max(max(vol["sent"]), max(vol["recv"]))
+    assert out["rows_per_spmm"]["total"] > 0
+
+
+def test_plan_cli_plots(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "plan.png"
+    argv = ["plan", "--graph", SPEC, "--parts", "4", "--comm", "dense", "--plot", str(png)]
+    assert main(argv) == 0
+    assert png.stat().st_size > 0 and "MiB" in capsys.readouterr().out
