@@ -41,7 +41,11 @@ def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     float32 only; float64 keeps ``torch.sparse.mm``.
     """
     return torch.nn.functional.embedding_bag(
-        a.col, x, a.crow, mode="sum", per_sample_weights=a.val.detach(),
+        a.col,
+        x,
+        a.crow,
+        mode="sum",
+        per_sample_weights=a.val.detach(),
         include_last_offset=True,
     )
 
@@ -90,7 +94,9 @@ class _SpMM(torch.autograd.Function):
 def spmm(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     """``A @ X`` with gradients to ``X`` and, when ``a.val.requires_grad``, to A's values."""
     if x.dim() != 2 or x.shape[0] != a.shape[1]:
-        raise ShapeError(f"spmm: A is {a.shape} but X has shape {tuple(x.shape)}; X needs {a.shape[1]} rows")
+        raise ShapeError(
+            f"spmm: A is {a.shape} but X has shape {tuple(x.shape)}; X needs {a.shape[1]} rows"
+        )
     if x.dtype != a.dtype:
         raise ShapeError(f"spmm: A has dtype {a.dtype} but X has {x.dtype}; cast one of them")
     if x.device != a.device:
@@ -179,7 +185,10 @@ def add_self_loops(a: CSRMatrix, fill: float = 1.0) -> CSRMatrix:
     missing = (~has_diag).nonzero().flatten()
     fill_val = torch.full((missing.numel(),), fill, dtype=a.dtype, device=a.device)
     out = CSRMatrix.from_coo(
-        torch.cat([rows, missing]), torch.cat([a.col, missing]), torch.cat([a.val, fill_val]), a.shape
+        torch.cat([rows, missing]),
+        torch.cat([a.col, missing]),
+        torch.cat([a.val, fill_val]),
+        a.shape,
     )
     out.symmetric = a.symmetric
     return out
@@ -195,7 +204,9 @@ def gcn_norm(a: CSRMatrix, *, self_loops: bool = True, symmetric: bool | None = 
         raise ShapeError(f"gcn_norm needs a square adjacency, got {a.shape}")
     m = add_self_loops(a) if self_loops else a
     deg = m.row_sums()
-    dinv = torch.where(deg > 0, deg.clamp(min=torch.finfo(deg.dtype).tiny).rsqrt(), torch.zeros_like(deg))
+    dinv = torch.where(
+        deg > 0, deg.clamp(min=torch.finfo(deg.dtype).tiny).rsqrt(), torch.zeros_like(deg)
+    )
     val = dinv[m.row_indices()] * m.val * dinv[m.col]
     out = CSRMatrix(m.crow, m.col, val, m.shape, _rows=m._rows)
     out.symmetric = is_symmetric(out) if symmetric is None else symmetric
@@ -205,7 +216,9 @@ def gcn_norm(a: CSRMatrix, *, self_loops: bool = True, symmetric: bool | None = 
 def row_norm(a: CSRMatrix) -> CSRMatrix:
     """Mean aggregation operator ``D^-1 A`` (rows with no entries stay empty)."""
     deg = a.row_sums()
-    inv = torch.where(deg != 0, 1.0 / torch.where(deg != 0, deg, torch.ones_like(deg)), torch.zeros_like(deg))
+    inv = torch.where(
+        deg != 0, 1.0 / torch.where(deg != 0, deg, torch.ones_like(deg)), torch.zeros_like(deg)
+    )
     return CSRMatrix(a.crow, a.col, a.val * inv[a.row_indices()], a.shape, _rows=a._rows)
 
 
@@ -218,4 +231,8 @@ def is_symmetric(a: CSRMatrix, tol: float = 0.0) -> bool:
         return True
     if not torch.equal(t.crow, a.crow) or not torch.equal(t.col, a.col):
         return False
-    return bool(torch.allclose(t.val, a.val, rtol=0, atol=tol)) if tol else bool(torch.equal(t.val, a.val))
+    return (
+        bool(torch.allclose(t.val, a.val, rtol=0, atol=tol))
+        if tol
+        else bool(torch.equal(t.val, a.val))
+    )
