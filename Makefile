@@ -21,9 +21,11 @@ venv: $(BIN)/sparsegnn
 demo: venv
 	$(BIN)/sparsegnn demo
 
+# One torch thread per test process: multi-rank tests start up to eight ranks on a small
+# machine, and oversubscribed threads make them slower, not faster.
 test: venv
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
