@@ -2,10 +2,10 @@
 
 Kernel choice (measured, see docs/kernels.md): float32 SpMM on the CPU runs as a
 weighted ``embedding_bag`` sum (FBGEMM's gather kernel), 2-3x faster than torch's CSR
-kernels; float64 and CUDA use ``torch.sparse.mm`` (MKL, cuSPARSE). The backward reuses
-the *cached* transpose (or ``A`` itself when the matrix is known symmetric, as a GCN
-operator of an undirected graph is), where a plain ``torch.sparse`` autograd would
-rebuild ``A^T`` on every backward pass.
+kernels; float64 uses torch's CSR kernels (MKL's or ATen's, by width), CUDA cuSPARSE.
+The backward reuses the *cached* transpose (or ``A`` itself when the matrix is known
+symmetric, as a GCN operator of an undirected graph is), where a plain ``torch.sparse``
+autograd would rebuild ``A^T`` on every backward pass.
 """
 
 from __future__ import annotations
@@ -21,12 +21,25 @@ from sparsegnn.sparse.csr import CSRMatrix
 _SDDMM_CHUNK_ELEMS = 1 << 24
 
 
+# Without FBGEMM (float64), CPU products at least this wide use ATen's reduce kernel.
+_REDUCE_KERNEL_MIN_WIDTH = 64
+
+
 def _mm(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
-    """Plain (no autograd) ``A @ X`` with the fastest kernel for the device."""
+    """Plain (no autograd) ``A @ X`` with the fastest kernel for the device.
+
+    CPU, measured (docs/kernels.md): float32 runs FBGEMM's embedding-bag gather; other
+    dtypes run torch's CSR kernels, MKL's for narrow X and ATen's row-parallel
+    vectorised reduce kernel (``torch.sparse.mm(A, X, "sum")``) for wide X, where it
+    was about 1.5x faster. CUDA: ``torch.sparse.mm`` (cuSPARSE).
+    """
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
-    if x.device.type == "cpu" and x.dtype == torch.float32 and _has_fbgemm():
-        return _mm_embedding_bag(a, x)
+    if x.device.type == "cpu":
+        if x.dtype == torch.float32 and _has_fbgemm():
+            return _mm_embedding_bag(a, x)
+        if x.shape[1] >= _REDUCE_KERNEL_MIN_WIDTH:
+            return torch.sparse.mm(a.to_torch(), x, "sum")
     return torch.sparse.mm(a.to_torch(), x)
 
 
@@ -38,11 +51,13 @@ def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     (empty rows give zeros). On x86 torch runs it with FBGEMM's JIT-compiled,
     prefetching gather kernel, measured 2-3x faster than both of torch's CSR kernels
     (MKL's and ATen's) on float32 at every width (docs/kernels.md). FBGEMM covers
-    float32 only; float64 keeps ``torch.sparse.mm``.
+    float32 only.
     """
+    # Detached inputs select torch's forward-only variant, which skips building the
+    # per-nonzero bookkeeping (offset2bag) its own backward would need; ours is _SpMM.
     return torch.nn.functional.embedding_bag(
         a.col,
-        x,
+        x.detach(),
         a.crow,
         mode="sum",
         per_sample_weights=a.val.detach(),

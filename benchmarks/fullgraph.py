@@ -1,0 +1,269 @@
+"""Full-graph GCN training: epoch time and peak memory, ours vs PyG.
+
+A 2-layer GCN (hidden 128, dropout 0.5, Adam) is trained on a 2^18-vertex stochastic
+block model (average degree 16, 64 communities as classes, 128 features, vertices
+numbered at random) and on Cora. An epoch is forward + backward + optimizer step.
+Configurations, each in a fresh process:
+
+* ``ours``: sparsegnn's GCN on ``gcn_norm(A)`` reordered once at load time
+  (``sparsegnn.sparse.reorder``, community order; features, labels and masks moved
+  with it). The reordering is part of the one-time setup, timed separately.
+* ``ours_unordered``: the same without reordering.
+* ``pyg_edge_index``: PyG ``GCNConv(cached=True)`` on ``edge_index``.
+* ``pyg_csr``: PyG ``GCNConv(cached=True)`` on a torch sparse CSR ``adj_t``
+  (``ToSparseTensor(layout=torch.sparse_csr)``), PyG's fastest form without
+  torch_sparse (which is used instead when installed).
+* ``pyg_csr_reordered``: ``pyg_csr`` on our reordered graph, to show how much of the
+  difference is the reordering; information only.
+
+Setup (operator construction, normalisation, reordering, PyG's first cached forward)
+is timed and its peak reported apart from training. Training peak memory is the
+process's resident-set high-water mark over the timed epochs (after one warm-up epoch)
+minus its resident set once the raw graph is loaded (see ``_harness.PeakMemory``).
+
+    python benchmarks/fullgraph.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import PeakMemory, Row, emit, gib, parse_args, print_table, rss_bytes, run_isolated
+from sparsegnn.data import load_cora, sbm
+from sparsegnn.data.graph import GraphData
+from sparsegnn.nn import GCN
+from sparsegnn.sparse import CSRMatrix, gcn_norm
+from sparsegnn.sparse.reorder import Reordering, reorder
+
+HIDDEN = 128
+DROPOUT = 0.5
+REORDERING = "community"
+CONFIGS = ("ours", "ours_unordered", "pyg_edge_index", "pyg_csr", "pyg_csr_reordered")
+PYG_FORMS = ("pyg_edge_index", "pyg_csr")
+
+
+# ---------------------------------------------------------------------- graphs
+def load_graph(name: str) -> GraphData:
+    """``cora`` or ``sbm<scale>`` (2^scale vertices, 2^(scale-12) communities)."""
+    if name == "cora":
+        return load_cora()
+    scale = int(name.removeprefix("sbm"))
+    n = 1 << scale
+    return sbm(n, max(2, n >> 12), 16.0, mixing=0.1, num_features=128, seed=0)
+
+
+# ---------------------------------------------------------------------- models
+class PygGCN(nn.Module):
+    """The same architecture as ``sparsegnn.nn.GCN`` from PyG's ``GCNConv``."""
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.conv1 = GCNConv(in_channels, hidden, cached=True)
+        self.conv2 = GCNConv(hidden, out_channels, cached=True)
+
+    def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        x = F.dropout(x, DROPOUT, self.training)
+        x = F.relu(self.conv1(x, adj))
+        x = F.dropout(x, DROPOUT, self.training)
+        return self.conv2(x, adj)
+
+
+def pyg_csr_adj(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """PyG's own conversion to a transposed torch CSR adjacency (``adj_t``)."""
+    from torch_geometric.data import Data
+    from torch_geometric.transforms import ToSparseTensor
+
+    data = ToSparseTensor(layout=torch.sparse_csr)(Data(edge_index=edge_index, num_nodes=num_nodes))
+    return data.adj_t
+
+
+def setup(
+    config: str, g: GraphData, device: torch.device | None = None
+) -> tuple[nn.Module, Any, GraphData]:
+    """Model, the operator it takes and the graph data in the order training uses.
+
+    Normalisation and reordering run on the CPU (the orderings use scipy); operator,
+    data and model then move to ``device`` before PyG's first (caching) forward.
+    """
+    device = device or torch.device("cpu")
+    torch.manual_seed(0)
+    n, classes = g.num_nodes, g.num_classes
+    if config.startswith("ours"):
+        adj = gcn_norm(CSRMatrix.from_edge_index(g.edge_index, n), symmetric=True)
+        if config == "ours":
+            adj, ordering = reorder(adj, REORDERING)
+            g = move_nodes(g, ordering)
+        model = GCN(g.num_features, HIDDEN, classes, num_layers=2, dropout=DROPOUT)
+        return model.to(device), adj.to(device), to_device(g, device)
+    edge_index = g.edge_index
+    if config == "pyg_csr_reordered":
+        adj = gcn_norm(CSRMatrix.from_edge_index(edge_index, n), symmetric=True)
+        _, ordering = reorder(adj, REORDERING)
+        g = move_nodes(g, ordering)
+        edge_index = ordering.edge_index_to_new(edge_index)
+    model = PygGCN(g.num_features, HIDDEN, classes).to(device)
+    op = edge_index if config == "pyg_edge_index" else pyg_csr_adj(edge_index, n)
+    op, g = op.to(device), to_device(g, device)
+    with torch.no_grad():  # fills GCNConv's normalisation cache: PyG's one-time setup
+        model(g.x, op)
+    return model, op, g
+
+
+def move_nodes(g: GraphData, ordering: Reordering) -> GraphData:
+    """The node data training needs, in the new vertex order (old copies released)."""
+    assert g.x is not None and g.y is not None and g.train_mask is not None
+    return GraphData(edge_index=g.edge_index, num_nodes=g.num_nodes, x=ordering.to_new(g.x),
+                     y=ordering.to_new(g.y), train_mask=ordering.to_new(g.train_mask), name=g.name)
+
+
+def to_device(g: GraphData, device: torch.device) -> GraphData:
+    """The node data training needs on ``device`` (no copy when already there)."""
+    assert g.x is not None and g.y is not None and g.train_mask is not None
+    return GraphData(edge_index=g.edge_index, num_nodes=g.num_nodes, x=g.x.to(device),
+                     y=g.y.to(device), train_mask=g.train_mask.to(device), name=g.name)
+
+
+def epoch_fn(model: nn.Module, op: Any, g: GraphData) -> Callable[[], float]:
+    """One training epoch (forward, loss on the training vertices, backward, Adam step)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    assert g.train_mask is not None and g.y is not None
+    train = g.train_mask.nonzero().flatten()
+    y_train = g.y[train]
+    model.train()
+
+    def epoch() -> float:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(g.x, op)[train], y_train)
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    return epoch
+
+
+# ---------------------------------------------------------------------- child process
+def child(config: dict[str, Any]) -> dict[str, Any]:
+    """Run one configuration; memory is counted from the loaded raw graph on.
+
+    ``train_peak_gib`` is the high-water mark over the timed epochs minus the resident
+    set after loading the graph, so it includes what setup left behind (operator,
+    model, reordered features) but not setup's transient peak (``setup_peak_gib``).
+    """
+    if config["pyg"]:
+        # Every configuration imports PyG when it is installed, so that all start from
+        # the same interpreter and heap state; the import is not training memory.
+        import torch_geometric.nn  # noqa: F401
+    g = load_graph(config["graph"])
+    mem = PeakMemory()
+    base = rss_bytes()
+    mem.reset()
+    start = time.perf_counter()
+    model, op, g = setup(config["impl"], g)
+    setup_s = time.perf_counter() - start
+    setup_peak = mem.peak() - base
+    epoch = epoch_fn(model, op, g)
+    # A warm-up epoch before the reset: it pages in library code and creates Adam's
+    # state, so the peak below is that of steady-state training for every config.
+    first_loss = epoch()
+    mem.reset()
+    times, loss = [], first_loss
+    for _ in range(config["epochs"]):
+        t0 = time.perf_counter()
+        loss = epoch()
+        times.append(time.perf_counter() - t0)
+    return {"epoch_times": times, "setup_s": setup_s, "setup_peak_gib": gib(setup_peak),
+            "train_peak_gib": gib(mem.peak() - base), "base_gib": gib(base),
+            "first_loss": first_loss, "last_loss": loss, "memory_method": mem.method,
+            "threads": torch.get_num_threads()}
+
+
+# ---------------------------------------------------------------------- driver
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    graphs = ["sbm14" if args.quick else "sbm18", "cora"]
+    epochs = args.repeats or (3 if args.quick else 5)
+    have_pyg = importlib.util.find_spec("torch_geometric") is not None
+    configs = CONFIGS if have_pyg else tuple(c for c in CONFIGS if not c.startswith("pyg"))
+    if not have_pyg:
+        print("PyG (torch_geometric) is not installed: only our configurations run.")
+    rounds = 1 if args.quick else 2
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    # Whole rounds over every configuration: the drifting load of a shared machine is
+    # spread over all of them instead of landing on whichever ran at the wrong time.
+    for _ in range(rounds):
+        for graph in graphs:
+            for impl in configs:
+                config = {"graph": graph, "impl": impl, "epochs": epochs, "pyg": have_pyg}
+                runs.setdefault((graph, impl), []).append(run_isolated(Path(__file__), config))
+    results = [merge_runs(graph, impl, r) for (graph, impl), r in runs.items()]
+    print_table(results, ["graph", "impl", "epoch_s", "epoch_median_s", "train_peak_gib",
+                          "setup_s", "setup_peak_gib", "last_loss"])
+    speedups, metrics = summarize(results, graphs)
+    emit(results, speedups, metrics, args.json)
+
+
+def merge_runs(graph: str, impl: str, runs: list[dict[str, Any]]) -> Row:
+    """One row from a configuration's runs: fastest epoch, median epoch, highest peaks."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        print(f"[{graph}] {impl}: failed: {failed[0]['error']}", flush=True)
+        return {"graph": graph, "impl": impl, "error": failed[0]["error"]}
+    times = [t for r in runs for t in r["epoch_times"]]
+    row: Row = {"graph": graph, "impl": impl, **runs[0],
+                "epoch_s": min(times), "epoch_median_s": statistics.median(times),
+                "epoch_times": times, "setup_s": min(r["setup_s"] for r in runs),
+                "train_peak_gib": max(r["train_peak_gib"] for r in runs),
+                "setup_peak_gib": max(r["setup_peak_gib"] for r in runs), "rounds": len(runs)}
+    print(f"[{graph}] {impl}: epoch {row['epoch_s']:.3f} s (median {row['epoch_median_s']:.3f}), "
+          f"train peak {row['train_peak_gib']:.3f} GiB, setup {row['setup_s']:.2f} s", flush=True)
+    return row
+
+
+def summarize(results: list[Row], graphs: list[str]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Epoch speedups vs each PyG form and memory ratios vs PyG's fastest form."""
+    speedups: dict[str, float] = {}
+    metrics: dict[str, Any] = {}
+    for graph in graphs:
+        rows = {r["impl"]: r for r in results if r["graph"] == graph and "error" not in r}
+        if "ours" not in rows:
+            continue
+        ours = rows["ours"]
+        for impl in ("ours_unordered", *PYG_FORMS, "pyg_csr_reordered"):
+            if impl in rows:
+                speedups[f"{graph}/ours_vs_{impl}"] = rows[impl]["epoch_s"] / ours["epoch_s"]
+        pyg = [rows[i] for i in PYG_FORMS if i in rows]
+        if pyg:
+            fastest = min(pyg, key=lambda r: r["epoch_s"])
+            speedups[f"{graph}/ours_vs_pyg_fastest"] = fastest["epoch_s"] / ours["epoch_s"]
+            ratio = ours["train_peak_gib"] / fastest["train_peak_gib"]
+            metrics[f"{graph}/pyg_fastest_form"] = fastest["impl"]
+            metrics[f"{graph}/train_peak_ours_over_pyg_fastest"] = ratio
+            if graph.startswith("sbm"):
+                metrics["accept/epoch_speedup_vs_pyg_fastest"] = speedups[
+                    f"{graph}/ours_vs_pyg_fastest"]
+                metrics["accept/epoch_ok"] = bool(speedups[f"{graph}/ours_vs_pyg_fastest"] >= 1.5)
+                metrics["accept/memory_ok"] = bool(ratio <= 1.0)
+        metrics[f"{graph}/ours_setup_s"] = ours["setup_s"]
+    return speedups, metrics
+
+
+if __name__ == "__main__":
+    main()

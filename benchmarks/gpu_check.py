@@ -1,0 +1,194 @@
+"""CUDA check: correctness against the CPU, then SpMM and GCN timings, in a few minutes.
+
+Correctness (float64 CPU references): SpMM and both of its gradients on random
+matrices with empty rows at several widths, ``gcn_norm``, a reordered operator, and one
+GCN forward/backward with identical weights. Timings (2^18-vertex graphs as in
+``spmm.py`` and ``fullgraph.py``): ours vs torch ``A @ X`` and PyG's ``spmm`` with and
+without reordering, and GCN epochs ours vs PyG with ``torch.cuda.max_memory_allocated``
+peaks. Without a CUDA device it says so and exits with status 0 having run nothing.
+
+    python benchmarks/gpu_check.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fullgraph
+import spmm as spmm_bench
+from _harness import Row, emit, gib, parse_args, print_table, time_it, time_many
+from sparsegnn.nn import GCN
+from sparsegnn.sparse import CSRMatrix, gcn_norm, spmm
+from sparsegnn.sparse.reorder import Reordered, reorder
+
+
+def synced(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` followed by a device synchronisation, so wall time covers the kernel."""
+
+    def run() -> None:
+        fn()
+        torch.cuda.synchronize()
+
+    return run
+
+
+# ---------------------------------------------------------------------- correctness
+def random_csr(rows: int, cols: int, nnz: int, seed: int) -> CSRMatrix:
+    """Random float64 matrix whose last rows are empty (an edge case for kernels)."""
+    g = torch.Generator().manual_seed(seed)
+    r = torch.randint(0, rows - 3, (nnz,), generator=g)
+    c = torch.randint(0, cols, (nnz,), generator=g)
+    return CSRMatrix.from_coo(r, c, torch.rand(nnz, generator=g, dtype=torch.float64), (rows, cols))
+
+
+def close(a: torch.Tensor, b: torch.Tensor, what: str, failures: list[str]) -> None:
+    if not torch.allclose(a.cpu().double(), b.cpu().double(), rtol=1e-5, atol=1e-6):
+        err = float((a.cpu().double() - b.cpu().double()).abs().max())
+        failures.append(f"{what}: max error {err}")
+
+
+def check_correctness(dev: torch.device) -> list[str]:
+    """Every CUDA result against its CPU float64 reference; returns the failures."""
+    failures: list[str] = []
+    for width in (1, 16, 128):
+        a = random_csr(300, 200, 3000, seed=width)
+        x = torch.randn(200, width, dtype=torch.float64)
+        w = torch.randn(300, width, dtype=torch.float64)
+        val = a.val.clone().requires_grad_()
+        xg = x.clone().requires_grad_()
+        (spmm(a.with_values(val), xg) * w).sum().backward()
+        a_d = a.to(dev)
+        val_d = a_d.val.clone().requires_grad_()
+        xg_d = x.to(dev).requires_grad_()
+        out_d = spmm(a_d.with_values(val_d), xg_d)
+        (out_d * w.to(dev)).sum().backward()
+        close(out_d, a.to_dense() @ x, f"spmm f={width}", failures)
+        assert xg.grad is not None and xg_d.grad is not None
+        assert val.grad is not None and val_d.grad is not None
+        close(xg_d.grad, xg.grad, f"spmm grad x f={width}", failures)
+        close(val_d.grad, val.grad, f"spmm grad values f={width}", failures)
+    sym = random_csr(400, 400, 4000, seed=7)
+    sym = CSRMatrix.from_coo(torch.cat([sym.row_indices(), sym.col]),
+                             torch.cat([sym.col, sym.row_indices()]), None, sym.shape)
+    close(gcn_norm(sym.to(dev)).to_dense(), gcn_norm(sym).to_dense(), "gcn_norm", failures)
+    norm = gcn_norm(sym.to(dtype=torch.float64))
+    op = Reordered(norm, "community")
+    op.adj = op.adj.to(dev)
+    x = torch.randn(400, 32, dtype=torch.float64)
+    close(op.matmul(x.to(dev)), norm.to_dense() @ x, "reordered operator", failures)
+    check_gcn(norm, dev, failures)
+    return failures
+
+
+def check_gcn(adj: CSRMatrix, dev: torch.device, failures: list[str]) -> None:
+    """Same weights on CPU and device: logits and weight gradients agree."""
+    torch.manual_seed(0)
+    cpu_model = GCN(32, 64, 5, dropout=0.0).double()
+    dev_model = GCN(32, 64, 5, dropout=0.0).double().to(dev)
+    dev_model.load_state_dict(cpu_model.state_dict())
+    x = torch.randn(adj.shape[0], 32, dtype=torch.float64)
+    cpu_out, dev_out = cpu_model(x, adj), dev_model(x.to(dev), adj.to(dev))
+    close(dev_out, cpu_out, "GCN logits", failures)
+    cpu_out.square().sum().backward()
+    dev_out.square().sum().backward()
+    for (name, p_cpu), p_dev in zip(cpu_model.named_parameters(), dev_model.parameters(),
+                                    strict=True):
+        assert p_cpu.grad is not None and p_dev.grad is not None
+        close(p_dev.grad, p_cpu.grad, f"GCN grad {name}", failures)
+
+
+# ---------------------------------------------------------------------- timings
+def spmm_timings(dev: torch.device, quick: bool, repeats: int) -> list[Row]:
+    pyg_spmm = spmm_bench.try_pyg_spmm()
+    rows: list[Row] = []
+    for spec in spmm_bench.graph_specs(quick):
+        g = spec.build()
+        a = gcn_norm(CSRMatrix.from_edge_index(g.edge_index, g.num_nodes), symmetric=True)
+        a_new, _ = reorder(a, spmm_bench.DEFAULT_REORDERING)
+        rows += spmm_rows(spec.name, a.to(dev), a_new.to(dev), pyg_spmm, repeats)
+    return rows
+
+
+def spmm_rows(
+    name: str, a: CSRMatrix, a_new: CSRMatrix, pyg_spmm: Callable | None, repeats: int
+) -> list[Row]:
+    """One row per width: ours on the graph as given and reordered, torch, PyG."""
+    t_csr = spmm_bench.torch_csr(a)
+    rows: list[Row] = []
+    for f in spmm_bench.WIDTHS:
+        x = torch.randn(a.shape[0], f, device=a.device)
+        fns = {"ours": synced(lambda x=x: spmm(a, x)),
+               f"ours_{spmm_bench.DEFAULT_REORDERING}": synced(lambda x=x: spmm(a_new, x)),
+               "torch_csr": synced(lambda x=x: torch.sparse.mm(t_csr, x))}
+        if pyg_spmm is not None:
+            fns["pyg_spmm"] = synced(lambda x=x: pyg_spmm(t_csr, x))
+        timings = time_many(fns, repeats=repeats)
+        rows.append({"graph": name, "f": f, "nnz": a.nnz, **{k: t.min for k, t in timings.items()}})
+    return rows
+
+
+def gcn_timings(dev: torch.device, quick: bool, repeats: int) -> list[Row]:
+    graph = "sbm14" if quick else "sbm18"
+    configs = [c for c in fullgraph.CONFIGS
+               if not c.startswith("pyg") or spmm_bench.try_pyg_spmm() is not None]
+    rows: list[Row] = []
+    for impl in configs:
+        g = fullgraph.load_graph(graph)
+        model, op, g = fullgraph.setup(impl, g, dev)
+        epoch = fullgraph.epoch_fn(model, op, g)
+        epoch()
+        torch.cuda.reset_peak_memory_stats(dev)
+        t = time_it(synced(epoch), repeats=repeats, warmup=0)
+        rows.append({"graph": graph, "impl": impl, "epoch_s": t.min,
+                     "peak_gib": gib(torch.cuda.max_memory_allocated(dev))})
+        del model, op, g, epoch
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
+    if not torch.cuda.is_available():
+        print("gpu_check: no CUDA device (torch.cuda.is_available() is False); nothing was run.")
+        emit([], {}, {"cuda_available": False}, args.json)
+        return
+    dev = torch.device("cuda")
+    repeats = args.repeats or 10
+    print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}", flush=True)
+    failures = check_correctness(dev)
+    print("correctness: " + ("all checks passed" if not failures else "; ".join(failures)),
+          flush=True)
+    spmm_rows = spmm_timings(dev, args.quick, repeats)
+    print_table(spmm_rows, [c for c in ("graph", "f", "nnz", "ours", "ours_community",
+                                        "torch_csr", "pyg_spmm") if c in spmm_rows[0]])
+    gcn_rows = gcn_timings(dev, args.quick, repeats)
+    print_table(gcn_rows, ["graph", "impl", "epoch_s", "peak_gib"])
+    emit([*spmm_rows, *gcn_rows], summarize(spmm_rows, gcn_rows),
+         {"cuda_available": True, "device": torch.cuda.get_device_name(dev),
+          "correctness_failures": failures}, args.json)
+    if failures:
+        sys.exit(1)
+
+
+def summarize(spmm_rows: list[Row], gcn_rows: list[Row]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in spmm_rows:
+        key = f"spmm/{r['graph']}/f{r['f']}"
+        out[f"{key}/ours_vs_torch"] = r["torch_csr"] / r["ours"]
+        out[f"{key}/ours_community_vs_torch"] = r["torch_csr"] / r["ours_community"]
+    epochs: dict[str, Any] = {r["impl"]: r["epoch_s"] for r in gcn_rows}
+    for impl, t in epochs.items():
+        if impl != "ours":
+            out[f"gcn/ours_vs_{impl}"] = t / epochs["ours"]
+    return out
+
+
+if __name__ == "__main__":
+    main()
