@@ -59,8 +59,7 @@ def degree_order(adj: CSRMatrix) -> torch.Tensor:
 def rcm_order(adj: CSRMatrix) -> torch.Tensor:
     """Reverse Cuthill-McKee order of the symmetrised sparsity pattern."""
     _check_square(adj)
-    order = reverse_cuthill_mckee(_symmetric_pattern(adj), symmetric_mode=True)
-    return torch.from_numpy(order.astype(np.int64)).to(adj.device)
+    return torch.from_numpy(_rcm(_symmetric_pattern(adj))).to(adj.device)
 
 
 def community_order(
@@ -79,11 +78,11 @@ def community_order(
     :func:`label_propagation` for the parameters.
     """
     _check_square(adj)
-    labels = label_propagation(
-        adj, max_iterations=max_iterations, update_fraction=update_fraction, tol=tol, seed=seed
-    )
+    pattern = _symmetric_pattern(adj)
+    labels = _label_propagation(pattern, max_iterations, update_fraction, tol, seed)
     _, community, sizes = np.unique(labels, return_inverse=True, return_counts=True)
-    rcm_position = inverse_permutation(rcm_order(adj)).cpu().numpy()
+    rcm_position = np.empty(adj.shape[0], dtype=np.int64)
+    rcm_position[_rcm(pattern)] = np.arange(adj.shape[0])
     # np.lexsort sorts by the last key first: community size, community, RCM position.
     order = np.lexsort((rcm_position, community, -sizes[community]))
     return torch.from_numpy(order.astype(np.int64)).to(adj.device)
@@ -107,7 +106,14 @@ def label_propagation(
     Each round is a handful of vectorised O(nnz) scipy/numpy passes.
     """
     _check_square(adj)
-    pattern = _symmetric_pattern(adj)
+    return _label_propagation(
+        _symmetric_pattern(adj), max_iterations, update_fraction, tol, seed
+    )
+
+
+def _label_propagation(
+    pattern: sp.csr_matrix, max_iterations: int, update_fraction: float, tol: float, seed: int
+) -> np.ndarray:
     n = pattern.shape[0]
     indptr, indices = pattern.indptr, pattern.indices
     degree = np.diff(indptr)
@@ -250,7 +256,8 @@ def reorder(adj: CSRMatrix, method: Method = "community") -> tuple[CSRMatrix, Re
 
     Move node data with ``ordering.to_new(x)`` and results back with ``ordering.to_old``.
     """
-    ordering = Reordering(perm := locality_order(adj, method), inverse_permutation(perm), method)
+    perm = locality_order(adj, method)
+    ordering = Reordering(perm, inverse_permutation(perm), method)
     return ordering.apply(adj), ordering
 
 
@@ -258,7 +265,7 @@ class Reordered:
     """An operator in the caller's vertex order that multiplies with a reordered CSR.
 
     ``matmul(x)`` gathers ``x`` into the new order, runs the (faster) SpMM there and
-    gathers the result back: two streaming row gathers per product, differentiable.
+    gathers the result back: two extra row permutations per product, differentiable.
     Reordering node data once with :func:`reorder` avoids even those.
     """
 
@@ -284,8 +291,12 @@ def _check_square(adj: CSRMatrix) -> None:
         raise ShapeError(f"reordering needs a square adjacency, got {adj.shape}")
 
 
+def _rcm(pattern: sp.csr_matrix) -> np.ndarray:
+    return reverse_cuthill_mckee(pattern, symmetric_mode=True).astype(np.int64)
+
+
 def _symmetric_pattern(adj: CSRMatrix) -> sp.csr_matrix:
-    """Pattern of ``A + A^T`` as scipy CSR with int64 indices (values are all one).
+    """Pattern of ``A + A^T`` as scipy CSR (values are all one).
 
     Orderings are about which vertices touch, not about edge direction or weight; the
     transpose is skipped when the matrix is flagged symmetric.
