@@ -136,10 +136,8 @@ def spmm_rows(
 
 def gcn_timings(dev: torch.device, quick: bool, repeats: int) -> list[Row]:
     graph = "sbm14" if quick else "sbm18"
-    configs = [c for c in fullgraph.CONFIGS
-               if not c.startswith("pyg") or spmm_bench.try_pyg_spmm() is not None]
     rows: list[Row] = []
-    for impl in configs:
+    for impl in fullgraph.configurations():
         g = fullgraph.load_graph(graph)
         model, op, g = fullgraph.setup(impl, g, dev)
         epoch = fullgraph.epoch_fn(model, op, g)
