@@ -90,12 +90,7 @@ def read_text_records(path: Path) -> tuple[list[str], list[str], list[str]]:
     Splits on ``\\n`` only: ``str.splitlines`` would also break on form feeds and other
     separators that PDF-extracted abstracts contain, shifting every later record.
     """
-    try:
-        content = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataFormatError(f"{path}: file is missing") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataFormatError(f"{path}: not readable as UTF-8 text ({err})") from err
+    content = _read_text(path)
     lines = [line.rstrip("\r") for line in content.split("\n")]
     while lines and not lines[-1].strip():
         lines.pop()
@@ -114,12 +109,7 @@ def read_text_records(path: Path) -> tuple[list[str], list[str], list[str]]:
 
 def _read_cites(path: Path, index_of: dict[str, int]) -> torch.Tensor:
     """Citation pairs between text papers as an undirected edge_index."""
-    try:
-        content = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataFormatError(f"{path}: file is missing") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataFormatError(f"{path}: not readable as UTF-8 text ({err})") from err
+    content = _read_text(path)
     src, dst = [], []
     for lineno, line in enumerate(content.splitlines(), start=1):
         fields = line.split()
@@ -143,3 +133,13 @@ def _to_dense(featurizer: Featurizer, texts: list[str]) -> torch.Tensor:
             f"featurizer returned shape {dense.shape}, expected ({len(texts)}, d)"
         )
     return torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32))
+
+
+def _read_text(path: Path) -> str:
+    """A UTF-8 file's content, or a DataFormatError naming the file."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataFormatError(f"{path}: file is missing") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataFormatError(f"{path}: not readable as UTF-8 text ({err})") from err

@@ -17,7 +17,7 @@ import zipfile
 from collections.abc import Callable, Mapping
 from itertools import pairwise
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,18 +46,18 @@ DATASETS: dict[str, Callable[[PathLike | None], GraphData]] = {
 
 
 # ---------------------------------------------------------------------- save / load
-def save_graph(g: GraphData, path: PathLike, *, compress: bool = False) -> Path:
-    """Write ``g`` to ``path`` atomically; returns the path written.
+def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Call ``write`` on a temp file beside ``path``, fsync it, then rename it into place.
 
-    ``compress`` trades write/read speed for size (edge lists shrink about 2x).
+    A crash mid-write leaves the previous file intact, never a truncated one; graphs and
+    checkpoints both go through here.
     """
     path = Path(path)
-    arrays = _to_arrays(g)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            (np.savez_compressed if compress else np.savez)(f, **arrays)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
@@ -65,6 +65,16 @@ def save_graph(g: GraphData, path: PathLike, *, compress: bool = False) -> Path:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return path
+
+
+def save_graph(g: GraphData, path: PathLike, *, compress: bool = False) -> Path:
+    """Write ``g`` to ``path`` atomically; returns the path written.
+
+    ``compress`` trades write/read speed for size (edge lists shrink about 2x).
+    """
+    arrays = _to_arrays(g)
+    savez = np.savez_compressed if compress else np.savez
+    return atomic_write(path, lambda f: savez(f, **arrays))
 
 
 def load_graph(path: PathLike) -> GraphData:

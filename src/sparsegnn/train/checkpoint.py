@@ -8,15 +8,14 @@ a crash mid-write leaves the previous checkpoint intact, never a truncated one.
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from sparsegnn.data.io import atomic_write
 from sparsegnn.errors import DataFormatError
 
 
@@ -49,18 +48,7 @@ def seed_everything(seed: int) -> None:
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically (temp file + fsync + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda fh: torch.save(state, fh))
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
