@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sparsegnn.cli.main import main
@@ -48,6 +49,19 @@ def test_ingest_loses_no_rows_and_builds_all_edge_kinds(corpus: Path, tmp_path: 
     assert min(report.edges.values()) > 0 and report.dangling_links == 0
     n, src, dst = load_graph_edges(tmp_path / "graph.npz")
     assert n == 300 and src.max() < 300 and dst.max() < 300
+
+
+def test_link_edges_resolve_across_batches_and_count_dangling(tmp_path: Path):
+    rows = [{"id": "a", "text": "alpha beta", "links": ["c", "gone"]},
+            {"id": "b", "text": "beta gamma"},
+            {"id": "c", "text": "gamma delta", "links": "a"},
+            {"id": "d", "text": "delta alpha", "links": ["b", "c", "nowhere"]}]
+    report = ingest(_jsonl(tmp_path / "c.jsonl", rows), tmp_path / "s",
+                    IngestConfig(batch_rows=3, site_neighbors=0))
+    assert report.dangling_links == 2 and report.edges["link"] == 4
+    with np.load(tmp_path / "s" / "graph.npz") as z:
+        assert z["link_src"].tolist() == [0, 2, 3, 3]
+        assert z["link_dst"].tolist() == [2, 0, 1, 2]
 
 
 def test_parquet_input_matches_jsonl(corpus: Path, tmp_path: Path):

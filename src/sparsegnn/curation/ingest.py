@@ -19,7 +19,7 @@ import json
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -210,22 +210,27 @@ class _SiteEdges:
 
 def _link_edges(store: Path, row_of: dict[str, int], batch_rows: int
                 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Resolve the stored ``links`` columns to row numbers (a second streaming pass)."""
-    pq = require("pyarrow.parquet")
-    src: list[np.ndarray] = []
-    dst: list[np.ndarray] = []
+    """Resolve the stored ``links`` columns to row numbers (a second streaming pass).
+
+    Works a batch at a time on the flattened list column, so the edge arrays grow by one
+    pair of arrays per batch rather than per document (a million tiny arrays would cost
+    more memory and time than the edges they hold)."""
+    pc, pq = require("pyarrow.compute"), require("pyarrow.parquet")
+    src: list[np.ndarray] = [np.zeros(0, np.int64)]
+    dst: list[np.ndarray] = [np.zeros(0, np.int64)]
     dangling = 0
     row = 0
     for batch in pq.ParquetFile(store).iter_batches(batch_size=batch_rows, columns=["links"]):
-        for links in batch.column(0).to_pylist():
-            targets = [row_of.get(t, -1) for t in links]
-            hits = np.asarray([t for t in targets if t >= 0], dtype=np.int64)
-            dangling += len(targets) - hits.size
-            src.append(np.full(hits.size, row, dtype=np.int64))
-            dst.append(hits)
-            row += 1
-    if not src:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), dangling
+        links = batch.column(0)
+        flat = pc.list_flatten(links).to_pylist()
+        targets = np.fromiter(map(row_of.get, flat, repeat(-1)), dtype=np.int64,
+                              count=len(flat))
+        hit = targets >= 0
+        dangling += int(hit.size - hit.sum())
+        parents = pc.list_parent_indices(links).to_numpy(zero_copy_only=False)
+        src.append(row + parents.astype(np.int64)[hit])
+        dst.append(targets[hit])
+        row += len(links)
     return np.concatenate(src), np.concatenate(dst), dangling
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
@@ -146,13 +147,16 @@ def _hash_tokens(docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
     Each distinct token in the chunk is hashed once; the per-token work is array indexing.
     """
-    local: dict[str, int] = {}
+    # A token's first sighting numbers it (``__missing__`` runs before the insert, so the
+    # default is the next free index); ``map`` over ``__getitem__`` keeps the per-token
+    # loop in C (a generator of ``setdefault`` calls ran it in Python).
+    local: defaultdict[str, int] = defaultdict(lambda: len(local))
     ids: list[int] = []
     lengths = np.zeros(len(docs), dtype=np.int64)
     for d, doc in enumerate(docs):
         tokens = tokenize(doc)
         lengths[d] = len(tokens)
-        ids.extend(local.setdefault(t, len(local)) for t in tokens)
+        ids.extend(map(local.__getitem__, tokens))
     unique_hashes = np.fromiter(
         (int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "little")
          for t in local),
