@@ -84,6 +84,7 @@ def sbm(
     avg_degree: float,
     mixing: float = 0.1,
     *,
+    powerlaw: float = 0.0,
     num_features: int = 32,
     feature_noise: float = 3.0,
     split: Sequence[float] = (0.6, 0.2, 0.2),
@@ -96,19 +97,25 @@ def sbm(
     Vertices fall into ``num_blocks`` near-equal blocks (the labels). Each of the
     ``num_nodes * avg_degree / 2`` sampled edges joins a uniform vertex to a uniform vertex
     of its own block, or with probability ``mixing`` of another block, so about
-    ``1 - mixing`` of the edges stay inside a block. Features are the block's random mean
+    ``1 - mixing`` of the edges stay inside a block. ``powerlaw = gamma > 1`` makes it
+    degree-corrected (Karrer and Newman): both ends are drawn in proportion to Pareto
+    propensities with tail exponent gamma instead of uniformly, so degrees follow a power
+    law inside every community, as in real graphs (hubs, and the skewed communication
+    volumes they cause). Features are the block's random mean
     (standard normal) plus Gaussian noise of std ``feature_noise``: noisy enough that
     averaging over neighbours helps, which is what makes the graph worth a GNN.
     Masks are a stratified random ``split``. ``shuffle`` numbers vertices in random order
     rather than block by block.
     """
     if num_nodes < 1 or not 1 <= num_blocks <= num_nodes or avg_degree < 0 \
-            or not 0 <= mixing <= 1 or num_features < 0 or feature_noise < 0:
+            or not 0 <= mixing <= 1 or num_features < 0 or feature_noise < 0 \
+            or not (powerlaw == 0 or powerlaw > 1):
         raise InvalidValueError(
             f"sbm needs num_nodes >= 1, 1 <= num_blocks <= num_nodes, avg_degree >= 0, "
-            f"0 <= mixing <= 1, num_features >= 0 and feature_noise >= 0; got "
-            f"num_nodes={num_nodes}, num_blocks={num_blocks}, avg_degree={avg_degree}, "
-            f"mixing={mixing}, num_features={num_features}, feature_noise={feature_noise}"
+            f"0 <= mixing <= 1, num_features >= 0, feature_noise >= 0 and powerlaw 0 or "
+            f"> 1; got num_nodes={num_nodes}, num_blocks={num_blocks}, "
+            f"avg_degree={avg_degree}, mixing={mixing}, num_features={num_features}, "
+            f"feature_noise={feature_noise}, powerlaw={powerlaw}"
         )
     rng = np.random.default_rng(seed)
     # Block k holds the ids [starts[k], starts[k + 1]) before shuffling.
@@ -117,8 +124,9 @@ def sbm(
     num_samples = round(num_nodes * avg_degree / 2)
     src = np.empty(num_samples, dtype=np.int64)
     dst = np.empty(num_samples, dtype=np.int64)
+    cum = _propensity_cdf(rng, num_nodes, powerlaw) if powerlaw else None
     for lo, hi in _chunk_ranges(num_samples, progress, "sbm"):
-        src[lo:hi], dst[lo:hi] = _sbm_chunk(rng, hi - lo, starts, sizes, mixing)
+        src[lo:hi], dst[lo:hi] = _sbm_chunk(rng, hi - lo, starts, sizes, mixing, cum)
     y = np.repeat(np.arange(num_blocks, dtype=np.int64), sizes)
     means = rng.standard_normal((num_blocks, num_features), dtype=np.float32)
     x = means[y] + np.float32(feature_noise) * rng.standard_normal(
@@ -138,10 +146,11 @@ def sbm(
         val_mask=val_mask,
         test_mask=test_mask,
         name=f"sbm:nodes={num_nodes},blocks={num_blocks},degree={avg_degree:g},"
-             f"mixing={mixing:g},seed={seed}",
+             f"mixing={mixing:g},{f'powerlaw={powerlaw:g},' if powerlaw else ''}seed={seed}",
         class_names=[f"block{k}" for k in range(num_blocks)],
         meta={"generator": "sbm", "num_nodes": num_nodes, "num_blocks": num_blocks,
-              "avg_degree": avg_degree, "mixing": mixing, "num_features": num_features,
+              "avg_degree": avg_degree, "mixing": mixing, "powerlaw": powerlaw,
+              "num_features": num_features,
               "feature_noise": feature_noise, "seed": seed, "shuffle": shuffle},
     )
 
@@ -223,6 +232,7 @@ _SPECS: dict[str, tuple[Callable[..., GraphData], dict[str, tuple[str, _Parser]]
         "blocks": ("num_blocks", _parse_int),
         "degree": ("avg_degree", float),
         "mixing": ("mixing", float),
+        "powerlaw": ("powerlaw", float),
         "features": ("num_features", _parse_int),
         "noise": ("feature_noise", float),
         "shuffle": ("shuffle", _parse_bool),
@@ -324,20 +334,38 @@ def _rmat_chunk(
     return src, dst
 
 
+def _propensity_cdf(rng: np.random.Generator, num_nodes: int, gamma: float) -> np.ndarray:
+    """Cumulative Pareto(gamma) propensities, float64: vertex v is drawn when a uniform
+    point of ``[cum[v - 1], cum[v])`` is hit, i.e. in proportion to its propensity."""
+    theta = (1.0 - rng.random(num_nodes)) ** (-1.0 / (gamma - 1.0))
+    return np.cumsum(theta)
+
+
 def _sbm_chunk(
-    rng: np.random.Generator, n: int, starts: np.ndarray, sizes: np.ndarray, mixing: float
+    rng: np.random.Generator, n: int, starts: np.ndarray, sizes: np.ndarray, mixing: float,
+    cum: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` SBM samples: uniform source, target uniform in its block or another block."""
+    """``n`` SBM samples: a source, and a target in its block or (``mixing``) another.
+
+    Vertices are drawn uniformly, or in proportion to their propensities when ``cum``
+    (their cumulative sum, see :func:`_propensity_cdf`) is given."""
     num_blocks = sizes.size
     num_nodes = int(starts[-1])
-    src = rng.integers(0, num_nodes, n)
-    block = src * num_blocks // num_nodes
+    if cum is None:
+        src = rng.integers(0, num_nodes, n)
+    else:
+        src = np.searchsorted(cum, rng.random(n) * cum[-1], side="right")
+    block = np.searchsorted(starts, src, side="right") - 1
     if num_blocks > 1:
         leave = rng.random(n) < mixing
         block[leave] = (block[leave] + rng.integers(1, num_blocks, int(leave.sum()))) \
             % num_blocks
-    dst = starts[block] + rng.integers(0, sizes[block])
-    return src, dst
+    if cum is None:
+        return src, starts[block] + rng.integers(0, sizes[block])
+    lo = np.where(starts[block] > 0, cum[starts[block] - 1], 0.0)
+    hi = cum[starts[block + 1] - 1]
+    dst = np.searchsorted(cum, lo + rng.random(n) * (hi - lo), side="right")
+    return src, np.minimum(dst, starts[block + 1] - 1)
 
 
 def _random_features(rng: np.random.Generator, num_nodes: int, dim: int) -> torch.Tensor | None:
