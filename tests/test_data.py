@@ -281,6 +281,21 @@ def test_sbm_unshuffled_blocks_are_contiguous() -> None:
     assert torch.equal(g.edge_index, sbm(100, 4, avg_degree=4, shuffle=False).edge_index)
 
 
+def test_degree_corrected_sbm_has_hubs_and_keeps_communities() -> None:
+    """``powerlaw`` skews degrees (hubs far above the uniform SBM's maximum) but the
+    edges still stay mostly inside blocks."""
+    plain = sbm(4000, 8, avg_degree=12, mixing=0.1, seed=5)
+    skewed = sbm(4000, 8, avg_degree=12, mixing=0.1, powerlaw=2.5, seed=5)
+    def max_degree(g: GraphData) -> int:
+        return int(torch.bincount(g.edge_index[0], minlength=g.num_nodes).max())
+    assert max_degree(skewed) > 5 * max_degree(plain)
+    src, dst = skewed.edge_index
+    assert (skewed.y[src] == skewed.y[dst]).float().mean() > 0.85
+    assert "powerlaw=2.5" in skewed.name
+    with pytest.raises(InvalidValueError):
+        sbm(100, 4, avg_degree=4, powerlaw=0.5)
+
+
 def test_uniform_random() -> None:
     g = uniform_random(2000, avg_degree=6, seed=0)
     assert_clean_undirected(g)
