@@ -3,15 +3,17 @@
 Run: ``python benchmarks/interaction_network.py [--events DIR] [--max-sample-nodes 2000]
 [--epochs 3] [--json]``.
 
-Both sides train the *same* network (one :class:`InteractionNetwork`, same initial
-weights) on the *same* ShaDow subgraphs of module-map graphs, in the same order; only the
-aggregation differs. Ours sums edge messages into nodes with two incidence CSR matrices
-and SpMM (built once per subgraph, cached transposes for the backward); the peer uses
-two ``torch_geometric.nn.MessagePassing`` layers with ``aggr="add"`` (source-to-target
-and target-to-source), PyG's standard way to write an IN. Gathering node rows onto
-edges is plain indexing on both sides. The operator set-up cost (building incidence
-matrices) is inside the timed epoch. Before timing, the logits of both on the first
-subgraph are compared, so the numbers are for two implementations of one function.
+Both sides compute the *same* function with the *same* weights (the peer wraps our
+:class:`InteractionNetwork`'s modules) on the *same* ShaDow subgraphs of module-map
+graphs, in the same order. Ours: incidence CSR matrices and SpMM for aggregation and for
+gathering node rows onto edges (built once per subgraph, cached transposes for the
+backward), and edge MLPs whose first layer is split so node projections are made per
+node (see ``sparsegnn.tracking.model``). The peer is the IN as one writes it in PyG:
+``MessagePassing`` layers with ``aggr="add"`` (source-to-target and target-to-source)
+for the aggregations, and ``edge_updater`` with ``edge_update(x_i, x_j, e)`` applying
+the edge MLP to ``cat([x_j, x_i, e])``. Operator set-up (building incidence matrices)
+is inside the timed epoch. Before timing, the logits of both on the first subgraph are
+compared, so the numbers are for two implementations of one function.
 
 Default events: the TrackML sample (module map learnt from the event itself).
 """
@@ -38,10 +40,11 @@ from sparsegnn.tracking.train import loss_weights
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
 
 
-class PygOperators:
-    """The IN's two aggregations as PyG MessagePassing layers (sum over in/out edges)."""
+class PygInteractionNetwork(torch.nn.Module):
+    """The same network written the PyG way, sharing ``net``'s weights."""
 
-    def __init__(self, edge_index: torch.Tensor, num_nodes: int):
+    def __init__(self, net: InteractionNetwork):
+        super().__init__()
         from torch_geometric.nn import MessagePassing
 
         class EdgeSum(MessagePassing):
@@ -54,15 +57,28 @@ class PygOperators:
             def message(self, e: torch.Tensor) -> torch.Tensor:
                 return e
 
-        self.edge_index, self.n = edge_index, num_nodes
-        self.src, self.dst = edge_index
+        class EdgeUpdate(MessagePassing):
+            def forward(self, edge_index: torch.Tensor, h: torch.Tensor, e: torch.Tensor,
+                        mlp: torch.nn.Module) -> torch.Tensor:
+                return self.edge_updater(edge_index, h=h, e=e, mlp=mlp)
+
+            def edge_update(self, h_i: torch.Tensor, h_j: torch.Tensor, e: torch.Tensor,
+                            mlp: torch.nn.Module) -> torch.Tensor:
+                return mlp(torch.cat([h_j, h_i, e], dim=1))  # j = source, i = target
+
+        self.net = net
         self.into, self.out_of = EdgeSum("source_to_target"), EdgeSum("target_to_source")
+        self.edges = EdgeUpdate()
 
-    def gather(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return h[self.src], h[self.dst]
-
-    def aggregate(self, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.into(self.edge_index, e, self.n), self.out_of(self.edge_index, e, self.n)
+    def forward(self, x: torch.Tensor, edge_attr: torch.Tensor, edge_index: torch.Tensor
+                ) -> torch.Tensor:
+        n, net = x.shape[0], self.net
+        h, e = net.node_encoder(x), net.edge_encoder(edge_attr)
+        for node_update, edge_update in zip(net.node_updates, net.edge_updates, strict=True):
+            m_in, m_out = self.into(edge_index, e, n), self.out_of(edge_index, e, n)
+            h = h + node_update(torch.cat([h, m_in, m_out], dim=1))
+            e = e + self.edges(edge_index, h, e, edge_update)
+        return self.edges(edge_index, h, e, net.decoder).squeeze(1)
 
 
 def load_graphs(events_dir: Path, limit: int | None) -> list[HitGraph]:
@@ -97,13 +113,16 @@ def run_epoch(model: InteractionNetwork, batches: list[dict], kind: str,
               device: torch.device) -> tuple[float, float]:
     """(wall seconds, process CPU seconds) of one epoch; CPU time resists machine load."""
     optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    peer = PygInteractionNetwork(model) if kind == "pyg" else None
     _sync(device)
     start, cpu_start = time.perf_counter(), time.process_time()
     for b in batches:
-        ops = (EdgeOperators(b["edge_index"], b["n"]) if kind == "ours"
-               else PygOperators(b["edge_index"], b["n"]))
+        if peer is None:
+            logits = model(b["x"], b["edge_attr"], EdgeOperators(b["edge_index"], b["n"]))
+        else:
+            logits = peer(b["x"], b["edge_attr"], b["edge_index"])
         optim.zero_grad()
-        loss = weighted_bce(model(b["x"], b["edge_attr"], ops), b["target"], b["weight"], 10.0)
+        loss = weighted_bce(logits, b["target"], b["weight"], 10.0)
         loss.backward()
         optim.step()
     _sync(device)
@@ -121,7 +140,7 @@ def check_same_function(cfg: INConfig, batch: dict) -> float:
     model = InteractionNetwork(cfg).to(batch["x"].device)
     with torch.no_grad():
         ours = model(batch["x"], batch["edge_attr"], EdgeOperators(batch["edge_index"], batch["n"]))
-        peer = model(batch["x"], batch["edge_attr"], PygOperators(batch["edge_index"], batch["n"]))
+        peer = PygInteractionNetwork(model)(batch["x"], batch["edge_attr"], batch["edge_index"])
     return float((ours - peer).abs().max())
 
 

@@ -17,24 +17,21 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-class DenseOperators:
-    """Reference aggregation: dense [N, E] incidence matrices and plain matmuls."""
-
-    def __init__(self, edge_index: torch.Tensor, num_nodes: int):
-        self.src, self.dst = edge_index
-        e = torch.arange(edge_index.shape[1])
-        self.to_dst = torch.zeros(num_nodes, e.numel(), dtype=torch.float64)
-        self.to_src = torch.zeros(num_nodes, e.numel(), dtype=torch.float64)
-        self.to_dst[self.dst, e] = 1.0
-        self.to_src[self.src, e] = 1.0
-
-    def gather(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        one_hot_src = self.to_src.t()
-        one_hot_dst = self.to_dst.t()
-        return one_hot_src @ h, one_hot_dst @ h
-
-    def aggregate(self, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.to_dst @ e, self.to_src @ e
+def dense_reference(model: InteractionNetwork, x: torch.Tensor, edge_attr: torch.Tensor,
+                    edge_index: torch.Tensor) -> torch.Tensor:
+    """The IN written the textbook way: dense [N, E] incidence matmuls for aggregation,
+    plain indexing and concatenation ``[h[src], h[dst], e]`` into unsplit MLPs."""
+    src, dst = edge_index
+    e_ids = torch.arange(edge_index.shape[1])
+    to_dst = torch.zeros(x.shape[0], e_ids.numel(), dtype=x.dtype)
+    to_src = torch.zeros(x.shape[0], e_ids.numel(), dtype=x.dtype)
+    to_dst[dst, e_ids] = 1.0
+    to_src[src, e_ids] = 1.0
+    h, e = model.node_encoder(x), model.edge_encoder(edge_attr)
+    for node_update, edge_update in zip(model.node_updates, model.edge_updates, strict=True):
+        h = h + node_update(torch.cat([h, to_dst @ e, to_src @ e], dim=1))
+        e = e + edge_update(torch.cat([h[src], h[dst], e], dim=1))
+    return model.decoder(torch.cat([h[src], h[dst], e], dim=1)).squeeze(1)
 
 
 def _problem() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -55,10 +52,11 @@ def test_forward_and_backward_match_dense_reference() -> None:
     weight = torch.ones(edge_index.shape[1], dtype=torch.float64)
     grads = []
     outs = []
-    for ops in (EdgeOperators(edge_index, 9, torch.float64), DenseOperators(edge_index, 9)):
+    for sparse in (True, False):
         model.zero_grad()
         xs = x.clone().requires_grad_()
-        logits = model(xs, edge_attr, ops)
+        logits = (model(xs, edge_attr, EdgeOperators(edge_index, 9, torch.float64)) if sparse
+                  else dense_reference(model, xs, edge_attr, edge_index))
         weighted_bce(logits, target, weight, pos_weight=3.0).backward()
         outs.append(logits.detach())
         grads.append([xs.grad.clone()] + [p.grad.clone() for p in model.parameters()])
