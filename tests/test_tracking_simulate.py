@@ -78,5 +78,6 @@ def test_track_simulate_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     ev = read_event(out, "event000000001")
     assert len(ev.particles) >= 5 and ev.num_hits > 20
     assert set(np.unique(ev.volume)) <= {7, 8, 9, 12, 13, 14, 16, 17, 18}
-    assert sorted(p.name for p in out.iterdir()) == [
+    assert sorted(p.name for p in out.iterdir()) == ["acts"] + [
         f"event00000000{i}-{kind}.csv" for i in (0, 1) for kind in ("hits", "particles", "truth")]
+    assert (out / "acts" / "event000000001-measurements.csv").is_file()

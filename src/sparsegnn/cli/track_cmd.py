@@ -4,6 +4,8 @@ Stages, each reading the previous one's files so a run restarts anywhere:
 ``simulate`` (ACTS particle gun, needs pyacts) -> ``build-graphs`` -> ``train`` ->
 ``reconstruct`` -> ``evaluate``. ``evaluate`` also runs on raw events alone: with
 ``--graph truth`` and no ``--model`` it scores the truth-built graph with an oracle.
+``ckf`` runs the traditional peer (ACTS seeding + combinatorial Kalman filter) on
+simulated events and scores it with the same metrics.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_train(stages)
     _register_reconstruct(stages)
     _register_evaluate(stages)
+    _register_ckf(stages)
 
 
 def _events_flags(p: argparse.ArgumentParser) -> None:
@@ -308,3 +311,29 @@ def _plots(args: argparse.Namespace, results: list, concat_matches) -> list[Path
     scores = np.concatenate([r.scores.scores for r in results])
     true = np.concatenate([r.true_edges for r in results])
     return [*written, score_plot(scores, true, args.plots)]
+
+
+# ---------------------------------------------------------------------------- ckf
+def _register_ckf(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("ckf", help="ACTS seeding + combinatorial Kalman filter (the peer)")
+    _events_flags(p)
+    _target_flags(p)
+    add_json_flag(p)
+    p.set_defaults(func=_ckf)
+
+
+def _ckf(args: argparse.Namespace) -> int:
+    from sparsegnn.tracking.ckf import evaluate_ckf
+
+    pooled, run = evaluate_ckf(args.events, args.limit, _targets(args))
+    metrics = pooled.as_dict()
+    result = {"events": len(run.tracks), "tracking_efficiency": metrics.pop("efficiency"),
+              **metrics, "seconds_per_event": run.seconds_per_event,
+              "wall_seconds": run.wall_seconds}
+    summary = (
+        f"CKF on {len(run.tracks)} events: tracking efficiency {pooled.efficiency:.4f} "
+        f"({pooled.num_matched}/{pooled.num_reconstructable}), fake rate "
+        f"{pooled.fake_rate:.4f}, duplicate rate {pooled.duplicate_rate:.4f}, "
+        f"{run.seconds_per_event:.3f} s/event (space points + seeding + CKF + ambiguity)"
+    )
+    return emit(args, _clean(result), summary)

@@ -3,7 +3,8 @@
 ACTS writes its own CSV flavour (five-column particle barcodes, ``geometry_id``,
 measurements mapped to simulated hits); :func:`convert_event` rewrites one event as
 TrackML ``hits``/``truth``/``particles`` files so every other stage reads simulated and
-Kaggle events the same way. ``pyacts`` is optional and imported only here.
+Kaggle events the same way; ACTS's own CSV stays in ``DIR/acts`` for the CKF peer
+(:mod:`sparsegnn.tracking.ckf`). ``pyacts`` is optional and imported only when simulating.
 
 TrackML's hit weights (which favour a track's first and last hits and high-pT
 particles) are not defined for simulated events; the converter gives every hit of a
@@ -14,9 +15,10 @@ is the fraction of particle hits on correctly matched tracks.
 from __future__ import annotations
 
 import json
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,43 +46,75 @@ class GunConfig:
     seed: int = 42
 
 
+ACTS_SUBDIR = "acts"  # ACTS's own CSV, kept beside the TrackML files for the CKF peer
+
+
 def simulate_gun(out_dir: str | Path, cfg: GunConfig) -> list[str]:
     """Simulate ``cfg.events`` events into ``out_dir`` as TrackML CSV; returns their prefixes."""
-    try:
-        import acts
-        import acts.examples
-        from acts.examples import simulation as sim
-    except ImportError as err:
-        raise ImportError("simulation needs ACTS: pip install pyacts") from err
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    acts, sim = _import_acts()
     u = acts.UnitConstants
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        raw = Path(tmp)
-        digi = raw / "digi.json"
-        digi.write_text(json.dumps(_digi_config()))
-        geometry = acts.examples.GenericDetector(acts.examples.GenericDetector.Config())
-        tracking = geometry.trackingGeometry()
-        field = acts.ConstantBField(acts.Vector3(0, 0, 2 * u.T))
-        rnd = acts.examples.RandomNumbers(seed=cfg.seed)
-        seq = acts.examples.Sequencer(events=cfg.events, numThreads=1, outputDir=str(raw),
-                                      logLevel=acts.logging.WARNING, trackFpes=False)
+
+    def add_gun(seq: Any, rnd: Any, raw: Path) -> None:
         sim.addParticleGun(
             seq, sim.MomentumConfig(cfg.pt_min * u.GeV, cfg.pt_max * u.GeV, transverse=True),
             sim.EtaConfig(-cfg.eta_max, cfg.eta_max, uniform=True),
             sim.PhiConfig(0.0, 360.0 * u.degree),
             sim.ParticleConfig(cfg.particles, acts.PdgParticle.eMuon, randomizeCharge=True),
-            multiplicity=1,
-            vtxGen=acts.examples.GaussianVertexGenerator(
-                mean=acts.Vector4(0, 0, 0, 0),
-                stddev=acts.Vector4(0.0125 * u.mm, 0.0125 * u.mm, 55.5 * u.mm, 1.0 * u.ns)),
-            rnd=rnd, outputDirCsv=str(raw),
+            multiplicity=1, vtxGen=beam_spot(acts), rnd=rnd, outputDirCsv=str(raw),
         )
-        sim.addFatras(seq, tracking, field, rnd=rnd, outputDirCsv=str(raw))
-        sim.addDigitization(seq, tracking, field, digiConfigFile=str(digi), rnd=rnd,
-                            outputDirCsv=str(raw))
-        seq.run()
-        return [convert_event(raw, f"event{i:09d}", out_dir) for i in range(cfg.events)]
+
+    return run_acts(out_dir, cfg.events, cfg.seed, add_gun)
+
+
+def _import_acts() -> tuple[Any, Any]:
+    """``acts`` and ``acts.examples.simulation``, with an install hint when missing."""
+    try:
+        import acts
+        import acts.examples
+        from acts.examples import simulation as sim
+    except ImportError as err:
+        raise ImportError("simulation needs ACTS: pip install 'sparsegnn[tracking]'") from err
+    return acts, sim
+
+
+def beam_spot(acts: Any) -> Any:
+    """Vertices smeared like the LHC luminous region (ACTS's example values)."""
+    u = acts.UnitConstants
+    return acts.examples.GaussianVertexGenerator(
+        mean=acts.Vector4(0, 0, 0, 0),
+        stddev=acts.Vector4(0.0125 * u.mm, 0.0125 * u.mm, 55.5 * u.mm, 1.0 * u.ns))
+
+
+def generic_detector(acts: Any) -> tuple[Any, Any]:
+    """The TrackML-like generic detector's tracking geometry and the 2 T solenoid field."""
+    detector = acts.examples.GenericDetector(acts.examples.GenericDetector.Config())
+    field = acts.ConstantBField(acts.Vector3(0, 0, 2 * acts.UnitConstants.T))
+    return detector.trackingGeometry(), field
+
+
+def run_acts(out_dir: str | Path, events: int, seed: int,
+             add_input: Callable[[Any, Any, Path], None]) -> list[str]:
+    """Generator (``add_input``) -> Fatras -> smeared digitisation, then TrackML CSV.
+
+    ACTS's CSV stays in ``out_dir/acts``: the CKF peer reads its measurements there, so
+    both reconstructions see the very same hits.
+    """
+    acts, sim = _import_acts()
+    out_dir = Path(out_dir)
+    raw = out_dir / ACTS_SUBDIR
+    raw.mkdir(parents=True, exist_ok=True)
+    digi = raw / "digi.json"
+    digi.write_text(json.dumps(_digi_config()))
+    tracking, field = generic_detector(acts)
+    rnd = acts.examples.RandomNumbers(seed=seed)
+    seq = acts.examples.Sequencer(events=events, numThreads=1, outputDir=str(raw),
+                                  logLevel=acts.logging.WARNING, trackFpes=False)
+    add_input(seq, rnd, raw)
+    sim.addFatras(seq, tracking, field, rnd=rnd, outputDirCsv=str(raw))
+    sim.addDigitization(seq, tracking, field, digiConfigFile=str(digi), rnd=rnd,
+                        outputDirCsv=str(raw))
+    seq.run()
+    return [convert_event(raw, f"event{i:09d}", out_dir) for i in range(events)]
 
 
 def _digi_config() -> dict:

@@ -1,0 +1,59 @@
+"""The CKF peer: hit-id mapping onto our events, and a small simulated run end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparsegnn.errors import DataFormatError
+from sparsegnn.tracking.ckf import tracks_for
+from sparsegnn.tracking.events import Event, Particles, read_event
+
+
+def toy_event(n: int) -> Event:
+    """``n`` hits with ids 1..n, all of one particle (only the ids matter here)."""
+    particles = Particles(np.array([1]), np.zeros((1, 3)), np.array([[2.0, 0.0, 0.0]]),
+                          np.array([1]), np.array([n]))
+    return Event("toy", np.arange(1, n + 1), np.zeros((n, 3)), np.full(n, 8), np.arange(n),
+                 np.ones(n, dtype=np.int64), np.ones(n, dtype=np.int64),
+                 np.zeros(n, dtype=np.int64), np.ones(n), particles)
+
+
+def test_tracks_for_labels_our_hits_and_keeps_shared_hits_with_the_first_track() -> None:
+    ev = toy_event(7)  # hit ids 1..7
+    tracks = tracks_for(ev, [[1, 2, 3, 4], [4, 5, 6]])
+    assert tracks.hit_track.tolist() == [0, 0, 0, 0, 1, 1, -1]
+
+
+def test_tracks_for_rejects_hit_ids_the_event_does_not_have() -> None:
+    ev = toy_event(3)
+    with pytest.raises(DataFormatError, match="not in the event"):
+        tracks_for(ev, [[1, 2, 9]])
+    assert tracks_for(ev, []).num_tracks == 0
+
+
+def test_ckf_finds_most_reconstructable_particles(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("acts")
+    from sparsegnn.cli.main import main
+    from sparsegnn.tracking.ckf import run_ckf
+    from sparsegnn.tracking.simulate import GunConfig, simulate_gun
+
+    out = tmp_path / "sim"
+    simulate_gun(out, GunConfig(events=2, particles=30, pt_min=1.0, seed=7))
+    run = run_ckf(out)
+    assert list(run.tracks) == ["event000000000", "event000000001"]
+    for name, tracks in run.tracks.items():
+        ev = read_event(out, name)
+        hit_ids = np.concatenate([np.asarray(t) for t in tracks])
+        assert np.isin(hit_ids, ev.hit_id).all()
+    # Double-majority matching through OUR truth: a wrong id map (measurements are ordered
+    # by module, not by particle) would leave almost every track unmatched.
+    capsys.readouterr()
+    assert main(["track", "ckf", "--events", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["tracking_efficiency"] > 0.8 and result["fake_rate"] < 0.1
+    assert result["seconds_per_event"] > 0 and result["events"] == 2
