@@ -164,6 +164,11 @@ class PartitionedTopology:
     def dtype(self) -> torch.dtype:
         return self.block.dtype
 
+    @property
+    def unit_values(self) -> bool:
+        """Values always travel with the columns: no rank knows all of A's values."""
+        return False
+
     def degree(self, rows: torch.Tensor) -> torch.Tensor:
         def answer(req: torch.Tensor) -> torch.Tensor:
             local = req - self.owners.lo

@@ -96,6 +96,11 @@ class Topology(Protocol):
     @property
     def dtype(self) -> torch.dtype: ...
 
+    @property
+    def unit_values(self) -> bool:
+        """True when every stored value is 1 (then drawn entries' values are known)."""
+        ...
+
     def degree(self, rows: torch.Tensor) -> torch.Tensor: ...
 
     def entries(
@@ -104,10 +109,20 @@ class Topology(Protocol):
 
 
 class LocalTopology:
-    """A :class:`Topology` over a whole local CSRMatrix."""
+    """A :class:`Topology` over a whole local CSRMatrix.
+
+    For a pattern matrix (every value 1, the usual unweighted graph) the values of drawn
+    entries are known without reading them: skipping that random gather into A's values
+    saves a third of the memory traffic of a hop.
+    """
 
     def __init__(self, adj: CSRMatrix):
         self.adj = adj
+        self._unit = adj.nnz > 0 and bool((adj.val == 1).all())
+
+    @property
+    def unit_values(self) -> bool:
+        return self._unit
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -129,6 +144,8 @@ class LocalTopology:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Column and value of the ``offsets[i]``-th stored entry of row ``rows[i]``."""
         pos = self.adj.crow[rows] + offsets
+        if self._unit:
+            return self.adj.col[pos], self.adj.val.new_ones(()).expand(pos.numel())
         return self.adj.col[pos], self.adj.val[pos]
 
 
@@ -271,11 +288,14 @@ def _nodewise_hop(
     grid = torch.full_like(offsets, torch.iinfo(torch.long).max)
     grid.view(-1)[slots] = local
     grid, order = torch.sort(grid, dim=1)
+    width = int(frontier.counts.max()) if frontier.k else 0
+    shape = (offsets.shape[0], max(width, 1))
+    if topo.unit_values:  # the mean of unit entries: 1 / count each, as row_norm computes
+        mean = (1.0 / counts.to(topo.dtype)).repeat_interleave(counts)
+        return frontier, CSRMatrix(ptr, grid.view(-1)[slots], mean, shape)
     values = torch.zeros(offsets.shape, dtype=vals.dtype, device=vals.device)
     values.view(-1)[slots] = vals
     values = torch.gather(values, 1, order)
-    width = int(frontier.counts.max()) if frontier.k else 0
-    shape = (offsets.shape[0], max(width, 1))
     block = CSRMatrix(ptr, grid.view(-1)[slots], values.view(-1)[slots], shape)
     return frontier, row_norm(block)
 
