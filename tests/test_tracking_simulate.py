@@ -81,3 +81,57 @@ def test_track_simulate_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert sorted(p.name for p in out.iterdir()) == ["acts"] + [
         f"event00000000{i}-{kind}.csv" for i in (0, 1) for kind in ("hits", "particles", "truth")]
     assert (out / "acts" / "event000000001-measurements.csv").is_file()
+
+
+class _FakeParticle:
+    """The few Pythia8 ``Particle`` accessors the HepMC reduction reads."""
+
+    def __init__(self, status: int, mother: int, pid: int = 211) -> None:
+        self._status, self._mother, self._pid = status, mother, pid
+
+    def statusHepMC(self) -> int:
+        return self._status
+
+    def mother1(self) -> int:
+        return self._mother
+
+    def id(self) -> int:
+        return self._pid
+
+    def __getattr__(self, name: str):  # momenta and vertices: any number will do
+        return lambda: 1.0
+
+
+def test_hepevt_keeps_beams_final_state_and_decays_with_their_ancestry() -> None:
+    from sparsegnn.tracking.ttbar import _hepevt
+
+    record = [_FakeParticle(11, 0, 90),  # Pythia's system line
+              _FakeParticle(4, 0, 2212), _FakeParticle(4, 0, 2212),  # beams
+              _FakeParticle(11, 1, 21),  # a parton: dropped
+              _FakeParticle(2, 3, 511),  # a B from the parton: hangs off the beams
+              _FakeParticle(11, 4, 413),  # an unstable intermediate from the B: dropped
+              _FakeParticle(1, 5),  # its pion: hangs off the B, the nearest decayed ancestor
+              _FakeParticle(1, 3)]  # a pion from the parton: hangs off the beams
+    hep = _hepevt(record)
+    assert hep["pid"].tolist() == [2212, 2212, 511, 211, 211]
+    assert hep["status"].tolist() == [4, 4, 2, 1, 1]
+    assert hep["parents"].tolist() == [[-1, -1], [-1, -1], [0, 1], [2, 2], [0, 1]]
+
+
+def test_track_simulate_ttbar_with_pileup(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("acts")
+    pytest.importorskip("pythia8mc")
+    pytest.importorskip("pyhepmc")
+    from sparsegnn.cli.main import main
+
+    out = tmp_path / "ttbar"
+    assert main(["track", "simulate", "--ttbar", "--pileup", "2", "--events", "1", "--seed",
+                 "3", "--out", str(out), "--no-progress", "--json"]) == 0
+    assert '"ttbar": true, "pileup": 2' in capsys.readouterr().out
+    ev = read_event(out, "event000000000")
+    # ttbar alone gives well over a hundred charged particles and a thousand hits.
+    assert len(ev.particles) > 100 and ev.num_hits > 1000
+    assert (ev.particle_index >= 0).all() and ev.particles.nhits.sum() == ev.num_hits
+    assert sorted(p.name for p in out.iterdir()) == ["acts"] + [
+        f"event000000000-{kind}.csv" for kind in ("hits", "particles", "truth")]

@@ -1,9 +1,10 @@
 """``sparsegnn track``: Exa.TrkX-style tracking on TrackML-format events.
 
 Stages, each reading the previous one's files so a run restarts anywhere:
-``simulate`` (ACTS particle gun, needs pyacts) -> ``build-graphs`` -> ``train`` ->
-``reconstruct`` -> ``evaluate``. ``evaluate`` also runs on raw events alone: with
-``--graph truth`` and no ``--model`` it scores the truth-built graph with an oracle.
+``simulate`` (ACTS particle gun or Pythia8 ttbar + pileup, needs pyacts) ->
+``build-graphs`` -> ``train`` -> ``reconstruct`` -> ``evaluate``. ``evaluate`` also runs
+on raw events alone: with ``--graph truth`` and no ``--model`` it scores the truth-built
+graph with an oracle.
 ``ckf`` runs the traditional peer (ACTS seeding + combinatorial Kalman filter) on
 simulated events and scores it with the same metrics.
 """
@@ -105,13 +106,20 @@ def _clean(obj: Any) -> Any:
 
 # ---------------------------------------------------------------------------- simulate
 def _register_simulate(stages: argparse._SubParsersAction) -> None:
-    p = stages.add_parser("simulate", help="simulate particle-gun events with ACTS (pyacts)")
-    p.add_argument("--gun", type=int, required=True, metavar="N", help="muons per event")
-    p.add_argument("--num-events", type=int, default=10)
-    p.add_argument("--pt-min", type=float, default=0.5, help="GeV")
-    p.add_argument("--pt-max", type=float, default=10.0, help="GeV")
+    p = stages.add_parser("simulate", help="simulate events with ACTS (particle gun, or "
+                          "Pythia8 ttbar + pileup)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--gun", type=int, metavar="N", help="muons per event (particle gun)")
+    source.add_argument("--ttbar", action="store_true",
+                        help="Pythia8 ttbar events (needs pythia8mc and pyhepmc)")
+    p.add_argument("--pileup", type=int, default=0, metavar="MU",
+                   help="with --ttbar: minimum-bias interactions per event (fixed, default 0)")
+    p.add_argument("--events", "--num-events", dest="num_events", type=int, default=10)
+    p.add_argument("--pt-min", type=float, default=0.5, help="GeV (particle gun)")
+    p.add_argument("--pt-max", type=float, default=10.0, help="GeV (particle gun)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_json_flag(p)
     p.set_defaults(func=_simulate)
 
@@ -119,10 +127,19 @@ def _register_simulate(stages: argparse._SubParsersAction) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.simulate import GunConfig, simulate_gun
 
-    cfg = GunConfig(events=args.num_events, particles=args.gun, pt_min=args.pt_min,
-                    pt_max=args.pt_max, seed=args.seed)
-    prefixes = simulate_gun(args.out, cfg)
-    result = {"out": str(args.out), "events": prefixes, "particles_per_event": args.gun}
+    progress = not args.no_progress
+    if args.ttbar:
+        from sparsegnn.tracking.ttbar import TtbarConfig, simulate_ttbar
+
+        prefixes = simulate_ttbar(args.out, TtbarConfig(args.num_events, args.pileup, args.seed,
+                                                        progress))
+        source = {"ttbar": True, "pileup": args.pileup}
+    else:
+        cfg = GunConfig(events=args.num_events, particles=args.gun, pt_min=args.pt_min,
+                        pt_max=args.pt_max, seed=args.seed, progress=progress)
+        prefixes = simulate_gun(args.out, cfg)
+        source = {"particles_per_event": args.gun}
+    result = {"out": str(args.out), "events": prefixes, **source}
     return emit(args, result, f"simulated {len(prefixes)} events into {args.out}")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from sparsegnn.errors import DataFormatError
 from sparsegnn.tracking.events import read_columns
@@ -44,6 +45,7 @@ class GunConfig:
     pt_max: float = 10.0
     eta_max: float = 2.5
     seed: int = 42
+    progress: bool = False  # tqdm bars on stderr
 
 
 ACTS_SUBDIR = "acts"  # ACTS's own CSV, kept beside the TrackML files for the CKF peer
@@ -51,7 +53,7 @@ ACTS_SUBDIR = "acts"  # ACTS's own CSV, kept beside the TrackML files for the CK
 
 def simulate_gun(out_dir: str | Path, cfg: GunConfig) -> list[str]:
     """Simulate ``cfg.events`` events into ``out_dir`` as TrackML CSV; returns their prefixes."""
-    acts, sim = _import_acts()
+    acts, sim = import_acts()
     u = acts.UnitConstants
 
     def add_gun(seq: Any, rnd: Any, raw: Path) -> None:
@@ -63,10 +65,10 @@ def simulate_gun(out_dir: str | Path, cfg: GunConfig) -> list[str]:
             multiplicity=1, vtxGen=beam_spot(acts), rnd=rnd, outputDirCsv=str(raw),
         )
 
-    return run_acts(out_dir, cfg.events, cfg.seed, add_gun)
+    return run_acts(out_dir, cfg.events, cfg.seed, add_gun, cfg.progress)
 
 
-def _import_acts() -> tuple[Any, Any]:
+def import_acts() -> tuple[Any, Any]:
     """``acts`` and ``acts.examples.simulation``, with an install hint when missing."""
     try:
         import acts
@@ -93,13 +95,13 @@ def generic_detector(acts: Any) -> tuple[Any, Any]:
 
 
 def run_acts(out_dir: str | Path, events: int, seed: int,
-             add_input: Callable[[Any, Any, Path], None]) -> list[str]:
+             add_input: Callable[[Any, Any, Path], None], progress: bool = False) -> list[str]:
     """Generator (``add_input``) -> Fatras -> smeared digitisation, then TrackML CSV.
 
     ACTS's CSV stays in ``out_dir/acts``: the CKF peer reads its measurements there, so
     both reconstructions see the very same hits.
     """
-    acts, sim = _import_acts()
+    acts, sim = import_acts()
     out_dir = Path(out_dir)
     raw = out_dir / ACTS_SUBDIR
     raw.mkdir(parents=True, exist_ok=True)
@@ -113,8 +115,26 @@ def run_acts(out_dir: str | Path, events: int, seed: int,
     sim.addFatras(seq, tracking, field, rnd=rnd, outputDirCsv=str(raw))
     sim.addDigitization(seq, tracking, field, digiConfigFile=str(digi), rnd=rnd,
                         outputDirCsv=str(raw))
-    seq.run()
-    return [convert_event(raw, f"event{i:09d}", out_dir) for i in range(events)]
+    with tqdm(total=events, desc="fatras", unit="event", disable=not progress) as bar:
+        seq.addAlgorithm(_progress(acts, bar))
+        seq.run()
+    return [convert_event(raw, f"event{i:09d}", out_dir)
+            for i in tqdm(range(events), desc="to TrackML", disable=not progress)]
+
+
+def _progress(acts: Any, bar: tqdm) -> Any:
+    """An algorithm that advances ``bar`` once per simulated event."""
+    ex = acts.examples
+
+    class Progress(ex.IAlgorithm):
+        def __init__(self) -> None:
+            super().__init__("Progress", acts.logging.WARNING)
+
+        def execute(self, context: Any) -> Any:
+            bar.update(1)
+            return ex.ProcessCode.SUCCESS
+
+    return Progress()
 
 
 def _digi_config() -> dict:
