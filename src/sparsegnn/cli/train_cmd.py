@@ -90,11 +90,11 @@ def is_distributed(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     if args.mode == "minibatch":
-        from sparsegnn.train.minibatch import run_from_args
+        from sparsegnn.cli.train_minibatch import run_from_args
 
         return run_from_args(args)
     if is_distributed(args):
-        from sparsegnn.train.distributed import run_from_args
+        from sparsegnn.cli.train_distributed import run_from_args
 
         return run_from_args(args)
     graph = load_any(args.dataset, args.data_dir, seed=args.seed)
