@@ -103,6 +103,24 @@ def test_nodewise_blocks_are_true_neighbours_with_exact_counts(graph: CSRMatrix)
             targets = frontier
 
 
+@pytest.mark.parametrize("unit", [True, False])
+def test_nodewise_block_values_are_the_mean_of_the_drawn_entries(graph: CSRMatrix,
+                                                                   unit: bool) -> None:
+    """A block row holds A's drawn entries divided by their sum: 1 / count each for a
+    pattern matrix (whose values are never read), the weighted mean otherwise."""
+    g = torch.Generator().manual_seed(3)
+    values = torch.ones(graph.nnz) if unit else torch.rand(graph.nnz, generator=g) + 0.5
+    adj = CSRMatrix(graph.crow, graph.col, values, graph.shape)
+    dense = adj.to_dense()
+    batch = NodeWiseSampler(adj, [5]).sample(seed_lists(adj.shape[0], 1, 30), generators(1))[0]
+    block = batch.layers[0]
+    rows = batch.seeds[block.row_indices()]
+    cols = _frontier_of(batch, block)[block.col]
+    drawn = dense[rows, cols]
+    sums = torch.zeros(block.shape[0]).index_add_(0, block.row_indices(), drawn)
+    torch.testing.assert_close(block.val, drawn / sums[block.row_indices()])
+
+
 def _frontier_of(batch: SampledBatch, block: CSRMatrix) -> torch.Tensor:
     """Input vertex ids of ``block``: a prefix of node_ids, as every frontier is."""
     return batch.node_ids[: block.shape[1]]
