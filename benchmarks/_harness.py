@@ -34,8 +34,10 @@ Row = dict[str, Any]
 
 
 # ---------------------------------------------------------------------- arguments, output
-def parse_args(description: str, extra_flags: dict[str, str] | None = None) -> argparse.Namespace:
-    """The flags every benchmark accepts, plus boolean ``extra_flags`` (name -> help).
+def parse_args(description: str, extra_flags: dict[str, str] | None = None,
+               extra_values: dict[str, str] | None = None) -> argparse.Namespace:
+    """The flags every benchmark accepts, plus boolean ``extra_flags`` and string-valued
+    ``extra_values`` (name -> help; absent values are None).
 
     ``--child`` is internal: :func:`run_isolated` passes one configuration through it.
     """
@@ -46,6 +48,8 @@ def parse_args(description: str, extra_flags: dict[str, str] | None = None) -> a
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     for name, text in (extra_flags or {}).items():
         parser.add_argument(f"--{name}", action="store_true", help=text)
+    for name, text in (extra_values or {}).items():
+        parser.add_argument(f"--{name}", default=None, help=text)
     return parser.parse_args()
 
 

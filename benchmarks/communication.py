@@ -17,6 +17,7 @@ with both, to the same accuracy.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -72,7 +73,7 @@ def volume_rows(spec: str, ranks: list[int]) -> list[Row]:
                     "partition_s": round(lay.partition_seconds, 2),
                     "max_lower_bound": bound if label == "sparse-1d" else None,
                 })
-            print(f"  {spec} P={p} {partitioner}: done", flush=True)
+                print(f"  {json.dumps(rows[-1])}", flush=True)
     return rows
 
 
@@ -163,7 +164,8 @@ def acceptance(volumes: list[Row], graphs: dict[str, str], p: int) -> dict[str, 
 
 def main() -> int:
     args = parse_args(__doc__ or "", {"no-gloo": "skip the real-rank runs",
-                                      "medium": "64k-vertex graphs, P to 256"})
+                                      "medium": "64k-vertex graphs, P to 256"},
+                      {"graphs": "comma-separated subset of sbm,dcsbm,rmat (default: all)"})
     torch.set_num_threads(1)  # the volume part is sorts of index arrays: threads only contend
     # sbm: equal communities, uniform degrees; dcsbm: the same, degree-corrected (power-law
     # degrees inside communities, hubs); rmat: skewed, no planted communities.
@@ -179,6 +181,8 @@ def main() -> int:
     graphs = {"sbm": f"sbm:nodes={n},blocks={blocks},degree=20",
               "dcsbm": f"sbm:nodes={n},blocks={blocks // 4},degree=20,powerlaw=2.5",
               "rmat": rmat}
+    if args.graphs:
+        graphs = {name: graphs[name] for name in args.graphs.split(",")}
     start = time.perf_counter()
     volumes = [row for spec in graphs.values() for row in volume_rows(spec, ranks)]
     print_table(volumes, ["graph", "p", "partitioner", "scheme", "rows_total", "rows_max",

@@ -53,15 +53,26 @@ def make_graph(scale: int, features: int, classes: int) -> Setup:
     return Setup(adj, g.x, y, epoch_permutation(g.num_nodes, 0, 0))
 
 
-def timed(fn: Callable[[], int]) -> float:
-    """Items per second of ``fn`` (which returns how many items it produced)."""
-    start = time.perf_counter()
+@dataclass(frozen=True)
+class Rate:
+    """Items per second of one measurement, by wall clock and by process CPU time.
+
+    Both sides run on one thread, so CPU time is the fairer figure on a machine shared
+    with other jobs (it does not count the time the process waited for a core)."""
+
+    wall: float
+    cpu: float
+
+
+def timed(fn: Callable[[], int]) -> Rate:
+    """The rate of ``fn`` (which returns how many items it produced)."""
+    start, cpu_start = time.perf_counter(), time.process_time()
     count = fn()
-    return count / (time.perf_counter() - start)
+    return Rate(count / (time.perf_counter() - start), count / (time.process_time() - cpu_start))
 
 
 # ---------------------------------------------------------------------- ours
-def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> float:
+def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> Rate:
     sampler = NodeWiseSampler(s.adj, FANOUTS)
     seeds = [s.seeds[i * batch_size : (i + 1) * batch_size] for i in range(batches)]
 
@@ -74,7 +85,7 @@ def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> float:
     return timed(run)
 
 
-def ours_training(s: Setup, steps: int, batch_size: int, hidden: int) -> float:
+def ours_training(s: Setup, steps: int, batch_size: int, hidden: int) -> Rate:
     sampler = NodeWiseSampler(s.adj, FANOUTS)
     train = s.seeds[: steps * batch_size]
     loader = MinibatchLoader(sampler, train, s.x, s.y, batch_size=batch_size, bulk=min(steps, 64))
@@ -145,9 +156,9 @@ def torch_batches(
         )
 
 
-def pyg_batches(
-    s: Setup, batches: int, batch_size: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def pyg_loader(s: Setup, batches: int, batch_size: int) -> Callable[[], Iterator]:
+    """PyG's NeighborLoader over the same graph and seeds, built once (its conversion of
+    the graph to CSC is set-up, like building our CSRMatrix, and is not timed)."""
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
@@ -159,27 +170,37 @@ def pyg_batches(
         input_nodes=s.seeds[: batches * batch_size],
         shuffle=False,
     )
-    for batch in loader:
-        yield batch.n_id, batch.edge_index
+
+    def batches_of() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for batch in loader:
+            yield batch.n_id, batch.edge_index
+
+    return batches_of
 
 
-def peer_batches(s: Setup, status: str | None, batches: int, batch_size: int) -> Iterator:
-    return torch_batches(s, batches, batch_size) if status else pyg_batches(s, batches, batch_size)
+def peer_batches(s: Setup, status: str | None, batches: int, batch_size: int
+                 ) -> Callable[[], Iterator]:
+    """A factory of the peer's minibatch stream (built here, iterated in the timing)."""
+    if status:
+        return lambda: torch_batches(s, batches, batch_size)
+    return pyg_loader(s, batches, batch_size)
 
 
-def peer_sampling(s: Setup, status: str | None, batches: int, batch_size: int) -> float:
-    return timed(lambda: sum(1 for _ in peer_batches(s, status, batches, batch_size)))
+def peer_sampling(s: Setup, status: str | None, batches: int, batch_size: int) -> Rate:
+    stream = peer_batches(s, status, batches, batch_size)
+    return timed(lambda: sum(1 for _ in stream()))
 
 
-def peer_training(s: Setup, status: str | None, steps: int, batch_size: int, hidden: int) -> float:
+def peer_training(s: Setup, status: str | None, steps: int, batch_size: int, hidden: int) -> Rate:
     from torch_geometric.nn.models import GraphSAGE as PygSAGE
 
     model = PygSAGE(s.x.shape[1], hidden, len(FANOUTS), int(s.y.max()) + 1, dropout=0.5)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    stream = peer_batches(s, status, steps, batch_size)
 
     def run() -> int:
         seen = 0
-        for i, (n_id, edge_index) in enumerate(peer_batches(s, status, steps, batch_size)):
+        for i, (n_id, edge_index) in enumerate(stream()):
             seeds = s.seeds[i * batch_size : (i + 1) * batch_size]
             opt.zero_grad()
             out = model(s.x[n_id], edge_index)[: seeds.numel()]
@@ -192,45 +213,56 @@ def peer_training(s: Setup, status: str | None, steps: int, batch_size: int, hid
 
 
 # ---------------------------------------------------------------------- driver
-def bench_graph(scale: int, args: argparse.Namespace, status: str | None) -> dict[str, Any]:
+def bench_graph(scale: int, args: argparse.Namespace, status: str | None
+                ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Result rows of one graph and its speedups (ours at the largest k vs the peer)."""
     s = make_graph(scale, args.features, args.classes)
     peer_name = "pure-torch sampler (one sort per frontier)" if status else "PyG NeighborLoader"
-    ours = {str(k): ours_sampling(s, k, args.batches, args.batch_size) for k in args.bulk}
-    out: dict[str, Any] = {
-        "scale": scale,
-        "num_nodes": s.adj.shape[0],
-        "nnz": s.adj.nnz,
-        "sampling_minibatches_per_s": {
-            "ours": ours,
-            "peer": peer_sampling(s, status, args.batches, args.batch_size),
-        },
-        "peer": peer_name,
+    size = {"graph": f"rmat:{scale}", "num_nodes": s.adj.shape[0], "nnz": s.adj.nnz,
+            "batch_size": args.batch_size, "fanouts": list(FANOUTS)}
+    rows = []
+    for k in args.bulk:
+        r = ours_sampling(s, k, args.batches, args.batch_size)
+        rows.append({"what": "sampling", "ours": f"NodeWiseSampler k={k}", "peer": peer_name,
+                     "side": "ours", "k": k, "minibatches_per_s": r.wall,
+                     "minibatches_per_cpu_s": r.cpu, **size})
+    r = peer_sampling(s, status, args.batches, args.batch_size)
+    rows.append({"what": "sampling", "ours": "", "peer": peer_name, "side": "peer",
+                 "minibatches_per_s": r.wall, "minibatches_per_cpu_s": r.cpu, **size})
+    top = max(args.bulk)
+    ours_top = next(x for x in rows if x.get("k") == top)
+    speedups = {
+        f"rmat{scale}/sampling_k{top}": ours_top["minibatches_per_s"] / r.wall,
+        f"rmat{scale}/sampling_k{top}_cpu": ours_top["minibatches_per_cpu_s"] / r.cpu,
     }
     if args.train_steps:
-        out["training_seeds_per_s"] = {
-            "ours": ours_training(s, args.train_steps, args.batch_size, args.hidden),
-            "peer": peer_training(s, status, args.train_steps, args.batch_size, args.hidden),
-            "peer_model": "torch_geometric.nn.models.GraphSAGE",
-        }
-    return out
+        ours_t = ours_training(s, args.train_steps, args.batch_size, args.hidden)
+        peer_t = peer_training(s, status, args.train_steps, args.batch_size, args.hidden)
+        for side, t, model in (("ours", ours_t, "sparsegnn GraphSAGE + MinibatchLoader"),
+                               ("peer", peer_t, "torch_geometric GraphSAGE + " + peer_name)):
+            rows.append({"what": "training", "side": side, "ours": model if side == "ours"
+                         else "", "peer": model if side == "peer" else "",
+                         "seeds_per_s": t.wall, "seeds_per_cpu_s": t.cpu,
+                         "hidden": args.hidden, "features": args.features, **size})
+        speedups[f"rmat{scale}/training"] = ours_t.wall / peer_t.wall
+        speedups[f"rmat{scale}/training_cpu"] = ours_t.cpu / peer_t.cpu
+    return rows, speedups
 
 
-def summary(results: list[dict[str, Any]], status: str | None) -> str:
+def summary(rows: list[dict[str, Any]], status: str | None) -> str:
     lines = [f"peer: {'PyG NeighborLoader' if status is None else 'UNAVAILABLE - ' + status}"]
     if status:
         lines.append(
             "comparing with a pure-torch vectorised sampler instead (PyG's model for training)"
         )
-    for r in results:
-        samp = r["sampling_minibatches_per_s"]
-        ours = ", ".join(f"k={k}: {v:.2f}" for k, v in samp["ours"].items())
-        lines.append(
-            f"R-MAT 2^{r['scale']} ({r['num_nodes']} vertices, {r['nnz']} nonzeros): "
-            f"sampling minibatches/s ours {ours}; {r['peer']} {samp['peer']:.2f}"
-        )
-        if "training_seeds_per_s" in r:
-            t = r["training_seeds_per_s"]
-            lines.append(f"  training seeds/s: ours {t['ours']:.0f}, peer {t['peer']:.0f}")
+    for r in rows:
+        label = r["ours"] or r["peer"]
+        if r["what"] == "sampling":
+            lines.append(f"{r['graph']} sampling  {label:<45} {r['minibatches_per_s']:8.2f} "
+                         f"minibatches/s ({r['minibatches_per_cpu_s']:.2f} per CPU s)")
+        else:
+            lines.append(f"{r['graph']} training  {label:<45} {r['seeds_per_s']:8.0f} "
+                         f"seeds/s ({r['seeds_per_cpu_s']:.0f} per CPU s)")
     return "\n".join(lines)
 
 
@@ -248,9 +280,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--features", type=int, default=128)
     p.add_argument("--classes", type=int, default=16)
     p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (0: torch's default; PyG's sampler uses one)")
+    p.add_argument("--quick", action="store_true", help="a 2^14 graph, a few minibatches")
     p.add_argument("--json", action="store_true", help="print one JSON object last")
     args = p.parse_args(argv)
+    if args.quick:
+        args.scales, args.bulk, args.batches, args.train_steps = "14", "1,4", 8, 2
     args.scales = [int(x) for x in args.scales.split(",")]
     args.bulk = [int(x) for x in args.bulk.split(",")]
     return args
@@ -261,14 +297,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     status = pyg_status()
-    results = [bench_graph(scale, args, status) for scale in args.scales]
-    print(summary(results, status))
+    rows: list[dict[str, Any]] = []
+    speedups: dict[str, float] = {}
+    for scale in args.scales:
+        graph_rows, graph_speedups = bench_graph(scale, args, status)
+        rows += graph_rows
+        speedups.update(graph_speedups)
+    print(summary(rows, status))
+    print("speedups (peer time / our time, > 1 = we are faster):")
+    for name, value in speedups.items():
+        print(f"  {name}: {value:.2f}")
     if args.json:
         sys.stdout.flush()
         config = {k: v for k, v in vars(args).items() if k != "json"}
-        print(
-            json.dumps({"peer_status": status or "available", "config": config, "graphs": results})
-        )
+        metrics = {"peer_status": status or "available", "config": config,
+                   "torch_threads": torch.get_num_threads()}
+        print(json.dumps({"results": rows, "speedups": speedups, "metrics": metrics}))
     return 0
 
 
