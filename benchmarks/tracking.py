@@ -13,7 +13,7 @@ on the training events only; both reconstructions then run on the same held-out 
 events, and both are scored by ``sparsegnn.tracking.metrics.track_metrics`` (double
 majority; reconstructable = pT >= 1 GeV, >= 3 hits, |eta| < 4).
 
-The edge-score cut is the one of 0.5-0.9 with the best TrackML score on two training
+The edge-score cut is the one of 0.1-0.9 with the best TrackML score on two training
 events. Seconds per event, one thread each, CSV reading excluded on both sides: GNN =
 graph construction + edge scoring + walkthrough track building; CKF = space points + seeding
 + parameter estimation + CKF + greedy ambiguity resolution (ACTS's own timing). The
@@ -46,7 +46,7 @@ from sparsegnn.tracking.train import TrackTrainConfig, predict, train
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
 # The cuts docs/tracking.md tuned on 200-muon events (pT >= ~0.3 GeV, |z0| < 300 mm).
 CUTS = DoubletCuts(dphi=0.05, phi_slope=0.001, z0=300.0)
-CUT_CHOICES = (0.5, 0.6, 0.7, 0.8, 0.9)  # edge-score cuts tried on training events
+CUT_CHOICES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # tried on training events
 
 
 @dataclass(frozen=True)
