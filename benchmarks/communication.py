@@ -32,7 +32,7 @@ from _harness import Row, emit, parse_args, print_table
 from sparsegnn.cli.plan_cmd import layout, plan_epoch
 from sparsegnn.data import load_any
 from sparsegnn.distributed import barrier, close_session, grid_shape, init_session, spawn
-from sparsegnn.partition import Adjacency, partition
+from sparsegnn.partition import Adjacency, partition, size_cap
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.distributed import DistributedConfig, train_rank
 from sparsegnn.train.fullgraph import TrainConfig, operator_for, row_normalize
@@ -82,8 +82,7 @@ def max_load_bound(degree: np.ndarray, p: int, imbalance: float = 0.03) -> int:
     vertex v receives every neighbour of v outside it, at least ``deg(v) - cap + 1``
     with ``cap`` the largest part size the tolerance allows. One hub can thus fix the
     maximum whatever the partitioner does."""
-    cap = int(np.ceil((1 + imbalance) * len(degree) / p))
-    return max(0, int(degree.max()) - cap + 1)
+    return max(0, int(degree.max()) - size_cap(len(degree), p, imbalance) + 1)
 
 
 def _gloo_body(spec: str, cfg: TrainConfig, todo: list[tuple], work: str) -> list[Row]:

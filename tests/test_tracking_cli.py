@@ -8,21 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from sparsegnn.cli.main import main
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
-pytestmark = pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present")
+pytestmark = [pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present"),
+              pytest.mark.usefixtures("one_thread")]
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: extra intra-op threads only add contention on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:

@@ -7,14 +7,7 @@ import torch
 
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are tiny: extra intra-op threads only add contention on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def dense_reference(model: InteractionNetwork, x: torch.Tensor, edge_attr: torch.Tensor,

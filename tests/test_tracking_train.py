@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
@@ -14,14 +13,7 @@ from sparsegnn.tracking.metrics import roc_auc
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.train import TrackTrainConfig, load_model, predict, save_model, train
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: extra intra-op threads only add contention on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def straight_tracks(n_tracks: int, seed: int, layers: int = 5, n_noise: int = 5) -> Event:

@@ -64,6 +64,11 @@ class LoadTable:
         return np.where(self.keys[idx] == query, self.counts[idx], 0)
 
 
+def size_cap(num_nodes: int, nparts: int, imbalance: float) -> int:
+    """The most vertices a part may hold under the size tolerance ``imbalance``."""
+    return math.ceil((1 + imbalance) * num_nodes / nparts)
+
+
 def build_table(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, nparts: int) -> LoadTable:
     """Neighbour counts of every (vertex, part) pair from the edges ``src -> dst``."""
     keys, counts = np.unique(src * nparts + parts[dst], return_counts=True)
@@ -97,7 +102,7 @@ def refine_max_volume(
     parts = np.asarray(parts, dtype=np.int64).copy()
     if nparts < 2 or adj.num_edges == 0:
         return parts
-    cap = math.ceil((1 + imbalance) * adj.num_nodes / nparts)
+    cap = size_cap(adj.num_nodes, nparts, imbalance)
     cap = max(cap, int(np.bincount(parts, minlength=nparts).max()))
     src, dst = adj.sources(), adj.indices
     table = build_table(src, dst, parts, nparts)
