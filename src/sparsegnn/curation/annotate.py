@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sparsegnn.curation._optional import require
-from sparsegnn.curation.distil import Annotator, corpus_ids, to_csr
+from sparsegnn.curation.distil import Annotator, as_operand, corpus_ids
 from sparsegnn.curation.ingest import DOCUMENTS_FILE, iter_ids, iter_texts
 from sparsegnn.curation.labels import Prediction, annotation_batch
 from sparsegnn.train.memory import peak_memory_bytes
@@ -50,8 +50,8 @@ def predict(logits: torch.Tensor, classes: list[str]) -> Prediction:
 def encode_corpus(annotator: Annotator, store: Path, batch_rows: int, bar: tqdm) -> torch.Tensor:
     """``H0 = X W_in`` for every document, featurized one batch at a time."""
     blocks = []
-    for block in annotator.tfidf.transform_iter(iter_texts(store, batch_rows)):
-        blocks.append(annotator.model.encode(to_csr(block)))
+    for block in annotator.featurizer.transform_iter(iter_texts(store, batch_rows)):
+        blocks.append(annotator.model.encode(as_operand(block)))
         bar.update(block.shape[0])
     return torch.cat(blocks)
 

@@ -32,12 +32,14 @@ from sparsegnn.curation.labels import CategoryLabels, LabelSet
 from sparsegnn.curation.schema import Schema
 from sparsegnn.curation.student import DocumentGraph, GraphStudent, StudentConfig
 from sparsegnn.data.edges import undirected_edge_index
+from sparsegnn.data.embed import SentenceEmbedder
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
 from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
 from sparsegnn.train import EpochStats, TrainConfig, fit
 
 Split = Literal["train", "val", "test"]
+Featurizer = HashedTfidf | SentenceEmbedder
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Annotator:
     """A trained model with everything needed to annotate: featurizer, classes, schema."""
 
     model: GraphStudent
-    tfidf: HashedTfidf
+    featurizer: Featurizer
     classes: dict[str, list[str]]
     schema: Schema
     config: StudentConfig
@@ -56,7 +58,8 @@ class Annotator:
             "config": self.config.to_dict(),
             "schema": self.schema.to_dict(),
             "classes": self.classes,
-            "idf": torch.from_numpy(self.tfidf.idf_),
+            "idf": (torch.from_numpy(self.featurizer.idf_)
+                    if isinstance(self.featurizer, HashedTfidf) else None),
             "state": self.model.state_dict(),
             "known": None if self.known is None else _known_to_dict(self.known),
         }, Path(path))
@@ -65,14 +68,15 @@ class Annotator:
     def load(cls, path: str | Path) -> Annotator:
         ckpt = torch.load(Path(path), map_location="cpu", weights_only=True)
         cfg = StudentConfig(**ckpt["config"])
-        tfidf = _featurizer(cfg)
-        tfidf.idf_ = ckpt["idf"].numpy()
-        model = GraphStudent(cfg.n_features, cfg.hidden, cfg.hops,
+        featurizer = _featurizer(cfg)
+        if isinstance(featurizer, HashedTfidf):
+            featurizer.idf_ = ckpt["idf"].numpy()
+        model = GraphStudent(in_features(cfg), cfg.hidden, cfg.hops,
                              {c: len(v) for c, v in ckpt["classes"].items()}, cfg.dropout,
                              cfg.label_inputs)
         model.load_state_dict(ckpt["state"])
         known = None if ckpt["known"] is None else _known_from_dict(ckpt["known"])
-        return cls(model.eval(), tfidf, ckpt["classes"], Schema.from_dict(ckpt["schema"]), cfg,
+        return cls(model.eval(), featurizer, ckpt["classes"], Schema.from_dict(ckpt["schema"]), cfg,
                    known)
 
     def graph(self, store_dir: str | Path, ids: list[str]) -> DocumentGraph | None:
@@ -96,14 +100,26 @@ def _known_from_dict(data: dict[str, Any]) -> LabelSet:
                                   for c, v in data["codes"].items()})
 
 
-def _featurizer(cfg: StudentConfig) -> HashedTfidf:
+def _featurizer(cfg: StudentConfig) -> Featurizer:
+    if cfg.featurizer == "minilm":
+        return SentenceEmbedder()
+    if cfg.featurizer != "tfidf":
+        raise ValueError(f"unknown featurizer {cfg.featurizer!r}: use 'tfidf' or 'minilm'")
     return HashedTfidf(n_features=cfg.n_features, ngram_range=(1, cfg.ngram_max),
                        sublinear_tf=True, min_df=cfg.min_df)
 
 
-def to_csr(mat: sp.csr_matrix) -> CSRMatrix:
-    """A scipy CSR block as our CSRMatrix (float32), the operand of the input SpMM."""
-    return CSRMatrix.from_scipy(mat.astype(np.float32))
+def in_features(cfg: StudentConfig) -> int:
+    """Width of the feature rows the input projection reads."""
+    return SentenceEmbedder.dim if cfg.featurizer == "minilm" else cfg.n_features
+
+
+def as_operand(block: sp.csr_matrix | np.ndarray) -> CSRMatrix | torch.Tensor:
+    """A featurized block as the input projection's operand: sparse TF-IDF rows as our
+    CSRMatrix (float32, multiplied by SpMM), dense embeddings as a tensor."""
+    if sp.issparse(block):
+        return CSRMatrix.from_scipy(block.astype(np.float32))
+    return torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
 
 
 def document_graph(store_dir: str | Path) -> DocumentGraph:
@@ -135,7 +151,7 @@ def corpus_ids(store_dir: str | Path, batch_rows: int = 65536) -> list[str]:
 class DistilTask:
     """Labelled rows per split and soft targets per category (hard labels are one-hot)."""
 
-    x: CSRMatrix
+    x: CSRMatrix | torch.Tensor
     adj: DocumentGraph | None
     heads: dict[str, slice]
     rows: dict[str, torch.Tensor]
@@ -222,15 +238,18 @@ def distil(
                               f"e.g. {unknown[:3]}")
     train_ids, val = _split_ids(labels.ids, val_ids, val_fraction, cfg.seed)
     classes = _classes(labels, schema)
-    tfidf = _featurizer(cfg)
+    featurizer = _featurizer(cfg)
     store = Path(store_dir) / DOCUMENTS_FILE
-    tfidf.fit(t for chunk in iter_texts(store, 8192) for t in chunk)
-    x = to_csr(sp.vstack(list(tfidf.transform_iter(iter_texts(store, 8192))), format="csr"))
+    if isinstance(featurizer, HashedTfidf):  # embeddings have nothing to fit
+        featurizer.fit(t for chunk in iter_texts(store, 8192) for t in chunk)
+    blocks = list(featurizer.transform_iter(iter_texts(store, 8192)))
+    x = as_operand(sp.vstack(blocks, format="csr") if sp.issparse(blocks[0])
+                   else np.concatenate(blocks))
     graph = document_graph(store_dir) if cfg.hops > 0 or cfg.label_inputs else None
     if graph is not None and cfg.label_inputs:
         graph.labels = label_matrix(row_of, labels.subset(train_ids), classes, len(ids))
     torch.manual_seed(cfg.seed)
-    model = GraphStudent(cfg.n_features, cfg.hidden, cfg.hops,
+    model = GraphStudent(in_features(cfg), cfg.hidden, cfg.hops,
                          {c: len(v) for c, v in classes.items()}, cfg.dropout, cfg.label_inputs)
     task = DistilTask(x, graph, model.head_slices(), {}, {})
     for split, split_ids in (("train", train_ids), ("val", val)):
@@ -241,7 +260,7 @@ def distil(
                             patience=cfg.patience, seed=cfg.seed, progress=progress)
     result = fit(model, task, train_cfg, on_epoch=best.update)
     model.load_state_dict(best.state)
-    annotator = Annotator(model.eval(), tfidf, classes, schema, cfg, labels)
+    annotator = Annotator(model.eval(), featurizer, classes, schema, cfg, labels)
     return DistilResult(annotator, result.best_val_accuracy, result.epochs_run,
                         time.perf_counter() - start)
 

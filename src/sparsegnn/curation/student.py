@@ -14,8 +14,10 @@ loop, so a document never sees its own label, only its neighbours'.
 
 Projecting *before* propagating is what makes bulk annotation cheap and bounded: X is
 only ever touched one batch of documents at a time (``H0`` is ``n x hidden``, dense), and
-each hop is one SpMM over ``n x hidden``. ``hops=0`` is the text-only student; a wider,
-deeper configuration on more hashed n-grams is the slower teacher-side model.
+each hop is one SpMM over ``n x hidden``. ``hops=0`` is the text-only student; the
+teacher-side model reads sentence embeddings of a 6-layer transformer
+(:class:`~sparsegnn.data.embed.SentenceEmbedder`) instead of hashed n-grams, through a
+wider projection: the larger, slower model that the TF-IDF student is compared with.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from sparsegnn.sparse import CSRMatrix, spmm
 class StudentConfig:
     """Features, architecture and optimisation of an annotator."""
 
+    featurizer: str = "tfidf"  # or "minilm": sentence embeddings (n_features unused)
     n_features: int = 2**14
     ngram_max: int = 1
     min_df: int = 2
@@ -52,7 +55,7 @@ class StudentConfig:
 
 
 TEXT_ONLY = StudentConfig(hops=0)
-TEACHER_SIDE = StudentConfig(n_features=2**15, ngram_max=2, hidden=256, hops=3, min_df=1)
+TEACHER_SIDE = StudentConfig(featurizer="minilm", hidden=256, hops=2)
 
 
 @dataclass
@@ -87,9 +90,9 @@ class GraphStudent(nn.Module):
         for head in self.heads.values():
             head.reset_parameters()
 
-    def encode(self, x: CSRMatrix) -> torch.Tensor:
-        """``X W_in`` for a batch of documents (rows of X)."""
-        return spmm(x, self.w_in)
+    def encode(self, x: CSRMatrix | torch.Tensor) -> torch.Tensor:
+        """``X W_in`` for a batch of documents (rows of X: sparse TF-IDF or dense)."""
+        return spmm(x, self.w_in) if isinstance(x, CSRMatrix) else x @ self.w_in
 
     def propagate(self, h0: torch.Tensor, graph: DocumentGraph | None) -> torch.Tensor:
         """``[H0 | ÂH0 | ... | Â^K H0 | L]``, the representation the heads read."""
@@ -109,7 +112,7 @@ class GraphStudent(nn.Module):
         z = F.dropout(F.relu(z), self.dropout, self.training)
         return {c: head(z) for c, head in self.heads.items()}
 
-    def forward(self, x: CSRMatrix, adj: DocumentGraph | None) -> torch.Tensor:
+    def forward(self, x: CSRMatrix | torch.Tensor, adj: DocumentGraph | None) -> torch.Tensor:
         """All heads' logits side by side (``[n, sum of classes]``, in head order), the one
         tensor :func:`sparsegnn.train.fit` expects; :meth:`head_slices` splits it."""
         return torch.cat(list(self.classify(self.propagate(self.encode(x), adj)).values()), 1)
