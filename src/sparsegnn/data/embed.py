@@ -49,6 +49,12 @@ def _transformers() -> ModuleType:
         raise _install_hint("transformers") from err
 
 
+def available() -> bool:
+    """Whether the model package and its runtime are installed (nothing is imported)."""
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("transformers", MODEL_PACKAGE))
+
+
 def cache_dir() -> Path:
     """``$SPARSEGNN_CACHE`` or ``~/.cache/sparsegnn``: where unpacked models live."""
     env = os.environ.get(CACHE_ENV)
