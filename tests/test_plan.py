@@ -2,7 +2,8 @@
 
 That the planner equals the bytes a real p=4 gloo run measures is tested in
 tests/test_sparse_comm.py (one job of ranks for both); here the planner is checked
-against :func:`sparsegnn.distributed.predict` and brute force, and the CLI is run.
+against :func:`sparsegnn.distributed.predict` and brute force, the chunked column-wise
+count against the one-sort count it replaced, and the CLI is run.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import json
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 from sparsegnn.cli.main import main
+from sparsegnn.cli.plan_cmd import PlanGraph, adjacency
 from sparsegnn.data import load_any
 from sparsegnn.distributed import (
     BlockPartition,
@@ -24,7 +27,9 @@ from sparsegnn.distributed import (
     predict,
     tile_nnz,
 )
-from sparsegnn.distributed.plan import relabelled
+from sparsegnn.distributed.plan import Pattern, phase_pairs, relabelled
+from sparsegnn.partition import Adjacency, pair_rows
+from sparsegnn.partition.volume import column_pairs
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import operator_for
 
@@ -57,9 +62,18 @@ def test_dense_plan_equals_the_comm_model(operator, algo, p, c):
             assert model[phase] == {"sent": vol.sent[rank], "recv": vol.recv[rank]}, rank
 
 
-def test_block_pairs_count_distinct_needed_rows(operator):
-    part = _uneven(operator.shape[0], 3)
-    dense = relabelled(operator, part).to_dense() != 0
+@pytest.fixture(scope="module")
+def directed():
+    """A non-symmetric operator: SAGE's mean over in-neighbours of a directed R-MAT."""
+    g = load_any("rmat:scale=7,undirected=false", None, seed=0)
+    return operator_for("sage", CSRMatrix.from_edge_index(g.edge_index, g.num_nodes))
+
+
+@pytest.mark.parametrize("name", ["operator", "directed"])
+def test_block_pairs_count_distinct_needed_rows(request, name):
+    a = request.getfixturevalue(name)
+    part = _uneven(a.shape[0], 3)
+    dense = relabelled(a, part).to_dense() != 0
     for transpose, m in ((False, dense), (True, dense.T)):
         expected = np.zeros((3, 3), dtype=np.int64)
         for i in range(3):
@@ -67,7 +81,57 @@ def test_block_pairs_count_distinct_needed_rows(operator):
                 if i != j:
                     (r0, r1), (c0, c1) = part.block(i), part.block(j)
                     expected[i, j] = int(m[r0:r1, c0:c1].any(0).sum())
-        assert block_pairs(operator, part, transpose).tolist() == expected.tolist()
+        assert block_pairs(a, part, transpose).tolist() == expected.tolist()
+
+
+def _one_sort_count(rows, cols, row_part, col_part, nparts):
+    """The count before it was streamed: one unique key per (row part, column) pair."""
+    rp, cp = row_part[rows], col_part[cols]
+    cross = rp != cp
+    keys = np.unique(rp[cross] * len(col_part) + cols[cross])
+    p, c = np.divmod(keys, len(col_part))
+    flat = np.bincount(p * nparts + col_part[c], minlength=nparts * nparts)
+    return flat.reshape(nparts, nparts)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100, 1 << 22])
+@pytest.mark.parametrize("shape", [(300, 300), (300, 300, "symmetric"), (250, 180)])
+def test_chunked_count_equals_the_one_sort_count(chunk, shape):
+    # Duplicates, empty columns and a hub column far longer than a chunk, so most chunk
+    # targets fall inside a column; square symmetric, square and rectangular patterns.
+    rng = np.random.default_rng(chunk)
+    n_rows, n_cols = shape[0], shape[1]
+    rows = np.concatenate([rng.integers(0, n_rows, 3000), rng.integers(0, n_rows, 200)])
+    cols = np.concatenate([rng.integers(0, n_cols // 2, 3000), np.full(200, 7)])
+    if len(shape) == 3:
+        rows, cols = np.concatenate([rows, cols]), np.concatenate([cols, rows])
+    nparts = 6
+    row_part, col_part = rng.integers(0, nparts, n_rows), rng.integers(0, nparts, n_cols)
+    if n_rows == n_cols:
+        col_part = row_part
+    expected = _one_sort_count(rows, cols, row_part, col_part, nparts).tolist()
+    by_col = sp.csc_matrix((np.ones(len(rows), dtype=bool), (rows, cols)), (n_rows, n_cols))
+    got = column_pairs(by_col.indptr, by_col.indices, row_part, col_part, nparts, chunk)
+    assert got.tolist() == expected
+    assert pair_rows(rows, cols, row_part, col_part, nparts).tolist() == expected
+
+
+@pytest.mark.parametrize("spec", ["rmat:scale=7,undirected=false", "rmat:7"])
+def test_plan_graph_keeps_what_the_operator_and_partitioners_need(spec):
+    g = load_any(spec, None, seed=0)
+    op = operator_for("gcn", CSRMatrix.from_edge_index(g.edge_index, g.num_nodes))
+    kept = PlanGraph.of(g)
+    assert kept.pattern.symmetric == (spec == "rmat:7")
+    part = _uneven(g.num_nodes, 4)
+    for phase, pair in phase_pairs(kept.pattern, part).items():
+        assert pair.tolist() == phase_pairs(op, part)[phase].tolist()
+    mine, ref = adjacency(kept.pattern), Adjacency.from_edge_index(g.edge_index, g.num_nodes)
+    assert mine.indptr.tolist() == ref.indptr.tolist()
+    assert mine.indices.tolist() == ref.indices.tolist()
+    assert torch.equal(kept.operator().crow, op.crow) and torch.equal(kept.operator().col, op.col)
+    by_op = Pattern.of(op)  # GCN's self loops included: dropped again for the partitioners
+    assert by_op.symmetric == kept.pattern.symmetric
+    assert adjacency(by_op).indices.tolist() == ref.indices.tolist()
 
 
 def test_sparse_plan_is_below_dense_and_rejects_2d(operator):
