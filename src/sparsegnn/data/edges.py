@@ -12,38 +12,31 @@ import torch
 
 from sparsegnn.errors import IndexOutOfRangeError
 
+# Pairs per step while keys are made or split: the per-step temporaries stay ~50 MiB.
+_CHUNK = 1 << 21
+
 
 def undirected_edge_index(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tensor:
     """Symmetrise ``(src, dst)`` pairs into a sorted, duplicate- and loop-free ``[2, E]``.
 
     Works on flat int64 keys ``u * num_nodes + v`` so that deduplication and sorting are
     one numpy sort each instead of a lexsort over two columns, which matters at 10^7 edges.
+    The keys are made a chunk of pairs at a time and both directions are sorted in the
+    output's own memory, so the peak is the keys and the output, not several copies of
+    each (``int32`` endpoints are read as they are, not copied to int64 first).
     """
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
+    src, dst = _ids(src), _ids(dst)
     _check_range(src, dst, num_nodes)
-    keep = src != dst
-    lo = np.minimum(src[keep], dst[keep])
-    hi = np.maximum(src[keep], dst[keep])
-    del keep
-    n = np.int64(num_nodes)
-    keys = _sorted_unique(lo * n + hi)
-    del lo, hi
-    lo, hi = np.divmod(keys, n)
-    both = np.concatenate([keys, hi * n + lo])
-    del keys, lo, hi
-    both.sort()
-    return torch.from_numpy(np.stack(np.divmod(both, n)))
+    return _edge_tensor(_pair_keys(src, dst, num_nodes, undirected=True), num_nodes,
+                        mirror=True)
 
 
 def directed_edge_index(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tensor:
     """Like :func:`undirected_edge_index` but keeps direction (for directed edge lists)."""
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
+    src, dst = _ids(src), _ids(dst)
     _check_range(src, dst, num_nodes)
-    keep = src != dst
-    keys = _sorted_unique(src[keep] * np.int64(num_nodes) + dst[keep])
-    return torch.from_numpy(np.stack(np.divmod(keys, np.int64(num_nodes))))
+    return _edge_tensor(_pair_keys(src, dst, num_nodes, undirected=False), num_nodes,
+                        mirror=False)
 
 
 def degree_stats(edge_index: torch.Tensor, num_nodes: int) -> dict[str, float | int]:
@@ -60,6 +53,49 @@ def degree_stats(edge_index: torch.Tensor, num_nodes: int) -> dict[str, float | 
         "degree_median": float(degf.median()),
         "num_isolated": int((deg == 0).sum()),
     }
+
+
+def _ids(ids: np.ndarray) -> np.ndarray:
+    """Vertex ids as int32 (kept: half the memory) or int64 (anything else is cast)."""
+    ids = np.asarray(ids)
+    return ids if ids.dtype == np.int32 else ids.astype(np.int64, copy=False)
+
+
+def _pair_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int, undirected: bool) -> np.ndarray:
+    """Sorted unique ``u * num_nodes + v`` of the non-loop pairs (``u <= v`` when
+    ``undirected``), built ``_CHUNK`` pairs at a time into one array of keys."""
+    n = np.int64(num_nodes)
+    keys = np.empty(src.size, dtype=np.int64)
+    size = 0
+    for lo in range(0, src.size, _CHUNK):
+        u = src[lo:lo + _CHUNK].astype(np.int64)
+        v = dst[lo:lo + _CHUNK].astype(np.int64)
+        if undirected:
+            u, v = np.minimum(u, v), np.maximum(u, v)
+        keep = u != v
+        chunk = u[keep] * n + v[keep]
+        keys[size:size + chunk.size] = chunk
+        size += chunk.size
+    return _sorted_unique(keys[:size])
+
+
+def _edge_tensor(keys: np.ndarray, num_nodes: int, mirror: bool) -> torch.Tensor:
+    """``[2, E]`` of sorted ``keys`` (and, with ``mirror``, of their reverses ``v * n + u``,
+    sorted in with them). Keys are laid out in the target row and split in place a chunk
+    at a time, so the only full-size arrays are ``keys`` and the output."""
+    n = np.int64(num_nodes)
+    half = keys.size
+    out = np.empty((2, 2 * half if mirror else half), dtype=np.int64)
+    flat = out[1]
+    flat[:half] = keys
+    if mirror:
+        for lo in range(0, half, _CHUNK):
+            u, v = np.divmod(keys[lo:lo + _CHUNK], n)
+            flat[half + lo:half + lo + u.size] = v * n + u
+        flat.sort()
+    for lo in range(0, flat.size, _CHUNK):
+        np.divmod(flat[lo:lo + _CHUNK], n, out=(out[0, lo:lo + _CHUNK], flat[lo:lo + _CHUNK]))
+    return torch.from_numpy(out)
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:

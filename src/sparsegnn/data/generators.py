@@ -60,13 +60,17 @@ def rmat(
     rng = np.random.default_rng(seed)
     num_nodes = 1 << scale
     num_samples = edge_factor * num_nodes
-    src = np.empty(num_samples, dtype=np.int64)
-    dst = np.empty(num_samples, dtype=np.int64)
+    # int32 ids while they fit: the samples (1 GiB at scale 22 as int64) live through the
+    # whole edge build, which reads int32 without widening it.
+    ids = np.int32 if scale <= 31 else np.int64
+    src = np.empty(num_samples, dtype=ids)
+    dst = np.empty(num_samples, dtype=ids)
     for lo, hi in _chunk_ranges(num_samples, progress, "rmat"):
         src[lo:hi], dst[lo:hi] = _rmat_chunk(rng, hi - lo, scale, a, b, c)
     if shuffle:
         perm = rng.permutation(num_nodes)
-        src, dst = perm[src], perm[dst]
+        _relabel(src, perm)
+        _relabel(dst, perm)
     build = undirected_edge_index if undirected else directed_edge_index
     return GraphData(
         edge_index=build(src, dst, num_nodes),
@@ -312,6 +316,12 @@ def _chunk_ranges(total: int, progress: bool, desc: str) -> Iterator[tuple[int, 
             hi = min(lo + _CHUNK, total)
             yield lo, hi
             bar.update(hi - lo)
+
+
+def _relabel(ids: np.ndarray, perm: np.ndarray) -> None:
+    """``ids = perm[ids]`` in place, ``_CHUNK`` at a time (no second full-size array)."""
+    for lo in range(0, ids.size, _CHUNK):
+        ids[lo:lo + _CHUNK] = perm[ids[lo:lo + _CHUNK]]
 
 
 def _rmat_chunk(
