@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sparsegnn.data.edges import sorted_unique
 from sparsegnn.partition.graph import Adjacency
 
 _EXPONENT = 8  # k: how sharply Phi singles out the busiest parts
@@ -159,7 +160,7 @@ def _sample_boundary(
 ) -> np.ndarray:
     """A random ``sample`` fraction of the vertices with a neighbour in another part."""
     u, p = np.divmod(table.keys, nparts)
-    boundary = np.unique(u[p != parts[u]])
+    boundary = sorted_unique(u[p != parts[u]])
     return boundary[rng.random(len(boundary)) < sample]
 
 
@@ -231,7 +232,7 @@ def _candidates(
     owner, part, is_light = owner[order], part[order], is_light[order]
     starts = np.searchsorted(owner, owner)
     keep = (np.arange(len(owner)) - starts < _CANDIDATES) | is_light
-    pairs = np.unique(owner[keep] * nparts + part[keep])
+    pairs = sorted_unique(owner[keep] * nparts + part[keep])
     owner, part = np.divmod(pairs, nparts)
     return owner, part, width[owner]
 

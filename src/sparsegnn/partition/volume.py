@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sparsegnn.data.edges import sorted_unique
+
 # Nonzeros per step of the column-wise count: its temporaries (a few int64 arrays of this
 # length, ~200 MiB) are all the memory it needs besides the P x P result.
 CHUNK_NNZ = 1 << 22
@@ -115,17 +117,7 @@ def _chunk_pairs(
     p = row_part[rows[indptr[c0]:indptr[c1]]].astype(np.int64, copy=False)
     col = np.repeat(np.arange(c1 - c0, dtype=np.int64), np.diff(indptr[c0:c1 + 1]))
     cross = p != col_part[c0 + col]
-    keys = _distinct(col[cross] * nparts + p[cross])
+    keys = sorted_unique(col[cross] * nparts + p[cross])
     local, p = np.divmod(keys, nparts)
     flat = p * nparts + col_part[c0 + local]
     return np.bincount(flat, minlength=nparts * nparts)
-
-
-def _distinct(keys: np.ndarray) -> np.ndarray:
-    """Sorted unique ``keys`` (sorted in place): a sort and a mask, about 50x faster
-    than ``np.unique`` on 4M int64 keys with numpy 2.4."""
-    keys.sort()
-    fresh = np.empty(keys.size, dtype=bool)
-    fresh[:1] = True
-    np.not_equal(keys[1:], keys[:-1], out=fresh[1:])
-    return keys[fresh]
