@@ -44,7 +44,8 @@ SCHEMES = [("dense-1d", "1d", 1, "dense"), ("sparse-1d", "1d", 1, "sparse"),
 PLAN_CFG = TrainConfig(model="gcn", hidden=16, num_layers=2)
 
 
-def volume_rows(spec: str, ranks: list[int]) -> list[Row]:
+def volume_rows(spec: str, ranks: list[int],
+                partitioners: tuple[str, ...] = PARTITIONERS) -> list[Row]:
     """Planned volumes of every scheme and partitioner at every P (one partition per
     distinct block count, shared by the schemes that use it)."""
     graph = load_any(spec, None, seed=0)
@@ -54,7 +55,7 @@ def volume_rows(spec: str, ranks: list[int]) -> list[Row]:
     degree = np.diff(adj.indptr)
     for p in ranks:
         bound = max_load_bound(degree, p)
-        for partitioner in PARTITIONERS:
+        for partitioner in partitioners:
             layouts: dict[int, Any] = {}
             for label, algo, c, comm in SCHEMES:
                 shape = grid_shape(algo, p, c)  # type: ignore[arg-type]
@@ -148,11 +149,13 @@ def acceptance(volumes: list[Row], graphs: dict[str, str], p: int) -> dict[str, 
 
         dense, metis, bal = pick("block", "dense-1d"), pick("metis", "sparse-1d"), pick(
             "balanced", "sparse-1d")
-        if dense is None or metis is None or bal is None:
+        if dense is None or metis is None:
+            continue
+        out[f"{name}_p{p}/sparse1d_metis_over_dense1d_total"] = (
+            metis["rows_total"] / dense["rows_total"])
+        if bal is None:
             continue
         out.update({
-            f"{name}_p{p}/sparse1d_metis_over_dense1d_total":
-                metis["rows_total"] / dense["rows_total"],
             f"{name}_p{p}/balanced_over_metis_max": bal["rows_max"] / metis["rows_max"],
             f"{name}_p{p}/balanced_over_metis_total": bal["rows_total"] / metis["rows_total"],
             f"{name}_p{p}/max_lower_bound_over_metis_max":
@@ -164,7 +167,9 @@ def acceptance(volumes: list[Row], graphs: dict[str, str], p: int) -> dict[str, 
 def main() -> int:
     args = parse_args(__doc__ or "", {"no-gloo": "skip the real-rank runs",
                                       "medium": "64k-vertex graphs, P to 256"},
-                      {"graphs": "comma-separated subset of sbm,dcsbm,rmat (default: all)"})
+                      {"graphs": "comma-separated subset of sbm,dcsbm,rmat (default: all)",
+                       "partitioners": "comma-separated subset of block,random,metis,balanced "
+                                       "(default: all)"})
     torch.set_num_threads(1)  # the volume part is sorts of index arrays: threads only contend
     # sbm: equal communities, uniform degrees; dcsbm: the same, degree-corrected (power-law
     # degrees inside communities, hubs); rmat: skewed, no planted communities.
@@ -183,7 +188,8 @@ def main() -> int:
     if args.graphs:
         graphs = {name: graphs[name] for name in args.graphs.split(",")}
     start = time.perf_counter()
-    volumes = [row for spec in graphs.values() for row in volume_rows(spec, ranks)]
+    partitioners = tuple(args.partitioners.split(",")) if args.partitioners else PARTITIONERS
+    volumes = [row for spec in graphs.values() for row in volume_rows(spec, ranks, partitioners)]
     print_table(volumes, ["graph", "p", "partitioner", "scheme", "rows_total", "rows_max",
                           "max_lower_bound", "epoch_mib_total", "epoch_mib_max",
                           "partition_s"])
