@@ -114,9 +114,10 @@ def evaluate(model: Any, test_events: list, graphs: list[HitGraph]) -> dict[str,
 
 def bench(args: argparse.Namespace) -> list[Row]:
     small, large = QUICK if args.quick else FULL
-    train_events = (read_events(events_dir(args.data, small, "train"))
-                    + read_events(events_dir(args.data, large, "train")))
-    test_events = read_events(events_dir(args.data, large, "test"))
+    lim = args.limit_train
+    train_events = (read_events(events_dir(args.data, small, "train"), lim)
+                    + read_events(events_dir(args.data, large, "train"), lim))
+    test_events = read_events(events_dir(args.data, large, "test"), args.limit_test)
     module_map = ModuleMap.learn(train_events, "module")
     graphs = [module_map_graph(ev, module_map, CUTS) for ev in train_events]
     test_graphs = [module_map_graph(ev, module_map, CUTS) for ev in test_events]
@@ -124,7 +125,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
     limit = args.skip_larger_than or int(np.sqrt(min(sizes) * max(sizes)))
     model_cfg = INConfig(hidden=64, iterations=6)
     configs = {
-        "skip_baseline": TrackTrainConfig(model=model_cfg, epochs=args.epochs,
+        "skip_baseline": TrackTrainConfig(model=model_cfg,
+                                          epochs=args.baseline_epochs or args.epochs,
                                           skip_larger_than=limit),
         "sampled": TrackTrainConfig(model=model_cfg, epochs=args.epochs,
                                     max_sample_nodes=args.max_sample_nodes),
@@ -137,7 +139,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
                      "test_events": len(test_events),
                      "test_hits_per_event": float(np.mean([g.num_nodes for g in test_graphs])),
                      "skip_larger_than": limit if method == "skip_baseline" else None,
-                     "max_sample_nodes": cfg.max_sample_nodes, "epochs": args.epochs,
+                     "max_sample_nodes": cfg.max_sample_nodes, "epochs": cfg.epochs,
                      **info, **evaluate(model, test_events, test_graphs)})
     return rows
 
@@ -149,7 +151,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
                    help=f"where simulated events are kept and reused (default {DEFAULT_DATA})")
     p.add_argument("--epochs", type=int, default=None, help="default 8, --quick 2")
+    p.add_argument("--baseline-epochs", type=int, default=None,
+                   help="epochs of the skip baseline (default: --epochs); it takes far fewer "
+                        "steps per epoch, so more epochs compare at equal training time")
     p.add_argument("--max-sample-nodes", type=int, default=4000)
+    p.add_argument("--limit-train", type=int, default=None,
+                   help="use only the first N simulated training events of each pileup")
+    p.add_argument("--limit-test", type=int, default=None,
+                   help="use only the first N simulated test events")
     p.add_argument("--skip-larger-than", type=int, default=None,
                    help="default: geometric mean of the smallest and largest training event")
     args = p.parse_args(argv)
