@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import resource
 import sys
 import time
 from pathlib import Path
@@ -34,13 +33,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, emit, print_table
+from _harness import Row, emit, print_table, rss_bytes
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import combine, edge_metrics, track_metrics
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, predict, train
+from sparsegnn.train.memory import peak_memory_bytes
 from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir
 
 # (name, gun, pileup, map events, train events, test events, seed): small, then large
@@ -51,11 +51,6 @@ QUICK = (Dataset("ttbar_pu5", None, 5, 0, 3, 0, 81),
 CUT = 0.5
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * resource.getpagesize()
-
-
 def _train_child(graphs: list[HitGraph], cfg: TrackTrainConfig, queue: Any) -> None:
     """Train in this (spawned) process and send back the weights (as NumPy arrays: torch
     tensors would travel as shared-memory handles that die with this process) and the
@@ -63,11 +58,11 @@ def _train_child(graphs: list[HitGraph], cfg: TrackTrainConfig, queue: Any) -> N
     import torch
 
     torch.set_num_threads(1)
-    before = _rss_bytes()
+    before = rss_bytes()
     start = time.perf_counter()
     model, report = train(graphs, cfg)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_memory_bytes()
     last = report.epochs[-1]
     weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     queue.put({"state_dict": weights, "train_seconds": seconds,
