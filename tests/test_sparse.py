@@ -192,6 +192,21 @@ def test_transpose_is_cached_and_correct():
     torch.testing.assert_close(t.val, a.val[a.transpose_perm()])
 
 
+def test_unit_valued_matrix_takes_unweighted_path_with_same_result():
+    a = random_csr(7, 5, 20, 3)
+    unit = CSRMatrix.from_csr(a.crow, a.col, None, a.shape)
+    assert unit.unit_values and unit.t().unit_values and unit.to(dtype=torch.float64).unit_values
+    assert not unit.with_values(unit.val * 2).unit_values
+    x = torch.randn(5, 4, requires_grad=True)
+    pattern = (a.to_dense() != 0).float()
+    out = spmm(unit, x)
+    torch.testing.assert_close(out, pattern @ x.detach())
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, pattern.sum(0, keepdim=True).T.expand(5, 4))
+    doubled = spmm(unit.with_values(unit.val * 2), x.detach())
+    torch.testing.assert_close(doubled, 2 * pattern @ x.detach())
+
+
 def test_gcn_norm_matches_dense_formula():
     ei = torch.tensor([[0, 1, 1, 2, 3, 0], [1, 0, 2, 1, 0, 3]])
     a = CSRMatrix.from_edge_index(ei, 5).to(dtype=torch.float64)

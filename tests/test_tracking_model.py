@@ -62,9 +62,16 @@ def test_aggregation_is_a_sum_over_incident_edges() -> None:
     edge_index = torch.tensor([[0, 0, 1], [1, 2, 2]])
     ops = EdgeOperators(edge_index, 4)
     e = torch.tensor([[1.0], [10.0], [100.0]])
-    into, out_of = ops.aggregate(e)
+    into, out_of = ops.aggregate(e).split(1, dim=1)
     assert into.squeeze(1).tolist() == [0.0, 1.0, 110.0, 0.0]
     assert out_of.squeeze(1).tolist() == [11.0, 100.0, 0.0, 0.0]
+
+
+def test_gather_adds_destination_and_source_halves() -> None:
+    edge_index = torch.tensor([[0, 2, 1], [1, 0, 1]])  # includes a self loop (1 -> 1)
+    p = torch.tensor([[1.0, 1000.0], [10.0, 2000.0], [100.0, 3000.0]])  # [to-dst | from-src]
+    out = EdgeOperators(edge_index, 3).gather(p).squeeze(1)
+    assert out.tolist() == [10.0 + 1000.0, 1.0 + 3000.0, 10.0 + 2000.0]
 
 
 def test_weighted_bce_ignores_zero_weight_edges() -> None:

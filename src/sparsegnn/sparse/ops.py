@@ -55,12 +55,14 @@ def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     """
     # Detached inputs select torch's forward-only variant, which skips building the
     # per-nonzero bookkeeping (offset2bag) its own backward would need; ours is _SpMM.
+    # All-ones values (a pattern whose values are not being learnt) need no weights.
+    unweighted = a.unit_values and not a.val.requires_grad
     return torch.nn.functional.embedding_bag(
         a.col,
         x.detach(),
         a.crow,
         mode="sum",
-        per_sample_weights=a.val.detach(),
+        per_sample_weights=None if unweighted else a.val.detach(),
         include_last_offset=True,
     )
 

@@ -16,9 +16,13 @@ Two pieces of algebra make it cheaper than the textbook form, with the same func
 weights. The first layer of an edge MLP is linear in ``[h[src], h[dst], e]``, so
 ``W [h[src], h[dst], e] = (h W_s)[src] + (h W_d)[dst] + e W_e``: the node parts are
 projected once per node instead of once per edge (hit graphs have several edges per
-node) and the ``[E, 3 hidden]`` concatenation is never built. And gathering node rows
-onto edges is an SpMM with the ``[E, N]`` transposed incidence matrices, whose backward
-is again an SpMM (a segment sum) rather than an indexed scatter-add.
+node) and the ``[E, 3 hidden]`` concatenation is never built. And all four sparse
+products of an iteration are one matrix: with two slots per node (``2i`` for node
+``i`` as an edge's destination, ``2i + 1`` as its source), the ``[E, 2N]`` incidence
+matrix ``B`` with ones at ``(e, 2 dst_e)`` and ``(e, 2 src_e + 1)`` gathers
+``(h W_d)[dst] + (h W_s)[src]`` from the ``[N, 2 hidden]`` projection read as ``[2N,
+hidden]`` rows, and ``B^T`` sums edge rows into ``[m_in | m_out]`` per node. One unit-valued
+SpMM each way, no concatenation, and the backward of each is the other.
 """
 
 from __future__ import annotations
@@ -46,31 +50,31 @@ class INConfig:
 class EdgeOperators:
     """Gather node rows onto edges and sum edge rows into nodes, for one edge list.
 
-    The two incidence matrices are built once per graph; SpMM's backward then reuses
-    their cached transposes, so a training step costs two sparse products per
-    direction and iteration, with no per-step scatter bookkeeping.
+    Holds the slot incidence matrix ``B`` of the module docstring, built once per graph
+    (already in CSR order: two nonzeros per edge row, no sort); its transpose is built on
+    first use and cached, so a training step costs one unit-valued SpMM per gather and
+    per aggregation, forward and backward alike.
     """
 
     def __init__(self, edge_index: torch.Tensor, num_nodes: int,
                  dtype: torch.dtype = torch.float32):
         self.src, self.dst = edge_index[0].long(), edge_index[1].long()
-        e = torch.arange(self.src.numel(), device=edge_index.device)
-        shape = (num_nodes, int(self.src.numel()))
-        ones = torch.ones(shape[1], dtype=dtype, device=edge_index.device)
-        self.to_dst = CSRMatrix.from_coo(self.dst, e, ones, shape)
-        self.to_src = CSRMatrix.from_coo(self.src, e, ones, shape)
+        self.num_nodes = num_nodes
+        to_dst, from_src = 2 * self.dst, 2 * self.src + 1
+        cols = torch.stack([torch.minimum(to_dst, from_src), torch.maximum(to_dst, from_src)], 1)
+        n_edges = int(self.src.numel())
+        crow = torch.arange(0, 2 * n_edges + 1, 2, device=edge_index.device)
+        self.incidence = CSRMatrix.from_csr(crow, cols.reshape(-1), None, (n_edges, 2 * num_nodes),
+                                            check=False).to(dtype=dtype)
 
-    def gather(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(h[src], h[dst])``."""
-        return spmm(self.to_src.t(), h), spmm(self.to_dst.t(), h)
+    def gather(self, p: torch.Tensor) -> torch.Tensor:
+        """``p[dst, :k] + p[src, k:]`` per edge, for ``p`` of shape ``[N, 2k]``."""
+        width = p.shape[1] // 2
+        return spmm(self.incidence, p.reshape(2 * self.num_nodes, width))
 
-    def gather_sum(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``a[src] + b[dst]``, one row per edge."""
-        return spmm(self.to_src.t(), a) + spmm(self.to_dst.t(), b)
-
-    def aggregate(self, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(sum of e over incoming edges, sum over outgoing edges)`` per node."""
-        return spmm(self.to_dst, e), spmm(self.to_src, e)
+    def aggregate(self, e: torch.Tensor) -> torch.Tensor:
+        """``[sum of e over incoming edges | sum over outgoing edges]`` per node: ``[N, 2k]``."""
+        return spmm(self.incidence.t(), e).reshape(self.num_nodes, 2 * e.shape[1])
 
 
 def mlp(inp: int, hidden: int, out: int, layers: int, final_act: bool = True) -> nn.Sequential:
@@ -81,7 +85,8 @@ def mlp(inp: int, hidden: int, out: int, layers: int, final_act: bool = True) ->
         last = i == layers - 1
         mods.append(nn.Linear(width, out if last else hidden))
         if not last or final_act:
-            mods += [nn.LayerNorm(out if last else hidden), nn.ReLU()]
+            # In place: LayerNorm's backward keeps its input, not the output ReLU overwrites.
+            mods += [nn.LayerNorm(out if last else hidden), nn.ReLU(inplace=True)]
         width = hidden
     return nn.Sequential(*mods)
 
@@ -107,8 +112,7 @@ class InteractionNetwork(nn.Module):
         h = self.node_encoder(x)
         e = self.edge_encoder(edge_attr)
         for node_update, edge_update in zip(self.node_updates, self.edge_updates, strict=True):
-            m_in, m_out = ops.aggregate(e)
-            h = h + node_update(torch.cat([h, m_in, m_out], dim=1))
+            h = h + node_update(torch.cat([h, ops.aggregate(e)], dim=1))
             e = e + edge_mlp(edge_update, h, e, ops)
         return edge_mlp(self.decoder, h, e, ops).squeeze(1)
 
@@ -119,8 +123,11 @@ def edge_mlp(seq: nn.Sequential, h: torch.Tensor, e: torch.Tensor, ops: EdgeOper
     node projections are made per node and gathered, never per edge (module docstring)."""
     first, width = seq[0], h.shape[1]
     w = first.weight
-    z = ops.gather_sum(h @ w[:, :width].t(), h @ w[:, width:2 * width].t())
-    z = z + F.linear(e, w[:, 2 * width:], first.bias)
+    # [W_d; W_s] so that the projection's halves line up with B's (dst, src) slots; the
+    # bias rides on the destination half, which every edge gathers exactly once.
+    bias = torch.cat([first.bias, torch.zeros_like(first.bias)])
+    p = torch.addmm(bias, h, torch.cat([w[:, width:2 * width], w[:, :width]]).t())
+    z = torch.addmm(ops.gather(p), e, w[:, 2 * width:].t())
     for layer in list(seq)[1:]:
         z = layer(z)
     return z
