@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sparsegnn.tracking import model as model_module
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -56,6 +57,21 @@ def test_forward_and_backward_match_dense_reference() -> None:
     torch.testing.assert_close(outs[0], outs[1])
     for sparse_grad, dense_grad in zip(grads[0], grads[1], strict=True):
         torch.testing.assert_close(sparse_grad, dense_grad)
+
+
+def test_chunked_inference_is_the_same_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(2)
+    model = InteractionNetwork(INConfig(hidden=16, iterations=3)).double()
+    edge_index, x, edge_attr, _ = _problem()
+    ops = EdgeOperators(edge_index, 9, torch.float64)
+    reference = model(x, edge_attr, ops).detach()  # autograd path, whole edge list
+    monkeypatch.setattr(model_module, "INFER_CHUNK", 3)  # chunks end mid-list and short
+    with torch.no_grad():
+        chunked = model(x, edge_attr, ops)
+    torch.testing.assert_close(chunked, reference)
+    with torch.no_grad():  # no edges at all
+        empty = model(x, edge_attr[:0], EdgeOperators(edge_index[:, :0], 9, torch.float64))
+    assert empty.shape == (0,)
 
 
 def test_aggregation_is_a_sum_over_incident_edges() -> None:

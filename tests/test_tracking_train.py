@@ -11,7 +11,14 @@ from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import roc_auc
 from sparsegnn.tracking.model import INConfig
-from sparsegnn.tracking.train import TrackTrainConfig, load_model, predict, save_model, train
+from sparsegnn.tracking.train import (
+    TrackTrainConfig,
+    load_model,
+    predict,
+    predict_sampled,
+    save_model,
+    train,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -78,3 +85,21 @@ def test_model_learns_and_checkpoint_round_trips(tmp_path: Path) -> None:
     save_model(tmp_path / "in.pt", model, report)
     again = predict(load_model(tmp_path / "in.pt"), graphs[0])
     np.testing.assert_allclose(again.scores, scores.scores, rtol=1e-6)
+
+
+def test_sampled_inference_scores_each_edge_in_its_training_context() -> None:
+    graphs = toy_graphs([30])
+    model, _ = train(graphs, TrackTrainConfig(INConfig(hidden=8, iterations=1), epochs=2,
+                                              max_sample_nodes=100, fanouts=(4, 2)))
+    # One iteration: an edge's score needs every edge touching its two hits. Full
+    # two-hop fan-outs put all of those in the seed's subgraph, so sampled == whole.
+    whole = predict(model, graphs[0]).scores
+    full_fanout, coverage = predict_sampled(model, graphs[0], 1000, fanouts=(30, 30))
+    assert coverage == 1.0
+    np.testing.assert_allclose(full_fanout.scores, whole, rtol=1e-5, atol=1e-6)
+    # Small fan-outs: every edge still scored (reseeding), deterministic, bounded steps.
+    small, coverage = predict_sampled(model, graphs[0], 40, fanouts=(2, 2), max_passes=50)
+    assert coverage == 1.0 and ((small.scores > 0) & (small.scores < 1)).all()
+    again, _ = predict_sampled(model, graphs[0], 40, fanouts=(2, 2), max_passes=50)
+    np.testing.assert_array_equal(small.scores, again.scores)
+    assert not np.allclose(small.scores, whole)  # a different context gives other scores

@@ -49,8 +49,9 @@ def max_nodes_per_seed(fanouts: Sequence[int]) -> int:
 
 
 def shadow_subgraphs(graph: HitGraph, max_nodes: int, fanouts: Sequence[int], seed: int,
-                     epoch: int) -> Iterator[EdgeSubgraph]:
-    """ShaDow minibatches covering every hit of ``graph`` once as a seed, each <= max_nodes hits."""
+                     epoch: int, seeds: np.ndarray | None = None) -> Iterator[EdgeSubgraph]:
+    """ShaDow minibatches covering every hit of ``graph`` (or only ``seeds``) once as a seed,
+    each <= max_nodes hits."""
     per_seed = max_nodes_per_seed(fanouts)
     if max_nodes < per_seed:
         raise InvalidValueError(
@@ -62,10 +63,13 @@ def shadow_subgraphs(graph: HitGraph, max_nodes: int, fanouts: Sequence[int], se
     both = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
     sampler = ShadowSampler(CSRMatrix.from_edge_index(both, n, duplicates="max"), fanouts)
     order = epoch_permutation(n, seed, epoch)
+    if seeds is not None:
+        pool = torch.from_numpy(np.asarray(seeds, dtype=np.int64))
+        order = pool[epoch_permutation(int(pool.numel()), seed, epoch)]
     start = index = 0
     size = max(1, max_nodes // per_seed)
-    while start < n:
-        size = min(size, n - start)
+    while start < order.numel():
+        size = min(size, int(order.numel()) - start)
         while True:
             seeds = order[start:start + size]
             nodes = sampler.sample_one(seeds, batch_generator(seed, epoch, index)).node_ids

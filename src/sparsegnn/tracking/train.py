@@ -184,6 +184,44 @@ def predict(model: InteractionNetwork, graph: HitGraph,
     return EdgeScores(graph.name, graph.edge_index, scores.astype(np.float64), graph.num_nodes)
 
 
+@torch.no_grad()
+def predict_sampled(model: InteractionNetwork, graph: HitGraph, max_nodes: int,
+                    fanouts: tuple[int, ...] = (4, 2), seed: int = 0, max_passes: int = 16,
+                    device: torch.device | str = "cpu") -> tuple[EdgeScores, float]:
+    """Edge probabilities scored in the context ShaDow training gave them; ``(scores, coverage)``.
+
+    A model trained on ShaDow subgraphs learnt each edge from its source hit's sampled
+    neighbourhood; scoring it on the whole event instead shows it a receptive field it
+    never trained on. Here an edge is scored in a minibatch where its source is a seed,
+    exactly as its loss was computed, and no step holds more than ``max_nodes`` hits, so
+    inference is bounded like training. An edge whose target hit falls outside the
+    sampled fan-out is not scored in that pass; further passes reseed only the sources of
+    unscored edges (edges scored more than once are averaged). ``coverage`` is the
+    fraction scored within ``max_passes``; the rest score 0.
+    """
+    model.eval()
+    device = torch.device(device)
+    total = np.zeros(graph.num_edges)
+    count = np.zeros(graph.num_edges, dtype=np.int64)
+    weight = loss_weights(graph)
+    seeds = None
+    for sweep in range(max_passes):
+        for sub in shadow_subgraphs(graph, max_nodes, fanouts, seed, sweep, seeds):
+            step = _make_step(graph, sub.nodes, sub.edges, sub.edge_index, weight[sub.edges],
+                              device)
+            prob = torch.sigmoid(model(step.x, step.edge_attr, step.ops)).cpu().numpy()
+            scored = sub.edges[sub.loss_mask]
+            total[scored] += prob[sub.loss_mask]
+            count[scored] += 1
+        missing = count == 0
+        if not missing.any():
+            break
+        seeds = np.unique(graph.edge_index[0][missing])
+    scores = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
+    coverage = float((count > 0).mean()) if graph.num_edges else 1.0
+    return EdgeScores(graph.name, graph.edge_index, scores, graph.num_nodes), coverage
+
+
 def save_model(path: str | Path, model: InteractionNetwork, report: TrainReport) -> None:
     """Weights, sizes and the training report in one atomic checkpoint file."""
     save_checkpoint(path, {"config": asdict(model.cfg), "state_dict": model.state_dict(),
