@@ -13,7 +13,10 @@ most ``--max-sample-nodes`` hits drawn from every event. Both use the same modul
 (learnt from all training events), the same Interaction Network (hidden 64,
 6 iterations), the same epochs and seed, and are scored on the same held-out pileup-200
 events: edge efficiency and purity at the score cut 0.5, ROC AUC, and tracking
-efficiency / fake rate (walkthrough track building, double majority).
+efficiency / fake rate (walkthrough track building, double majority), and reconstruction
+seconds per event (graph construction + edge scoring + track building, process time).
+With ``--ckf`` ACTS's seeding + CKF runs on the same held-out events and is scored by
+the same code, so the GNN's efficiency and time at pileup 200 stand beside the CKF's.
 
 Each training runs in a child process, so its peak resident memory (``ru_maxrss``, and
 its growth over the resident size before the first step) belongs to that training alone.
@@ -34,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, emit, print_table, rss_bytes
+from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import combine, edge_metrics, track_metrics
@@ -91,20 +95,34 @@ def train_isolated(graphs: list[HitGraph], cfg: TrackTrainConfig) -> tuple[Any, 
     return model, out
 
 
-def evaluate(model: Any, test_events: list, graphs: list[HitGraph]) -> dict[str, float]:
-    """Edge metrics at ``CUT`` and tracking metrics, pooled over the test events."""
+def evaluate(model: Any, test_events: list, module_map: ModuleMap) -> dict[str, float]:
+    """Edge metrics at ``CUT``, tracking metrics (pooled) and reconstruction time per event."""
     eff, pur, auc, per_event = [], [], [], []
-    for ev, g in zip(test_events, graphs, strict=True):
+    seconds = 0.0
+    for ev in test_events:
+        start = time.process_time()
+        g = module_map_graph(ev, module_map, CUTS)
         scores = predict(model, g)
+        tracks = build_tracks(scores, CUT, "walkthrough")
+        seconds += time.process_time() - start
         em = edge_metrics(g, scores.scores, CUT)
         eff.append(em.efficiency)
         pur.append(em.purity)
         auc.append(em.auc)
-        per_event.append(track_metrics(ev, build_tracks(scores, CUT, "walkthrough"))[0])
+        per_event.append(track_metrics(ev, tracks)[0])
     tm = combine(per_event)
     return {"edge_efficiency": float(np.mean(eff)), "edge_purity": float(np.mean(pur)),
             "edge_auc": float(np.mean(auc)), "tracking_efficiency": tm.efficiency,
-            "fake_rate": tm.fake_rate}
+            "fake_rate": tm.fake_rate, "seconds_per_event": seconds / len(test_events)}
+
+
+def ckf_row(test_dir: Path, test_events: list, limit: int | None) -> Row:
+    """ACTS seeding + CKF on the same held-out events, scored by the same code."""
+    metrics, run = evaluate_ckf(test_dir, limit)
+    return {"method": "acts_ckf", "test_events": len(test_events),
+            "test_hits_per_event": float(np.mean([ev.num_hits for ev in test_events])),
+            "tracking_efficiency": metrics.efficiency, "fake_rate": metrics.fake_rate,
+            "seconds_per_event": run.seconds_per_event}
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -112,10 +130,10 @@ def bench(args: argparse.Namespace) -> list[Row]:
     lim = args.limit_train
     train_events = (read_events(events_dir(args.data, small, "train"), lim)
                     + read_events(events_dir(args.data, large, "train"), lim))
-    test_events = read_events(events_dir(args.data, large, "test"), args.limit_test)
+    test_dir = events_dir(args.data, large, "test")
+    test_events = read_events(test_dir, args.limit_test)
     module_map = ModuleMap.learn(train_events, "module")
     graphs = [module_map_graph(ev, module_map, CUTS) for ev in train_events]
-    test_graphs = [module_map_graph(ev, module_map, CUTS) for ev in test_events]
     sizes = [g.num_nodes for g in graphs]
     limit = args.skip_larger_than or int(np.sqrt(min(sizes) * max(sizes)))
     model_cfg = INConfig(hidden=64, iterations=6)
@@ -132,10 +150,12 @@ def bench(args: argparse.Namespace) -> list[Row]:
         rows.append({"method": method, "train_events": len(graphs),
                      "train_hits_min": min(sizes), "train_hits_max": max(sizes),
                      "test_events": len(test_events),
-                     "test_hits_per_event": float(np.mean([g.num_nodes for g in test_graphs])),
+                     "test_hits_per_event": float(np.mean([ev.num_hits for ev in test_events])),
                      "skip_larger_than": limit if method == "skip_baseline" else None,
                      "max_sample_nodes": cfg.max_sample_nodes, "epochs": cfg.epochs,
-                     **info, **evaluate(model, test_events, test_graphs)})
+                     **info, **evaluate(model, test_events, module_map)})
+    if args.ckf:
+        rows.append(ckf_row(test_dir, test_events, args.limit_test))
     return rows
 
 
@@ -154,6 +174,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="use only the first N simulated training events of each pileup")
     p.add_argument("--limit-test", type=int, default=None,
                    help="use only the first N simulated test events")
+    p.add_argument("--ckf", action="store_true",
+                   help="also run ACTS seeding + CKF on the held-out events")
     p.add_argument("--skip-larger-than", type=int, default=None,
                    help="default: geometric mean of the smallest and largest training event")
     args = p.parse_args(argv)
@@ -166,12 +188,18 @@ def main(argv: list[str] | None = None) -> None:
     rows = bench(args)
     print_table(rows, ["method", "events_used", "events_skipped", "max_step_nodes",
                        "peak_rss_bytes", "edge_efficiency", "edge_purity", "edge_auc",
-                       "tracking_efficiency", "fake_rate", "train_seconds"])
-    base, ours = rows
+                       "tracking_efficiency", "fake_rate", "seconds_per_event",
+                       "train_seconds"])
+    base, ours = rows[:2]
     metrics = {f"{r['method']}_{k}": r[k] for r in rows
                for k in ("edge_efficiency", "edge_purity", "edge_auc", "tracking_efficiency",
-                         "fake_rate", "peak_rss_bytes", "events_used", "max_step_nodes")}
+                         "fake_rate", "peak_rss_bytes", "events_used", "max_step_nodes",
+                         "seconds_per_event") if k in r}
     speedups = {"train_time_skip_over_sampled": base["train_seconds"] / ours["train_seconds"]}
+    for r in rows[2:]:  # the CKF: its reconstruction time over each GNN's
+        for gnn in (base, ours):
+            speedups[f"reco_time_ckf_over_{gnn['method']}"] = (r["seconds_per_event"]
+                                                               / gnn["seconds_per_event"])
     emit(rows, speedups, metrics, args.json)
 
 

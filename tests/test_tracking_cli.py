@@ -52,6 +52,10 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                       "--device", "cpu")
     assert scored["scores"] == "model" and 0.0 <= scored["efficiency"] <= 1.0
     assert 0.0 <= scored["edge_auc"] <= 1.0
+    sampled = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--graphs",
+                       str(graphs), "--model", str(model), "--max-sample-nodes", "500",
+                       "--device", "cpu")
+    assert 0.0 <= sampled["edge_auc"] <= 1.0 and sampled["edge_auc"] != scored["edge_auc"]
 
 
 def test_missing_graphs_is_a_clean_error(tmp_path: Path,

@@ -239,6 +239,9 @@ def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
 def _reco_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cut", type=float, default=0.5, help="edge score cut")
     p.add_argument("--method", choices=("components", "walkthrough"), default="components")
+    p.add_argument("--max-sample-nodes", type=int, default=None,
+                   help="score ShaDow subgraphs of at most this many hits instead of whole "
+                        "events: bounded memory, many times slower (default: whole events)")
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
@@ -254,7 +257,8 @@ def _reconstruct(args: argparse.Namespace) -> int:
     for ev in read_events(args.events, args.limit):
         if ev.name not in graphs:
             raise DataFormatError(f"{args.graphs}: no graph for event {ev.name}")
-        tracks = build_tracks(score_edges(graphs[ev.name], model, device), args.cut, args.method)
+        scores = score_edges(graphs[ev.name], model, device, args.max_sample_nodes)
+        tracks = build_tracks(scores, args.cut, args.method)
         write_tracks(args.out / f"{ev.name}-tracks.csv", ev, tracks)
         counts.append({"event": ev.name, "num_tracks": int((tracks.sizes() >= 3).sum())})
     result = {"out": str(args.out), "events": counts}
@@ -294,8 +298,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         graphs = _build_graphs(args, events)[0]
     model = load_model(args.model, device) if args.model is not None else None
-    results = [evaluate_event(ev, g, score_edges(g, model, device), args.cut, args.method,
-                              _targets(args))[0] for ev, g in zip(events, graphs, strict=True)]
+    results = [evaluate_event(ev, g, score_edges(g, model, device, args.max_sample_nodes),
+                              args.cut, args.method, _targets(args))[0]
+               for ev, g in zip(events, graphs, strict=True)]
     pooled = combine([r.tracks for r in results])
     result = {
         "events": len(results), "graph": "saved" if args.graphs else args.graph,

@@ -25,7 +25,7 @@ from sparsegnn.tracking.metrics import (
 )
 from sparsegnn.tracking.model import InteractionNetwork
 from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
-from sparsegnn.tracking.train import predict
+from sparsegnn.tracking.train import predict, predict_sampled
 from sparsegnn.tracking.truth import TargetConfig
 
 
@@ -43,11 +43,17 @@ class EventResult:
 
 
 def score_edges(graph: HitGraph, model: InteractionNetwork | None,
-                device: torch.device | str = "cpu") -> EdgeScores:
+                device: torch.device | str = "cpu",
+                max_sample_nodes: int | None = None) -> EdgeScores:
     """Model probabilities, or with no model the truth labels (an oracle classifier).
 
-    The oracle measures what graph construction and track building alone allow.
+    The oracle measures what graph construction and track building alone allow. With
+    ``max_sample_nodes`` the model scores ShaDow subgraphs of at most that many hits
+    (:func:`~sparsegnn.tracking.train.predict_sampled`): bounded memory for events too
+    large to score whole, at many times the time.
     """
+    if model is not None and max_sample_nodes is not None:
+        return predict_sampled(model, graph, max_sample_nodes, device=device)[0]
     if model is not None:
         return predict(model, graph, device)
     return EdgeScores(graph.name, graph.edge_index, graph.y.astype(np.float64), graph.num_nodes)
