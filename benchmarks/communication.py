@@ -169,7 +169,9 @@ def main() -> int:
                                       "medium": "64k-vertex graphs, P to 256"},
                       {"graphs": "comma-separated subset of sbm,dcsbm,rmat (default: all)",
                        "partitioners": "comma-separated subset of block,random,metis,balanced "
-                                       "(default: all)"})
+                                       "(default: all)",
+                       "ranks": "comma-separated part counts P (default: 16,64,256,1024; "
+                                "--medium to 256, --quick 16,64)"})
     torch.set_num_threads(1)  # the volume part is sorts of index arrays: threads only contend
     # sbm: equal communities, uniform degrees; dcsbm: the same, degree-corrected (power-law
     # degrees inside communities, hubs); rmat: skewed, no planted communities.
@@ -187,6 +189,8 @@ def main() -> int:
               "rmat": rmat}
     if args.graphs:
         graphs = {name: graphs[name] for name in args.graphs.split(",")}
+    if args.ranks:
+        ranks = [int(r) for r in args.ranks.split(",")]
     start = time.perf_counter()
     partitioners = tuple(args.partitioners.split(",")) if args.partitioners else PARTITIONERS
     volumes = [row for spec in graphs.values() for row in volume_rows(spec, ranks, partitioners)]

@@ -20,7 +20,7 @@ from sparsegnn.partition import (
     partition,
     refine_max_volume,
 )
-from sparsegnn.partition.balance import build_table, move_deltas
+from sparsegnn.partition.balance import apply_moves, build_table, move_deltas
 
 IMBALANCE = 0.03
 
@@ -93,6 +93,29 @@ def test_move_deltas_are_the_exact_change_of_a_single_move():
         assert d == pytest.approx(exact)
     assert (build_table(src, adj.indices, parts, nparts).send
             == part_volume(adj.indptr, adj.indices, parts, nparts).send).all()
+
+
+def test_incremental_table_update_equals_a_rebuild():
+    """Moving a batch (adjacent movers included, counts reaching zero) updates the table
+    and the loads exactly as rebuilding them from every edge would."""
+    g = from_spec("rmat:8,seed=4")
+    adj = Adjacency.from_edge_index(g.edge_index, g.num_nodes)
+    nparts = 6
+    parts = partition(adj, "random", nparts, seed=3)
+    src = adj.sources()
+    table = build_table(src, adj.indices, parts, nparts)
+    rng = np.random.default_rng(1)
+    hub = int(np.argmax(np.diff(adj.indptr)))
+    movers = np.unique(np.concatenate([[hub], adj.indices[adj.indptr[hub]:adj.indptr[hub] + 5],
+                                       rng.choice(adj.num_nodes, 40, replace=False)]))
+    targets = (parts[movers] + rng.integers(1, nparts, len(movers))) % nparts
+    moved, updated = apply_moves(table, adj, parts, movers, targets, nparts)
+    rebuilt = build_table(src, adj.indices, moved, nparts)
+    assert (moved[movers] == targets).all()
+    np.testing.assert_array_equal(updated.keys, rebuilt.keys)
+    np.testing.assert_array_equal(updated.counts, rebuilt.counts)
+    np.testing.assert_array_equal(updated.send, rebuilt.send)
+    np.testing.assert_array_equal(updated.recv, rebuilt.recv)
 
 
 def test_refinement_lowers_the_maximum_of_a_metis_partition():

