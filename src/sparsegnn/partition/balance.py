@@ -23,14 +23,17 @@ vertex's neighbours), applies the improving ones under the size cap, updates the
 exactly and keeps the batch only if Phi fell and the total is within budget or fell
 (else it retries the better half). The best partition seen (within budget, then lowest
 maximum, then lowest total) is returned, so the result is never worse than the input.
-All of it is vectorised over vertices and edges, and a round costs the movers' edges
-plus one sort of the table (a few entries per vertex), not a pass over every edge: on a
-million-vertex graph with 21M edges the full rebuild took 2.3 s and a round's update
-about a tenth of that.
+All of it is vectorised over vertices and edges, and a round costs the sampled vertices'
+and the movers' edges plus one sort of the table (a few entries per vertex), not a pass
+over every edge (on a million-vertex graph with 21M edges the full rebuild takes 2.3 s).
+Neighbour counts are looked up in a dense ``n x nparts`` array when it fits in 1 GiB,
+else by binary search with sorted needles; on R-MAT scale 16 at 256 parts the whole
+refinement went from 258 s to 59 s with the same result.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -39,11 +42,14 @@ import numpy as np
 from sparsegnn.data.edges import sorted_unique
 from sparsegnn.partition.graph import Adjacency
 
+log = logging.getLogger(__name__)
+
 _EXPONENT = 8  # k: how sharply Phi singles out the busiest parts
 _ALPHA = 0.25  # weight of the total volume in Phi
 _CANDIDATES = 3  # target parts scored per vertex: those with most of its neighbours
 _LIGHT = 2  # and the least loaded parts
 _HOT = 0.75  # parts with a load at least this fraction of the maximum are worked on
+_DENSE_MAX = 1 << 29  # largest n * nparts kept as a dense count array (1 GiB of int16)
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,29 @@ class LoadTable:
     def count(self, vertex: np.ndarray, part: np.ndarray, nparts: int) -> np.ndarray:
         """``c[vertex, part]`` elementwise (0 where the pair is absent)."""
         query = vertex * nparts + part
-        idx = np.minimum(np.searchsorted(self.keys, query), len(self.keys) - 1)
+        dense = self._dense(nparts)
+        if dense is not None:  # its last entry is a 0 for vertices past the last key
+            return dense[np.minimum(query, len(dense) - 1)]
+        # Binary searches for sorted needles walk the table in order: 6x faster than
+        # random ones on 5M needles into 3M keys, argsort included (measured).
+        order = np.argsort(query, kind="stable")
+        idx = np.empty(len(query), dtype=np.int64)
+        idx[order] = np.searchsorted(self.keys, query[order])
+        idx = np.minimum(idx, len(self.keys) - 1)
         return np.where(self.keys[idx] == query, self.counts[idx], 0)
+
+    def _dense(self, nparts: int) -> np.ndarray | None:
+        """The whole ``c`` as a flat array (built once per table) when it fits in
+        ``_DENSE_MAX`` entries: a lookup is then one gather instead of a search."""
+        if "_dense_c" not in self.__dict__:
+            size = (int(self.keys[-1]) // nparts + 1) * nparts if len(self.keys) else 0
+            dense = None
+            if size <= _DENSE_MAX:
+                small = not len(self.counts) or self.counts.max() < np.iinfo(np.int16).max
+                dense = np.zeros(size + 1, dtype=np.int16 if small else np.int32)
+                dense[self.keys] = self.counts
+            self.__dict__["_dense_c"] = dense  # frozen dataclass: a private cache
+        return self.__dict__["_dense_c"]
 
 
 def size_cap(num_nodes: int, nparts: int, imbalance: float) -> int:
@@ -148,13 +175,15 @@ def refine_max_volume(
     best, best_key = parts.copy(), _rank(table, limit)
     rng = np.random.default_rng(seed)
     stale = 0
-    for _ in range(rounds):
+    for i in range(rounds):
         step = _round(adj, parts, table, nparts, cap, limit, sample, rng)
         stale += 1
         if step is not None:
             parts, table = step
             if _rank(table, limit) < best_key:
                 best, best_key, stale = parts.copy(), _rank(table, limit), 0
+        log.debug("refine round %d: max %d, total %d (best max %d)", i, table.max_load,
+                  table.total, best_key[1])
         if stale >= patience:
             break
     return best
