@@ -147,8 +147,10 @@ def acceptance(volumes: list[Row], graphs: dict[str, str], p: int) -> dict[str, 
                                                 r["scheme"]) == (spec, p, partitioner, scheme)),
                         None)
 
-        dense, metis, bal = pick("block", "dense-1d"), pick("metis", "sparse-1d"), pick(
-            "balanced", "sparse-1d")
+        # Dense 1D moves every row whatever the partition: any partitioner's row will do.
+        dense = next((r for r in volumes if (r["graph"], r["p"], r["scheme"])
+                      == (spec, p, "dense-1d")), None)
+        metis, bal = pick("metis", "sparse-1d"), pick("balanced", "sparse-1d")
         if dense is None or metis is None:
             continue
         out[f"{name}_p{p}/sparse1d_metis_over_dense1d_total"] = (
