@@ -83,18 +83,23 @@ def balanced_parts(
 ) -> np.ndarray:
     """METIS, then vertex moves that lower the maximum per-part send/receive volume.
 
-    The moves start from METIS run with the tightest size tolerance (0.1%): METIS then
-    cannot pile high-degree vertices into a few parts the way it does when allowed to
-    fill parts unevenly, and every part keeps room to take vertices in. The refinement
+    The moves start from the better (lower maximum, then lower total) of two METIS runs:
+    with the caller's size tolerance, and with the tightest (0.1%). Given room to fill
+    parts unevenly METIS can pile high-degree vertices or whole communities into a few
+    parts; the tight run cannot, and leaves every part room to take vertices in, but on
+    some graphs it costs more total volume than it saves at the maximum. The refinement
     (:func:`sparsegnn.partition.balance.refine_max_volume`) works under the caller's
     ``imbalance`` and may let the total volume grow to 1.1x that of the plain ``metis``
-    partition with the same tolerance, which is returned instead when it is better.
+    partition, which is returned instead when the refinement does not beat its maximum.
     """
     plain = metis_parts(adj, nparts, seed, imbalance)
-    start = metis_parts(adj, nparts, seed, 0.001)
+    tight = metis_parts(adj, nparts, seed, 0.001)
     reference = part_volume(adj.indptr, adj.indices, plain, nparts)
-    refined = refine_max_volume(adj, start, nparts, imbalance, max_total=1.1 * reference.total,
-                                seed=seed)
+    tight_volume = part_volume(adj.indptr, adj.indices, tight, nparts)
+    start = min((reference.max_per_rank, reference.total, 0),
+                (tight_volume.max_per_rank, tight_volume.total, 1))
+    refined = refine_max_volume(adj, (plain, tight)[start[2]], nparts, imbalance,
+                                max_total=1.1 * reference.total, seed=seed)
     after = part_volume(adj.indptr, adj.indices, refined, nparts)
     better = after.max_per_rank < reference.max_per_rank and after.total <= 1.1 * reference.total
     return refined if better else plain
