@@ -40,7 +40,7 @@ from sparsegnn.tracking.events import Event, event_files, read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import TrackMetrics, combine, edge_metrics, track_metrics
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
-from sparsegnn.tracking.reco import build_tracks
+from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, predict, train
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
@@ -99,9 +99,7 @@ def run_gnn(map_events: list[Event], train_events: list[Event], test_events: lis
     per_event, seconds, edges, graph_eff, edge_eff, edge_pur = [], 0.0, 0, [], [], []
     for ev in test_events:
         start = time.perf_counter()
-        graph = module_map_graph(ev, module_map, CUTS)
-        scores = predict(model, graph)
-        tracks = build_tracks(scores, cut, "walkthrough")
+        graph, scores, tracks = reconstruct(ev, module_map, model, cut)
         seconds += time.perf_counter() - start
         per_event.append(track_metrics(ev, tracks)[0])
         edges += graph.num_edges
@@ -115,6 +113,15 @@ def run_gnn(map_events: list[Event], train_events: list[Event], test_events: lis
                                 "graph_efficiency": sum(graph_eff) / n,
                                 "edge_efficiency": sum(edge_eff) / n,
                                 "edge_purity": sum(edge_pur) / n}
+
+
+def reconstruct(event: Event, module_map: ModuleMap, model: InteractionNetwork,
+                cut: float) -> tuple[HitGraph, EdgeScores, Tracks]:
+    """The GNN's reconstruction of one event, the part timed per event: graph
+    construction, edge scoring and walkthrough track building."""
+    graph = module_map_graph(event, module_map, CUTS)
+    scores = predict(model, graph)
+    return graph, scores, build_tracks(scores, cut, "walkthrough")
 
 
 def choose_cut(model: InteractionNetwork, events: list[Event], graphs: list[HitGraph]) -> float:

@@ -42,10 +42,9 @@ from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import combine, edge_metrics, track_metrics
 from sparsegnn.tracking.model import INConfig
-from sparsegnn.tracking.reco import build_tracks
-from sparsegnn.tracking.train import TrackTrainConfig, predict, train
+from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.train.memory import peak_memory_bytes
-from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir
+from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, reconstruct
 
 # (name, gun, pileup, map events, train events, test events, seed): small, then large
 FULL = (Dataset("ttbar_pu50", None, 50, 0, 6, 0, 61),
@@ -101,9 +100,7 @@ def evaluate(model: Any, test_events: list, module_map: ModuleMap) -> dict[str, 
     seconds = 0.0
     for ev in test_events:
         start = time.process_time()
-        g = module_map_graph(ev, module_map, CUTS)
-        scores = predict(model, g)
-        tracks = build_tracks(scores, CUT, "walkthrough")
+        g, scores, tracks = reconstruct(ev, module_map, model, CUT)
         seconds += time.process_time() - start
         em = edge_metrics(g, scores.scores, CUT)
         eff.append(em.efficiency)

@@ -105,7 +105,7 @@ def size_cap(num_nodes: int, nparts: int, imbalance: float) -> int:
 def build_table(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, nparts: int) -> LoadTable:
     """Neighbour counts of every (vertex, part) pair from the edges ``src -> dst``."""
     keys = np.sort(src * nparts + parts[dst])
-    start = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    start = _run_starts(keys)
     counts = np.diff(np.append(start, len(keys)))
     return _with_loads(keys[start], counts, parts, nparts)
 
@@ -130,10 +130,15 @@ def apply_moves(table: LoadTable, adj: Adjacency, parts: np.ndarray, movers: np.
                              np.ones(len(nbr), dtype=table.counts.dtype)])
     order = np.argsort(keys, kind="stable")
     keys, counts = keys[order], counts[order]
-    start = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    start = _run_starts(keys)
     keys, counts = keys[start], np.add.reduceat(counts, start)
     keys, counts = keys[counts > 0], counts[counts > 0]
     return new_parts, _with_loads(keys, counts, new_parts, nparts)
+
+
+def _run_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Index of the first element of each run of equal keys in a sorted array."""
+    return np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
 
 
 def _with_loads(keys: np.ndarray, counts: np.ndarray, parts: np.ndarray,
