@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from sparsegnn.cli.main import main
 from sparsegnn.curation import essential_web, read_labels
@@ -177,3 +179,34 @@ def test_demo_leaves_out_the_teacher_without_the_embedding_model(
     assert set(configs) == {"student", "text_only"} and "sparsegnn[embed]" in notes[0]
     monkeypatch.setattr(demo.embed, "available", lambda: True)
     assert demo.demo_configs() == (demo.CONFIGS, [])
+
+
+def test_knn_edges_get_their_own_operator(corpus: Path, tmp_path: Path):
+    """k-NN edges propagate through their own hop; links and sites through the other."""
+    from sparsegnn.curation.distil import document_graph
+
+    plain, knn = tmp_path / "plain", tmp_path / "knn"
+    ingest(corpus / "corpus.jsonl", plain, IngestConfig(batch_rows=128))
+    ingest(corpus / "corpus.jsonl", knn, IngestConfig(batch_rows=128, knn=3))
+    with_knn = document_graph(knn, knn=True)
+    # the link/site operator is the same whether or not ingest also made k-NN edges
+    assert torch.equal(with_knn.gcn.to_dense(), document_graph(plain).gcn.to_dense())
+    n, src, dst = load_graph_edges(knn / "graph.npz", ("knn",))
+    dense = with_knn.knn.to_dense()
+    assert n == 300 and len(src) == 900 and (dense[src, dst] > 0).all()
+    assert (dense[dst, src] > 0).all()  # symmetrised
+    with pytest.raises(DataFormatError, match="--knn"):
+        document_graph(plain, knn=True)
+
+    schema = essential_web()
+    every = read_labels(corpus / "corpus.jsonl", schema)
+    labels = every.subset(every.ids[:150])
+    cfg = replace(TINY, label_inputs=False)
+    assert distil(plain, labels, schema, cfg).annotator.config.knn_hops == 0
+    result = distil(knn, labels, schema, cfg)  # knn_hops=None: one hop when edges exist
+    assert result.annotator.config.knn_hops == 1 and result.annotator.model.knn_hops == 1
+    result.annotator.save(tmp_path / "m.pt")
+    loaded = Annotator.load(tmp_path / "m.pt")
+    assert loaded.model.knn_hops == 1 and loaded.graph(knn, []).knn is not None
+    with pytest.raises(DataFormatError, match="--knn"):
+        distil(plain, labels, schema, replace(cfg, knn_hops=1))

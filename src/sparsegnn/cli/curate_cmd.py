@@ -40,7 +40,8 @@ def _register_ingest(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--site-neighbors", type=int, default=2,
                    help="link each document to this many earlier ones of its site (0: off)")
     p.add_argument("--knn", type=int, default=0,
-                   help="k-nearest-neighbour edges on TF-IDF (quadratic; small corpora)")
+                   help="k-nearest-neighbour edges on TF-IDF (quadratic; small corpora); "
+                        "students propagate over them in a hop of their own")
     add_json_flag(p)
     p.set_defaults(func=_ingest)
 

@@ -40,6 +40,10 @@ def citeseer_schema() -> Schema:
     return Schema("citeseer", (topic, fdc_category()))
 
 
+# Citations plus each paper's 8 textually nearest papers (papers have no URLs, so no sites).
+CITESEER_INGEST = IngestConfig(site_neighbors=0, knn=8)
+
+
 @dataclass
 class CiteseerCorpus:
     """Files and splits of the CiteSeer corpus as the curation pipeline sees it."""
@@ -131,12 +135,13 @@ def agreement_on(reference: LabelSet, other: LabelSet, n_boot: int) -> dict[str,
 
 def run_citeseer(root: str | os.PathLike[str] | None, work_dir: str | Path,
                  configs: dict[str, StudentConfig], n_boot: int = 1000, seed: int = 0,
-                 progress: bool = False) -> tuple[CiteseerCorpus, Path, list[AnnotatorScore]]:
+                 progress: bool = False, ingest_cfg: IngestConfig = CITESEER_INGEST
+                 ) -> tuple[CiteseerCorpus, Path, list[AnnotatorScore]]:
     """Prepare, ingest and score each named configuration on one split."""
     work = Path(work_dir)
     data = prepare_citeseer(root, work, seed)
     store = work / "store"
-    ingest(data.corpus, store, IngestConfig(site_neighbors=0))
+    ingest(data.corpus, store, ingest_cfg)
     scores = [score_annotator(name, store, data, cfg, n_boot, progress)
               for name, cfg in configs.items()]
     return data, store, scores

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +24,7 @@ from torch.nn import functional as F
 from sparsegnn.curation.ingest import (
     DOCUMENTS_FILE,
     GRAPH_FILE,
+    edge_kinds,
     iter_ids,
     iter_texts,
     load_graph_edges,
@@ -71,9 +72,7 @@ class Annotator:
         featurizer = _featurizer(cfg)
         if isinstance(featurizer, HashedTfidf):
             featurizer.idf_ = ckpt["idf"].numpy()
-        model = GraphStudent(in_features(cfg), cfg.hidden, cfg.hops,
-                             {c: len(v) for c, v in ckpt["classes"].items()}, cfg.dropout,
-                             cfg.label_inputs)
+        model = build_model(cfg, {c: len(v) for c, v in ckpt["classes"].items()})
         model.load_state_dict(ckpt["state"])
         known = None if ckpt["known"] is None else _known_from_dict(ckpt["known"])
         return cls(model.eval(), featurizer, ckpt["classes"], Schema.from_dict(ckpt["schema"]), cfg,
@@ -81,9 +80,9 @@ class Annotator:
 
     def graph(self, store_dir: str | Path, ids: list[str]) -> DocumentGraph | None:
         """The operators (and known labels) this annotator needs on a corpus."""
-        if self.model.hops == 0 and not self.model.label_inputs:
+        if not self.model.needs_graph:
             return None
-        graph = document_graph(store_dir)
+        graph = document_graph(store_dir, knn=self.model.knn_hops > 0)
         if self.model.label_inputs and self.known is not None:
             row_of = {d: i for i, d in enumerate(ids)}
             graph.labels = label_matrix(row_of, self.known, self.classes, len(ids))
@@ -122,11 +121,36 @@ def as_operand(block: sp.csr_matrix | np.ndarray) -> CSRMatrix | torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
 
 
-def document_graph(store_dir: str | Path) -> DocumentGraph:
-    """The student's operators over the undirected document graph written by ingest."""
-    n, src, dst = load_graph_edges(Path(store_dir) / GRAPH_FILE)
-    adj = CSRMatrix.from_edge_index(undirected_edge_index(src, dst, n), n)
-    return DocumentGraph(gcn_norm(adj, symmetric=True), row_norm(adj))
+def document_graph(store_dir: str | Path, knn: bool = False) -> DocumentGraph:
+    """The student's operators over the undirected graphs written by ingest: links and
+    same-site edges in one, k-NN edges (when ``knn``) in another."""
+    path = Path(store_dir) / GRAPH_FILE
+    adj = _adjacency(*load_graph_edges(path, ("link", "site")))
+    graph = DocumentGraph(gcn_norm(adj, symmetric=True), row_norm(adj))
+    if knn:
+        if "knn" not in edge_kinds(path):
+            raise DataFormatError(f"{path}: no k-NN edges for a student that propagates over "
+                                  "them; ingest with --knn K")
+        graph.knn = gcn_norm(_adjacency(*load_graph_edges(path, ("knn",))), symmetric=True)
+    return graph
+
+
+def _adjacency(n: int, src: np.ndarray, dst: np.ndarray) -> CSRMatrix:
+    return CSRMatrix.from_edge_index(undirected_edge_index(src, dst, n), n)
+
+
+def build_model(cfg: StudentConfig, heads: dict[str, int]) -> GraphStudent:
+    """The annotator network ``cfg`` describes (``knn_hops`` already resolved)."""
+    return GraphStudent(in_features(cfg), cfg.hidden, cfg.hops, heads, cfg.dropout,
+                        cfg.label_inputs, cfg.knn_hops or 0)
+
+
+def resolve_knn_hops(cfg: StudentConfig, store_dir: str | Path) -> StudentConfig:
+    """``knn_hops=None`` means one k-NN hop when ingest made k-NN edges, none otherwise."""
+    if cfg.knn_hops is not None:
+        return cfg
+    has_knn = "knn" in edge_kinds(Path(store_dir) / GRAPH_FILE)
+    return replace(cfg, knn_hops=1 if has_knn else 0)
 
 
 def label_matrix(row_of: dict[str, int], labels: LabelSet, classes: dict[str, list[str]],
@@ -228,8 +252,8 @@ def distil(
     Validation rows (early stopping) are ``val_ids`` when given, else a random
     ``val_fraction`` of the labelled documents.
     """
-    cfg = cfg or StudentConfig()
     start = time.perf_counter()
+    cfg = resolve_knn_hops(cfg or StudentConfig(), store_dir)
     ids = corpus_ids(store_dir)
     row_of = {d: i for i, d in enumerate(ids)}
     unknown = [d for d in labels.ids if d not in row_of]
@@ -245,12 +269,11 @@ def distil(
     blocks = list(featurizer.transform_iter(iter_texts(store, 8192)))
     x = as_operand(sp.vstack(blocks, format="csr") if sp.issparse(blocks[0])
                    else np.concatenate(blocks))
-    graph = document_graph(store_dir) if cfg.hops > 0 or cfg.label_inputs else None
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, {c: len(v) for c, v in classes.items()})
+    graph = document_graph(store_dir, knn=model.knn_hops > 0) if model.needs_graph else None
     if graph is not None and cfg.label_inputs:
         graph.labels = label_matrix(row_of, labels.subset(train_ids), classes, len(ids))
-    torch.manual_seed(cfg.seed)
-    model = GraphStudent(in_features(cfg), cfg.hidden, cfg.hops,
-                         {c: len(v) for c, v in classes.items()}, cfg.dropout, cfg.label_inputs)
     task = DistilTask(x, graph, model.head_slices(), {}, {})
     for split, split_ids in (("train", train_ids), ("val", val)):
         task.rows[split] = torch.tensor([row_of[d] for d in split_ids], dtype=torch.long)

@@ -282,13 +282,23 @@ def save_graph_edges(path: Path, num_nodes: int, kinds: dict[str, tuple[np.ndarr
     np.savez(path, **arrays)
 
 
-def load_graph_edges(path: str | Path) -> tuple[int, np.ndarray, np.ndarray]:
-    """All edges of ``graph.npz`` (every kind) as ``(num_nodes, src, dst)``."""
+def load_graph_edges(path: str | Path, kinds: tuple[str, ...] = EDGE_KINDS
+                     ) -> tuple[int, np.ndarray, np.ndarray]:
+    """The edges of ``kinds`` in ``graph.npz`` (default: every kind) as ``(num_nodes, src, dst)``.
+
+    A kind the file lacks contributes no edges: :func:`edge_kinds` says which it has."""
     path = Path(path)
     if not path.is_file():
         raise DataFormatError(f"{path}: graph file is missing; run `sparsegnn curate ingest`")
     with np.load(path) as z:
         n = int(z["num_nodes"])
-        src = [z[f"{k}_src"] for k in EDGE_KINDS if f"{k}_src" in z]
-        dst = [z[f"{k}_dst"] for k in EDGE_KINDS if f"{k}_dst" in z]
-    return n, np.concatenate(src), np.concatenate(dst)
+        src = [z[f"{k}_src"] for k in kinds if f"{k}_src" in z]
+        dst = [z[f"{k}_dst"] for k in kinds if f"{k}_dst" in z]
+    empty = np.zeros(0, np.int64)
+    return n, np.concatenate([empty, *src]), np.concatenate([empty, *dst])
+
+
+def edge_kinds(path: str | Path) -> list[str]:
+    """The kinds of edges a ``graph.npz`` holds (``knn`` only if ingest made them)."""
+    with np.load(Path(path)) as z:
+        return [k for k in EDGE_KINDS if f"{k}_src" in z]
