@@ -122,7 +122,7 @@ class InteractionNetwork(nn.Module):
         h = self.node_encoder(x)
         e = self.edge_encoder(edge_attr)
         for node_update, edge_update in zip(self.node_updates, self.edge_updates, strict=True):
-            h = h + node_mlp(node_update, h, ops.aggregate(e))
+            h = h + node_update(torch.cat([h, ops.aggregate(e)], dim=1))
             e = e + edge_mlp(edge_update, h, e, ops)
         return edge_mlp(self.decoder, h, e, ops).squeeze(1)
 
@@ -144,7 +144,7 @@ class InteractionNetwork(nn.Module):
         for node_update, edge_update in zip(self.node_updates, self.edge_updates, strict=True):
             m = ops.aggregate(e)
             for c in node_chunks:
-                h[c] += node_mlp(node_update, h[c], m[c])
+                h[c] += node_update(torch.cat([h[c], m[c]], dim=1))
             p = node_projection(edge_update[0], h)
             for c in chunks:
                 e[c] += edge_rest(edge_update, p, e[c], ops, c)
@@ -153,17 +153,6 @@ class InteractionNetwork(nn.Module):
         for c in chunks:
             out[c] = edge_rest(self.decoder, p, e[c], ops, c).squeeze(1)
         return out
-
-
-def node_mlp(seq: nn.Sequential, h: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """``seq(cat([h, m]))`` with the first layer applied block by block, so the
-    ``[N, 3 hidden]`` concatenation (and its gradient) is never built."""
-    w = seq[0].weight
-    width = h.shape[1]
-    z = torch.addmm(seq[0].bias, h, w[:, :width].t()).addmm_(m, w[:, width:].t())
-    for layer in list(seq)[1:]:
-        z = layer(z)
-    return z
 
 
 def edge_mlp(seq: nn.Sequential, h: torch.Tensor, e: torch.Tensor, ops: EdgeOperators
