@@ -113,10 +113,11 @@ def evaluate(model: Any, test_events: list, module_map: ModuleMap) -> dict[str, 
             "fake_rate": tm.fake_rate, "seconds_per_event": seconds / len(test_events)}
 
 
-def ckf_row(test_dir: Path, test_events: list, limit: int | None) -> Row:
+def ckf_row(test_dir: Path, test_events: list, limit: int | None, max_seeds: int) -> Row:
     """ACTS seeding + CKF on the same held-out events, scored by the same code."""
-    metrics, run = evaluate_ckf(test_dir, limit)
-    return {"method": "acts_ckf", "test_events": len(test_events),
+    metrics, run = evaluate_ckf(test_dir, limit, max_seeds_per_spm=max_seeds)
+    return {"method": "acts_ckf", "max_seeds_per_spm": max_seeds,
+            "test_events": len(test_events),
             "test_hits_per_event": float(np.mean([ev.num_hits for ev in test_events])),
             "tracking_efficiency": metrics.efficiency, "fake_rate": metrics.fake_rate,
             "seconds_per_event": run.seconds_per_event}
@@ -137,9 +138,11 @@ def bench(args: argparse.Namespace) -> list[Row]:
     configs = {
         "skip_baseline": TrackTrainConfig(model=model_cfg,
                                           epochs=args.baseline_epochs or args.epochs,
-                                          skip_larger_than=limit),
+                                          skip_larger_than=limit, seed=args.seed),
         "sampled": TrackTrainConfig(model=model_cfg, epochs=args.epochs,
-                                    max_sample_nodes=args.max_sample_nodes),
+                                    max_sample_nodes=args.max_sample_nodes,
+                                    fanouts=tuple(int(f) for f in args.fanouts.split(",")),
+                                    seed=args.seed),
     }
     rows: list[Row] = []
     for method, cfg in configs.items():
@@ -150,9 +153,11 @@ def bench(args: argparse.Namespace) -> list[Row]:
                      "test_hits_per_event": float(np.mean([ev.num_hits for ev in test_events])),
                      "skip_larger_than": limit if method == "skip_baseline" else None,
                      "max_sample_nodes": cfg.max_sample_nodes, "epochs": cfg.epochs,
+                     "seed": cfg.seed,
+                     "fanouts": list(cfg.fanouts) if cfg.max_sample_nodes else None,
                      **info, **evaluate(model, test_events, module_map)})
     if args.ckf:
-        rows.append(ckf_row(test_dir, test_events, args.limit_test))
+        rows += [ckf_row(test_dir, test_events, args.limit_test, m) for m in args.ckf_max_seeds]
     return rows
 
 
@@ -167,6 +172,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="epochs of the skip baseline (default: --epochs); it takes far fewer "
                         "steps per epoch, so more epochs compare at equal training time")
     p.add_argument("--max-sample-nodes", type=int, default=4000)
+    p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop, e.g. 16,1")
+    p.add_argument("--seed", type=int, default=0, help="seed of both trainings")
+    p.add_argument("--ckf-max-seeds", type=int, nargs="+", default=[1],
+                   help="with --ckf: one CKF row per maxSeedsPerSpM value")
     p.add_argument("--limit-train", type=int, default=None,
                    help="use only the first N simulated training events of each pileup")
     p.add_argument("--limit-test", type=int, default=None,

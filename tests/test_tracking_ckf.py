@@ -53,7 +53,7 @@ def test_ckf_finds_most_reconstructable_particles(
     # Double-majority matching through OUR truth: a wrong id map (measurements are ordered
     # by module, not by particle) would leave almost every track unmatched.
     capsys.readouterr()
-    assert main(["track", "ckf", "--events", str(out), "--json"]) == 0
+    assert main(["track", "ckf", "--events", str(out), "--max-seeds-per-spm", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["tracking_efficiency"] > 0.8 and result["fake_rate"] < 0.1
     assert result["seconds_per_event"] > 0 and result["events"] == 2

@@ -340,6 +340,9 @@ def _register_ckf(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("ckf", help="ACTS seeding + combinatorial Kalman filter (the peer)")
     _events_flags(p)
     _target_flags(p)
+    p.add_argument("--max-seeds-per-spm", type=int, default=1,
+                   help="seeds kept per middle space point (more: slower, better in dense "
+                        "events)")
     add_json_flag(p)
     p.set_defaults(func=_ckf)
 
@@ -347,7 +350,7 @@ def _register_ckf(stages: argparse._SubParsersAction) -> None:
 def _ckf(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.ckf import evaluate_ckf
 
-    pooled, run = evaluate_ckf(args.events, args.limit, _targets(args))
+    pooled, run = evaluate_ckf(args.events, args.limit, _targets(args), args.max_seeds_per_spm)
     metrics = pooled.as_dict()
     result = {"events": len(run.tracks), "tracking_efficiency": metrics.pop("efficiency"),
               **metrics, "seconds_per_event": run.seconds_per_event,

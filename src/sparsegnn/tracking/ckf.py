@@ -50,8 +50,13 @@ class CkfResult:
     wall_seconds: float  # the whole Sequencer run, CSV reading and start-up included
 
 
-def run_ckf(events_dir: str | Path, limit: int | None = None) -> CkfResult:
-    """Seeding + CKF + ambiguity resolution on the first ``limit`` events in ``events_dir``."""
+def run_ckf(events_dir: str | Path, limit: int | None = None,
+            max_seeds_per_spm: int = 1) -> CkfResult:
+    """Seeding + CKF + ambiguity resolution on the first ``limit`` events in ``events_dir``.
+
+    ``max_seeds_per_spm``: seeds the triplet finder keeps per middle space point (ACTS.md's
+    setting is 1; in dense events the best-scoring triplet is often a wrong one, and more
+    seeds per point trade time for efficiency)."""
     acts, recon = _import_acts()
     events_dir = Path(events_dir)
     raw = events_dir / ACTS_SUBDIR
@@ -64,7 +69,7 @@ def run_ckf(events_dir: str | Path, limit: int | None = None) -> CkfResult:
     seq = acts.examples.Sequencer(events=len(names), numThreads=1, outputDir=str(work),
                                   logLevel=acts.logging.WARNING, trackFpes=False)
     _add_readers(acts, seq, raw)
-    _add_reconstruction(acts, recon, seq, tracking, field, seed_layers)
+    _add_reconstruction(acts, recon, seq, tracking, field, seed_layers, max_seeds_per_spm)
     collector = _collector(acts, seq)
     start = time.perf_counter()
     seq.run()
@@ -74,9 +79,10 @@ def run_ckf(events_dir: str | Path, limit: int | None = None) -> CkfResult:
 
 
 def evaluate_ckf(events_dir: str | Path, limit: int | None = None,
-                 targets: TargetConfig = DEFAULT_TARGETS) -> tuple[TrackMetrics, CkfResult]:
+                 targets: TargetConfig = DEFAULT_TARGETS, max_seeds_per_spm: int = 1
+                 ) -> tuple[TrackMetrics, CkfResult]:
     """Run the CKF and score its tracks with our metrics, pooled over the events."""
-    result = run_ckf(events_dir, limit)
+    result = run_ckf(events_dir, limit, max_seeds_per_spm)
     per_event = [track_metrics(ev, tracks_for(ev, result.tracks[ev.name]), targets)[0]
                  for ev in (read_event(events_dir, name) for name in result.tracks)]
     return combine(per_event), result
@@ -164,7 +170,7 @@ def _all_measurements(acts: Any) -> Any:
 
 
 def _add_reconstruction(acts: Any, recon: Any, seq: Any, tracking: Any, field: Any,
-                        seed_layers: Path) -> None:
+                        seed_layers: Path, max_seeds_per_spm: int) -> None:
     """Seeding, CKF and greedy ambiguity resolution with ACTS.md's settings."""
     u = acts.UnitConstants
     recon.addSeeding(
@@ -172,8 +178,8 @@ def _add_reconstruction(acts: Any, recon: Any, seq: Any, tracking: Any, field: A
         seedFinderConfigArg=recon.SeedFinderConfigArg(
             r=(33 * u.mm, 200 * u.mm), deltaR=(1 * u.mm, 300 * u.mm),
             collisionRegion=(-250 * u.mm, 250 * u.mm), z=(-2000 * u.mm, 2000 * u.mm),
-            maxSeedsPerSpM=1, sigmaScattering=5, radLengthPerSeed=0.1, minPt=500 * u.MeV,
-            impactMax=3 * u.mm),
+            maxSeedsPerSpM=max_seeds_per_spm, sigmaScattering=5, radLengthPerSeed=0.1,
+            minPt=500 * u.MeV, impactMax=3 * u.mm),
         seedFinderOptionsArg=recon.SeedFinderOptionsArg(bFieldInZ=2 * u.T, beamPos=(0, 0)),
         initialSigmas=[1 * u.mm, 1 * u.mm, 1 * u.degree, 1 * u.degree, 0, 1 * u.ns],
         initialSigmaQoverPt=0.1 * u.e / u.GeV, initialSigmaPtRel=0.1,
