@@ -210,3 +210,40 @@ def test_knn_edges_get_their_own_operator(corpus: Path, tmp_path: Path):
     assert loaded.model.knn_hops == 1 and loaded.graph(knn, []).knn is not None
     with pytest.raises(DataFormatError, match="--knn"):
         distil(plain, labels, schema, replace(cfg, knn_hops=1))
+
+
+def _annotate_rank(store: str, model: str, out: str) -> int:
+    """Rank body: ``curate annotate`` as torchrun would start it (RANK, WORLD_SIZE set)."""
+    return main(["curate", "annotate", "--corpus", store, "--model", model, "--out", out,
+                 "--batch-rows", "40", "--no-progress", "--json"])
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_annotation_over_ranks_equals_one_process(corpus: Path, tmp_path: Path, ranks: int):
+    """Each rank annotates a share of the row groups (5 groups: uneven shares at 3 ranks)
+    and the concatenated file is the single-process one, row for row."""
+    from sparsegnn.curation.annotate import annotate
+    from sparsegnn.distributed.launch import spawn
+
+    store = tmp_path / "store"
+    ingest(corpus / "corpus.jsonl", store, IngestConfig(batch_rows=64))
+    schema = essential_web()
+    labels = read_labels(corpus / "corpus.jsonl", schema)
+    annotator = distil(store, labels.subset(labels.ids[:150]), schema, TINY).annotator
+    annotator.save(tmp_path / "model.pt")
+    one = pq.read_table(annotate(store, annotator, tmp_path / "one.parquet", batch_rows=40,
+                                 progress=False).output)
+    out = tmp_path / "many.parquet"
+    reports = spawn(_annotate_rank, ranks, (str(store), str(tmp_path / "model.pt"), str(out)),
+                    wall_timeout_s=120)
+    assert reports == [0] * ranks
+    many = pq.read_table(out)
+    assert many.column("id").to_pylist() == one.column("id").to_pylist()
+    for cat in ("document_type_v1", "free_decimal_correspondence"):
+        a, b = (t.column("eai_taxonomy").combine_chunks().field(cat) for t in (one, many))
+        assert a.field("primary").field("code").to_pylist() == \
+            b.field("primary").field("code").to_pylist()
+        np.testing.assert_allclose(a.field("confidence").to_numpy(),
+                                   b.field("confidence").to_numpy(), rtol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir() if "many" in p.name) == ["many.parquet"]

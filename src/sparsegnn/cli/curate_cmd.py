@@ -118,9 +118,17 @@ def _register_annotate(cmds: argparse._SubParsersAction) -> None:
 def _annotate(args: argparse.Namespace) -> int:
     from sparsegnn.curation.annotate import annotate
     from sparsegnn.curation.distil import Annotator
+    from sparsegnn.distributed.launch import close_session, in_torchrun, init_session
 
-    report = annotate(args.corpus, Annotator.load(args.model), args.out,
-                      batch_rows=args.batch_rows, progress=not args.no_progress)
+    # Under torchrun every rank annotates a share; annotation runs on the CPU, so gloo.
+    rank = init_session("gloo").rank if in_torchrun() else 0
+    try:
+        report = annotate(args.corpus, Annotator.load(args.model), args.out,
+                          batch_rows=args.batch_rows, progress=not args.no_progress)
+    finally:
+        close_session()
+    if rank != 0:
+        return 0
     summary = (f"annotated {report.num_documents} documents in {report.seconds:.1f} s "
                f"({report.docs_per_second:.0f} docs/s, peak memory "
                f"{report.peak_memory_bytes / 2**20:.0f} MiB) -> {report.output}")

@@ -5,6 +5,14 @@ and project each batch (``H0 = X W_in``), propagate ``H0`` over the full documen
 (one SpMM per hop), then classify and write one Parquet row group per batch. The progress
 bar counts documents; the report gives the throughput in documents per second, measured
 over the whole run (featurization, propagation, classification and writing).
+
+Over ranks (a torch.distributed process group, e.g. ``torchrun ... sparsegnn curate
+annotate``): each rank featurizes, projects, classifies and writes a contiguous share of
+the store's row groups, the part of the work that grows with the text. The projected
+rows are summed into the full ``n x hidden`` ``H0`` on every rank (one all-reduce of
+``n x hidden`` floats, zeros outside each rank's share), so each rank propagates over the
+whole graph by itself: cheap next to featurization, and no halo exchange. Rank 0 then
+concatenates the ranks' parts, in order, into the one output file.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from sparsegnn.curation._optional import require
@@ -46,11 +55,32 @@ def predict(logits: torch.Tensor, classes: list[str]) -> Prediction:
     return Prediction(primary, secondary, top_p[:, 0].numpy().astype(np.float32))
 
 
+@dataclass(frozen=True)
+class Share:
+    """The row groups (and the rows ``start:stop`` they hold) one rank annotates."""
+
+    row_groups: list[int]
+    start: int
+    stop: int
+
+
+def share_of(store: Path, rank: int, world: int) -> Share:
+    """A contiguous ``1/world`` of the store's row groups for ``rank``."""
+    pq = require("pyarrow.parquet")
+    meta = pq.ParquetFile(store).metadata
+    rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    lo, hi = len(rows) * rank // world, len(rows) * (rank + 1) // world
+    start = sum(rows[:lo])
+    return Share(list(range(lo, hi)), start, start + sum(rows[lo:hi]))
+
+
 @torch.no_grad()
-def encode_corpus(annotator: Annotator, store: Path, batch_rows: int, bar: tqdm) -> torch.Tensor:
-    """``H0 = X W_in`` for every document, featurized one batch at a time."""
-    blocks = []
-    for block in annotator.featurizer.transform_iter(iter_texts(store, batch_rows)):
+def encode_corpus(annotator: Annotator, store: Path, batch_rows: int, bar: tqdm,
+                  row_groups: list[int] | None = None) -> torch.Tensor:
+    """``H0 = X W_in`` for every document (of ``row_groups``), one batch at a time."""
+    blocks = [torch.zeros(0, annotator.model.w_in.shape[1])]
+    texts = iter_texts(store, batch_rows, row_groups)
+    for block in annotator.featurizer.transform_iter(texts):
         blocks.append(annotator.model.encode(as_operand(block)))
         bar.update(block.shape[0])
     return torch.cat(blocks)
@@ -65,33 +95,91 @@ def annotate(
     batch_rows: int = 16384,
     progress: bool = True,
 ) -> AnnotateReport:
-    """Annotate every document of the store; writes ``annotations.parquet`` by default."""
-    pq = require("pyarrow.parquet")
+    """Annotate every document of the store; writes ``annotations.parquet`` by default.
+
+    In an initialised process group of several ranks, every rank must call this with the
+    same arguments; each annotates its share and rank 0 writes the output file."""
     start = time.perf_counter()
     store_dir = Path(store_dir)
     store = store_dir / DOCUMENTS_FILE
     out = Path(out_path) if out_path is not None else store_dir / ANNOTATIONS_FILE
-    n = pq.ParquetFile(store).metadata.num_rows
+    rank, world = _rank_and_world()
+    share = share_of(store, rank, world)
+    n = require("pyarrow.parquet").ParquetFile(store).metadata.num_rows
     model = annotator.model.eval()
-    with tqdm(total=2 * n, desc="annotate", unit="doc", disable=not progress) as bar:
-        h0 = encode_corpus(annotator, store, batch_rows, bar)
+    bar = tqdm(total=2 * (share.stop - share.start), desc="annotate", unit="doc",
+               disable=not progress or rank != 0)
+    with bar:
+        h0 = _full_h0(encode_corpus(annotator, store, batch_rows, bar, share.row_groups),
+                      share, n, world)
         z = model.propagate(h0, annotator.graph(store_dir, corpus_ids(store_dir)))
         del h0
-        tmp = out.with_name(out.name + ".partial")
-        writer = None
-        row = 0
-        for ids in iter_ids(store, batch_rows):
-            logits = model.classify(z[row:row + len(ids)])
-            preds = {c: predict(lg, annotator.classes[c]) for c, lg in logits.items()}
-            batch = annotation_batch(ids, preds, annotator.schema)
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, batch.schema)
-            writer.write_batch(batch)
-            row += len(ids)
-            bar.update(len(ids))
-        if writer is not None:
-            writer.close()
-            tmp.replace(out)
+        part = out.with_name(f"{out.name}.part{rank}") if world > 1 else \
+            out.with_name(out.name + ".partial")
+        _write_share(annotator, store, z, share, batch_rows, part, bar)
+    if world > 1:
+        dist.barrier()
+        if rank == 0:
+            _concatenate([out.with_name(f"{out.name}.part{r}") for r in range(world)],
+                         out.with_name(out.name + ".partial"))
+        dist.barrier()
+    if rank == 0:
+        out.with_name(out.name + ".partial").replace(out)
     seconds = time.perf_counter() - start
     return AnnotateReport(n, seconds, n / seconds if seconds > 0 else float("inf"),
                           peak_memory_bytes(torch.device("cpu")), str(out))
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _full_h0(local: torch.Tensor, share: Share, n: int, world: int) -> torch.Tensor:
+    """Every document's ``H0`` from each rank's share (an all-reduce of zero-padded rows)."""
+    if world == 1:
+        return local
+    h0 = local.new_zeros(n, local.shape[1])
+    h0[share.start:share.stop] = local
+    dist.all_reduce(h0)
+    return h0
+
+
+def _write_share(annotator: Annotator, store: Path, z: torch.Tensor, share: Share,
+                 batch_rows: int, path: Path, bar: tqdm) -> None:
+    """Classify this share's rows of ``z`` and write them, one row group per batch (an
+    empty share writes nothing)."""
+    pq = require("pyarrow.parquet")
+    writer = None
+    row = share.start
+    for ids in iter_ids(store, batch_rows, share.row_groups):
+        logits = annotator.model.classify(z[row:row + len(ids)])
+        preds = {c: predict(lg, annotator.classes[c]) for c, lg in logits.items()}
+        batch = annotation_batch(ids, preds, annotator.schema)
+        if writer is None:
+            writer = pq.ParquetWriter(path, batch.schema)
+        writer.write_batch(batch)
+        row += len(ids)
+        bar.update(len(ids))
+    if writer is not None:
+        writer.close()
+
+
+def _concatenate(parts: list[Path], out: Path) -> None:
+    """The ranks' part files, in rank order, as one file (row group by row group); the
+    parts are removed."""
+    pq = require("pyarrow.parquet")
+    writer = None
+    for part in parts:
+        if not part.exists():  # a rank with no row groups
+            continue
+        f = pq.ParquetFile(part)
+        for i in range(f.num_row_groups):
+            table = f.read_row_group(i)
+            if writer is None:
+                writer = pq.ParquetWriter(out, table.schema)
+            writer.write_table(table)
+        part.unlink()
+    if writer is not None:
+        writer.close()

@@ -234,17 +234,24 @@ def _link_edges(store: Path, row_of: dict[str, int], batch_rows: int
     return np.concatenate(src), np.concatenate(dst), dangling
 
 
-def iter_texts(store: str | Path, batch_rows: int) -> Iterator[list[str]]:
-    """Texts of the document store, one list per batch."""
-    pq = require("pyarrow.parquet")
-    for batch in pq.ParquetFile(store).iter_batches(batch_size=batch_rows, columns=["text"]):
-        yield batch.column(0).to_pylist()
+def iter_texts(store: str | Path, batch_rows: int,
+               row_groups: list[int] | None = None) -> Iterator[list[str]]:
+    """Texts of the document store (or of its ``row_groups``), one list per batch."""
+    return _iter_column(store, "text", batch_rows, row_groups)
 
 
-def iter_ids(store: str | Path, batch_rows: int) -> Iterator[list[str]]:
-    """Ids of the document store, one list per batch."""
+def iter_ids(store: str | Path, batch_rows: int,
+             row_groups: list[int] | None = None) -> Iterator[list[str]]:
+    """Ids of the document store (or of its ``row_groups``), one list per batch."""
+    return _iter_column(store, "id", batch_rows, row_groups)
+
+
+def _iter_column(store: str | Path, column: str, batch_rows: int,
+                 row_groups: list[int] | None) -> Iterator[list[str]]:
     pq = require("pyarrow.parquet")
-    for batch in pq.ParquetFile(store).iter_batches(batch_size=batch_rows, columns=["id"]):
+    batches = pq.ParquetFile(store).iter_batches(batch_size=batch_rows, columns=[column],
+                                                 row_groups=row_groups)
+    for batch in batches:
         yield batch.column(0).to_pylist()
 
 
