@@ -27,10 +27,11 @@ from sparsegnn.curation import essential_web, read_labels
 from sparsegnn.curation.annotate import annotate
 from sparsegnn.curation.citeseer import run_citeseer
 from sparsegnn.curation.demo import CONFIGS
-from sparsegnn.curation.distil import distil
+from sparsegnn.curation.distil import Annotator, distil
 from sparsegnn.curation.ingest import IngestConfig, ingest
 from sparsegnn.curation.student import StudentConfig
 from sparsegnn.curation.synthetic import SyntheticConfig, write_corpus
+from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.train.memory import peak_memory_bytes
 
 
@@ -54,8 +55,19 @@ def citeseer(data_dir: str | None, work: Path, n_boot: int, seed: int) -> dict[s
     return out
 
 
-def scale(num_docs: int, labelled: int, work: Path, epochs: int) -> dict[str, Any]:
-    """Generate, ingest, distil on a labelled prefix, annotate everything."""
+def _annotate_rank(store: str, model: str, out: str) -> dict[str, Any]:
+    """Rank body: annotate this rank's share of the store (see sparsegnn.curation.annotate)."""
+    init_session("gloo", timeout_s=600)
+    try:
+        report = annotate(store, Annotator.load(model), out, batch_rows=16384, progress=False)
+        return {"seconds": report.seconds, "peak_memory_gib": report.peak_memory_bytes / 2**30}
+    finally:
+        close_session()
+
+
+def scale(num_docs: int, labelled: int, work: Path, epochs: int, ranks: int) -> dict[str, Any]:
+    """Generate, ingest, distil on a labelled prefix, annotate everything (in one process,
+    then, with ``ranks`` > 1, again over that many local gloo ranks)."""
     schema = essential_web()
     gen = SyntheticConfig(num_docs=num_docs, chunk=labelled, seed=0)
     t0 = time.perf_counter()
@@ -70,7 +82,16 @@ def scale(num_docs: int, labelled: int, work: Path, epochs: int) -> dict[str, An
                     cfg)
     t3 = time.perf_counter()
     report = annotate(work / "store", result.annotator, batch_rows=16384, progress=False)
-    return {
+    over_ranks: dict[str, Any] = {}
+    if ranks > 1:
+        result.annotator.save(work / "student.pt")
+        per_rank = spawn(_annotate_rank, ranks, (str(work / "store"), str(work / "student.pt"),
+                                                 str(work / "ranks.parquet")))
+        seconds = max(r["seconds"] for r in per_rank)
+        over_ranks = {"ranks": ranks, "annotate_seconds_ranks": seconds,
+                      "annotate_docs_per_second_ranks": num_docs / seconds,
+                      "peak_memory_gib_per_rank": max(r["peak_memory_gib"] for r in per_rank)}
+    return {**over_ranks,
         "num_docs": num_docs, "labelled_docs": labelled,
         "generate_seconds": t1 - t0, "ingest_seconds": t2 - t1,
         "distil_seconds": t3 - t2, "distil_best_val_accuracy": result.best_val_accuracy,
@@ -87,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=30, help="student epochs at scale")
     p.add_argument("--bootstrap", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ranks", type=int, default=1,
+                   help="also annotate the generated corpus over this many local gloo ranks")
     p.add_argument("--skip-citeseer", action="store_true")
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -100,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_scale:
             (Path(tmp) / "scale").mkdir()
             out["scale"] = scale(args.docs, min(args.labelled, args.docs), Path(tmp) / "scale",
-                                 args.epochs)
+                                 args.epochs, args.ranks)
     for part, result in out.items():
         print(f"{part}: {json.dumps(result, default=str)[:2000]}")
     if args.json:
