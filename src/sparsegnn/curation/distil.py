@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from torch.nn import functional as F
+from tqdm.auto import trange
 
 from sparsegnn.curation.ingest import (
     DOCUMENTS_FILE,
@@ -36,6 +38,7 @@ from sparsegnn.data.edges import undirected_edge_index
 from sparsegnn.data.embed import SentenceEmbedder
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
+from sparsegnn.sampling import ShadowSampler, batch_generator, epoch_permutation
 from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
 from sparsegnn.train import EpochStats, TrainConfig, fit
 
@@ -124,14 +127,27 @@ def as_operand(block: sp.csr_matrix | np.ndarray) -> CSRMatrix | torch.Tensor:
 def document_graph(store_dir: str | Path, knn: bool = False) -> DocumentGraph:
     """The student's operators over the undirected graphs written by ingest: links and
     same-site edges in one, k-NN edges (when ``knn``) in another."""
+    return operators(*raw_adjacency(store_dir, knn))
+
+
+def raw_adjacency(store_dir: str | Path, knn: bool = False
+                  ) -> tuple[CSRMatrix, CSRMatrix | None]:
+    """The undirected link + site adjacency and (when ``knn``) the k-NN one, unnormalised."""
     path = Path(store_dir) / GRAPH_FILE
     adj = _adjacency(*load_graph_edges(path, ("link", "site")))
+    if not knn:
+        return adj, None
+    if "knn" not in edge_kinds(path):
+        raise DataFormatError(f"{path}: no k-NN edges for a student that propagates over "
+                              "them; ingest with --knn K")
+    return adj, _adjacency(*load_graph_edges(path, ("knn",)))
+
+
+def operators(adj: CSRMatrix, knn: CSRMatrix | None) -> DocumentGraph:
+    """A student's operators from the raw adjacencies (of a corpus or of a subgraph)."""
     graph = DocumentGraph(gcn_norm(adj, symmetric=True), row_norm(adj))
-    if knn:
-        if "knn" not in edge_kinds(path):
-            raise DataFormatError(f"{path}: no k-NN edges for a student that propagates over "
-                                  "them; ingest with --knn K")
-        graph.knn = gcn_norm(_adjacency(*load_graph_edges(path, ("knn",))), symmetric=True)
+    if knn is not None:
+        graph.knn = gcn_norm(knn, symmetric=True)
     return graph
 
 
@@ -182,10 +198,7 @@ class DistilTask:
     targets: dict[str, dict[str, torch.Tensor]]
 
     def loss(self, logits: torch.Tensor, split: Split) -> torch.Tensor:
-        out = logits[self.rows[split]]
-        losses = [-(self.targets[split][c] * F.log_softmax(out[:, cols], dim=1)).sum(1).mean()
-                  for c, cols in self.heads.items()]
-        return torch.stack(losses).sum()
+        return heads_loss(logits[self.rows[split]], self.heads, self.targets[split])
 
     def accuracy(self, logits: torch.Tensor, split: Split) -> float:
         """Mean accuracy over the heads; NaN for a split without labels (``test``: the
@@ -199,6 +212,14 @@ class DistilTask:
 
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """One process: nothing to synchronise."""
+
+
+def heads_loss(out: torch.Tensor, heads: dict[str, slice],
+               targets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Sum over the heads of the cross entropy of each head's logits to its targets."""
+    losses = [-(targets[c] * F.log_softmax(out[:, cols], dim=1)).sum(1).mean()
+              for c, cols in heads.items()]
+    return torch.stack(losses).sum()
 
 
 def _targets(labels: LabelSet, classes: dict[str, list[str]]) -> dict[str, torch.Tensor]:
@@ -267,11 +288,13 @@ def distil(
     if isinstance(featurizer, HashedTfidf):  # embeddings have nothing to fit
         featurizer.fit(t for chunk in iter_texts(store, 8192) for t in chunk)
     blocks = list(featurizer.transform_iter(iter_texts(store, 8192)))
-    x = as_operand(sp.vstack(blocks, format="csr") if sp.issparse(blocks[0])
-                   else np.concatenate(blocks))
+    features = (sp.vstack(blocks, format="csr") if sp.issparse(blocks[0])
+                else np.concatenate(blocks))
+    x = as_operand(features)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, {c: len(v) for c, v in classes.items()})
-    graph = document_graph(store_dir, knn=model.knn_hops > 0) if model.needs_graph else None
+    raw = raw_adjacency(store_dir, knn=model.knn_hops > 0) if model.needs_graph else None
+    graph = operators(*raw) if raw is not None else None
     if graph is not None and cfg.label_inputs:
         graph.labels = label_matrix(row_of, labels.subset(train_ids), classes, len(ids))
     task = DistilTask(x, graph, model.head_slices(), {}, {})
@@ -281,11 +304,83 @@ def distil(
     best = _BestWeights(model)
     train_cfg = TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, epochs=cfg.epochs,
                             patience=cfg.patience, seed=cfg.seed, progress=progress)
-    result = fit(model, task, train_cfg, on_epoch=best.update)
+    if cfg.batch_size:
+        epochs_run = fit_sampled(model, task, features, raw, cfg, best.update, progress)
+    else:
+        epochs_run = fit(model, task, train_cfg, on_epoch=best.update).epochs_run
     model.load_state_dict(best.state)
     annotator = Annotator(model.eval(), featurizer, classes, schema, cfg, labels)
-    return DistilResult(annotator, result.best_val_accuracy, result.epochs_run,
+    return DistilResult(annotator, best.best, epochs_run,
                         time.perf_counter() - start)
+
+
+def fit_sampled(model: GraphStudent, task: DistilTask, features: sp.csr_matrix | np.ndarray,
+                raw: tuple[CSRMatrix, CSRMatrix | None] | None, cfg: StudentConfig,
+                on_epoch: Callable[[EpochStats], None], progress: bool = False) -> int:
+    """Adam on ShaDow minibatches of ``cfg.batch_size`` training documents; returns the
+    number of epochs run (early stopping on whole-graph validation accuracy).
+
+    Each step samples ``cfg.fanouts`` neighbours per hop from the seeds over the union of
+    the document graphs (our :class:`~sparsegnn.sampling.ShadowSampler`), builds the
+    student's operators on the induced subgraph and its feature rows only, and takes the
+    loss on the seeds. Memory per step grows with the subgraph, not the corpus.
+    """
+    sampler = None if raw is None else ShadowSampler(_union(*raw), cfg.fanouts)
+    graphs = None if raw is None else [None if a is None else a.to_scipy() for a in raw]
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rows, targets = task.rows["train"], task.targets["train"]
+    best, bad, epoch = -1.0, 0, -1
+    for epoch in trange(cfg.epochs, desc="distil", unit="epoch", disable=not progress):
+        start, losses = time.perf_counter(), []
+        model.train()
+        for i, pos in enumerate(epoch_permutation(len(rows), cfg.seed, epoch).split(
+                cfg.batch_size)):
+            seeds = rows[pos]
+            nodes = seeds if sampler is None else sampler.sample_one(
+                seeds, batch_generator(cfg.seed, epoch, i)).node_ids
+            sub = None if graphs is None else _induced(graphs, nodes, task.adj)
+            out = model(_feature_rows(features, nodes), sub)[:len(seeds)]
+            loss = heads_loss(out, task.heads, {c: t[pos] for c, t in targets.items()})
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+        model.eval()
+        with torch.no_grad():
+            val = task.accuracy(model(task.x, task.adj), "val")
+        on_epoch(EpochStats(epoch, float(np.mean(losses)), float("nan"), val,
+                            time.perf_counter() - start))
+        best, bad = (val, 0) if val > best else (best, bad + 1)
+        if bad >= cfg.patience:
+            break
+    return epoch + 1
+
+
+def _union(adj: CSRMatrix, knn: CSRMatrix | None) -> CSRMatrix:
+    """The graph the sampler walks: links and sites, plus k-NN edges when the student has
+    them (so a k-NN hop sees sampled textual neighbours too)."""
+    if knn is None:
+        return adj
+    both = (adj.to_scipy() + knn.to_scipy()).tocsr()
+    both.data[:] = 1
+    return CSRMatrix.from_scipy(both.astype(np.float32))
+
+
+def _induced(graphs: list[sp.csr_matrix | None], nodes: torch.Tensor,
+             full: DocumentGraph | None) -> DocumentGraph:
+    """The student's operators on the subgraph induced by ``nodes`` (in their order)."""
+    idx = nodes.numpy()
+    sub = [None if a is None else CSRMatrix.from_scipy(a[idx][:, idx].astype(np.float32))
+           for a in graphs]
+    out = operators(sub[0], sub[1])
+    if full is not None and full.labels is not None:
+        out.labels = full.labels[nodes]
+    return out
+
+
+def _feature_rows(features: sp.csr_matrix | np.ndarray, nodes: torch.Tensor
+                  ) -> CSRMatrix | torch.Tensor:
+    return as_operand(features[nodes.numpy()])
 
 
 class _BestWeights:

@@ -55,6 +55,8 @@ class StudentConfig:
     epochs: int = 200
     patience: int = 50
     label_inputs: bool = False
+    batch_size: int | None = None  # None: full-graph training; else ShaDow minibatches
+    fanouts: tuple[int, ...] = (10, 10)  # neighbours sampled per hop for minibatches
     seed: int = 0
 
     def to_dict(self) -> dict[str, object]:
