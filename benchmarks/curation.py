@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from _harness import Row, emit
 from sparsegnn.curation import essential_web, read_labels
 from sparsegnn.curation.annotate import annotate
 from sparsegnn.curation.citeseer import run_citeseer
@@ -126,9 +127,34 @@ def main(argv: list[str] | None = None) -> int:
                                  args.epochs, args.ranks)
     for part, result in out.items():
         print(f"{part}: {json.dumps(result, default=str)[:2000]}")
-    if args.json:
-        print(json.dumps(out, default=str))
+    emit(*as_summary(out), args.json)
     return 0
+
+
+def as_summary(out: dict[str, Any]) -> tuple[list[Row], dict[str, float], dict[str, Any]]:
+    """The standard benchmark JSON: a row per CiteSeer annotator and for the scale run;
+    speedups of the student over the teacher-side model and of ranks over one process."""
+    rows: list[Row] = []
+    speedups: dict[str, float] = {}
+    metrics: dict[str, Any] = {}
+    if "citeseer" in out:
+        cs = out["citeseer"]
+        for name in ("student", "text_only", "teacher_side"):
+            if name in cs:
+                rows.append({"what": "citeseer_annotator", "annotator": name,
+                             "ours": name != "teacher_side", **cs[name]})
+                for cat, k in cs[name]["kappa"].items():
+                    metrics[f"{name}_{cat}_kappa"] = k["kappa"]
+        speedups["student_vs_teacher_annotation"] = cs["checks"]["student_speedup_over_teacher"]
+        metrics.update({k: v for k, v in cs["checks"].items() if isinstance(v, bool)})
+    if "scale" in out:
+        sc = out["scale"]
+        rows.append({"what": "bulk_annotation", "ours": True, **sc})
+        metrics.update({f"scale_{k}": v for k, v in sc.items()})
+        if "annotate_seconds_ranks" in sc:
+            speedups["annotate_ranks_vs_one_process"] = (sc["annotate_seconds"]
+                                                         / sc["annotate_seconds_ranks"])
+    return rows, speedups, metrics
 
 
 if __name__ == "__main__":

@@ -21,9 +21,7 @@ Default events: the TrackML sample (module map learnt from the event itself).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from _harness import emit
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
@@ -198,10 +197,23 @@ def main(argv: list[str] | None = None) -> int:
           f"{r['epoch_s_pyg']:.3f} s, speedup {r['speedup']:.2f}x; CPU time ours "
           f"{r['epoch_cpu_s_ours']:.3f} s, PyG {r['epoch_cpu_s_pyg']:.3f} s "
           f"(max |logit diff| {r['max_abs_logit_diff']:.2e})")
-    if args.json:
-        sys.stdout.flush()
-        print(json.dumps(r))
+    emit(*as_summary(r), args.json)
     return 0
+
+
+def as_summary(r: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, float],
+                                           dict[str, Any]]:
+    """The standard benchmark JSON: one row per implementation, the speedups, the rest."""
+    sizes = {k: r[k] for k in ("subgraphs", "mean_subgraph_nodes", "mean_subgraph_edges",
+                               "hidden", "iterations")}
+    results = [{"what": "interaction_network_training_epoch", "implementation": kind,
+                "ours": kind == "ours", "epoch_s": r[f"epoch_s_{kind}"],
+                "epoch_cpu_s": r[f"epoch_cpu_s_{kind}"], "all_epoch_s": r["all_epoch_s"][kind],
+                **sizes} for kind in ("ours", "pyg")]
+    speedups = {"training_epoch": r["speedup"],
+                "training_epoch_cpu": r["epoch_cpu_s_pyg"] / r["epoch_cpu_s_ours"]}
+    skip = {"all_epoch_s", "all_epoch_cpu_s", "speedup"}
+    return results, speedups, {k: v for k, v in r.items() if k not in skip}
 
 
 if __name__ == "__main__":
