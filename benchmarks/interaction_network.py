@@ -1,6 +1,6 @@
 """Interaction Network training-epoch time: sparsegnn's SpMM aggregation vs PyG MessagePassing.
 
-Run: ``python benchmarks/interaction_network.py [--events DIR] [--max-sample-nodes 2000]
+Run: ``python benchmarks/interaction_network.py [--events DIR] [--max-sample-nodes 4000]
 [--epochs 3] [--json]``.
 
 Both sides compute the *same* function with the *same* weights (the peer wraps our
@@ -179,7 +179,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--events", type=Path, default=SAMPLE, help="TrackML events directory")
     p.add_argument("--limit", type=int, default=None, help="first N events only")
-    p.add_argument("--max-sample-nodes", type=int, default=2000)
+    p.add_argument("--max-sample-nodes", type=int, default=4000,
+                   help="ShaDow subgraph bound (4000: what sampled training uses at pileup 200)")
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--iterations", type=int, default=6)
