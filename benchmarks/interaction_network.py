@@ -87,12 +87,15 @@ def load_graphs(events_dir: Path, limit: int | None) -> list[HitGraph]:
 
 
 def make_batches(graphs: list[HitGraph], max_nodes: int, fanouts: tuple[int, ...],
-                 device: torch.device) -> list[dict]:
-    """The epoch's subgraphs as device tensors, shared by both implementations."""
-    batches = []
+                 device: torch.device, limit: int | None = None) -> list[dict]:
+    """The epoch's subgraphs (the first ``limit`` of them) as device tensors, shared by
+    both implementations."""
+    batches: list[dict] = []
     for g in graphs:
         weight = loss_weights(g)
         for sub in shadow_subgraphs(g, max_nodes, fanouts, seed=0, epoch=0):
+            if limit is not None and len(batches) >= limit:
+                return batches
             batches.append(_tensors(g, sub, weight, device))
     return batches
 
@@ -147,7 +150,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     graphs = load_graphs(args.events, args.limit)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    batches = make_batches(graphs, args.max_sample_nodes, fanouts, device)
+    batches = make_batches(graphs, args.max_sample_nodes, fanouts, device, args.max_subgraphs)
     cfg = INConfig(hidden=args.hidden, iterations=args.iterations)
     diff = check_same_function(cfg, batches[0])
     times: dict[str, list[float]] = {"ours": [], "pyg": []}
@@ -182,6 +185,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-sample-nodes", type=int, default=4000,
                    help="ShaDow subgraph bound (4000: what sampled training uses at pileup 200)")
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop")
+    p.add_argument("--max-subgraphs", type=int, default=None,
+                   help="time only the first N subgraphs of the epoch (large events)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--epochs", type=int, default=2, help="timed epochs per implementation")
