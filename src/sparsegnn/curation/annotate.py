@@ -57,11 +57,13 @@ def predict(logits: torch.Tensor, classes: list[str]) -> Prediction:
 
 @dataclass(frozen=True)
 class Share:
-    """The row groups (and the rows ``start:stop`` they hold) one rank annotates."""
+    """The row groups (and the rows ``start:stop`` they hold) one rank annotates, out of
+    the store's ``total`` rows."""
 
     row_groups: list[int]
     start: int
     stop: int
+    total: int
 
 
 def share_of(store: Path, rank: int, world: int) -> Share:
@@ -71,7 +73,7 @@ def share_of(store: Path, rank: int, world: int) -> Share:
     rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
     lo, hi = len(rows) * rank // world, len(rows) * (rank + 1) // world
     start = sum(rows[:lo])
-    return Share(list(range(lo, hi)), start, start + sum(rows[lo:hi]))
+    return Share(list(range(lo, hi)), start, start + sum(rows[lo:hi]), sum(rows))
 
 
 @torch.no_grad()
@@ -105,7 +107,7 @@ def annotate(
     out = Path(out_path) if out_path is not None else store_dir / ANNOTATIONS_FILE
     rank, world = _rank_and_world()
     share = share_of(store, rank, world)
-    n = require("pyarrow.parquet").ParquetFile(store).metadata.num_rows
+    n = share.total
     model = annotator.model.eval()
     bar = tqdm(total=2 * (share.stop - share.start), desc="annotate", unit="doc",
                disable=not progress or rank != 0)

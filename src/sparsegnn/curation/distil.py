@@ -325,8 +325,8 @@ def fit_sampled(model: GraphStudent, task: DistilTask, features: sp.csr_matrix |
     student's operators on the induced subgraph and its feature rows only, and takes the
     loss on the seeds. Memory per step grows with the subgraph, not the corpus.
     """
-    sampler = None if raw is None else ShadowSampler(_union(*raw), cfg.fanouts)
     graphs = None if raw is None else [None if a is None else a.to_scipy() for a in raw]
+    sampler = None if graphs is None else ShadowSampler(_union(*graphs), cfg.fanouts)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rows, targets = task.rows["train"], task.targets["train"]
     best, bad, epoch = -1.0, 0, -1
@@ -356,12 +356,10 @@ def fit_sampled(model: GraphStudent, task: DistilTask, features: sp.csr_matrix |
     return epoch + 1
 
 
-def _union(adj: CSRMatrix, knn: CSRMatrix | None) -> CSRMatrix:
+def _union(adj: sp.csr_matrix, knn: sp.csr_matrix | None) -> CSRMatrix:
     """The graph the sampler walks: links and sites, plus k-NN edges when the student has
     them (so a k-NN hop sees sampled textual neighbours too)."""
-    if knn is None:
-        return adj
-    both = (adj.to_scipy() + knn.to_scipy()).tocsr()
+    both = adj.copy() if knn is None else (adj + knn).tocsr()
     both.data[:] = 1
     return CSRMatrix.from_scipy(both.astype(np.float32))
 
