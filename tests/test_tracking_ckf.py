@@ -57,3 +57,30 @@ def test_ckf_finds_most_reconstructable_particles(
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["tracking_efficiency"] > 0.8 and result["fake_rate"] < 0.1
     assert result["seconds_per_event"] > 0 and result["events"] == 2
+
+
+def test_track_demo_runs_end_to_end_next_to_the_ckf(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("acts")
+    from sparsegnn.cli.main import main
+
+    out = tmp_path / "demo"
+    assert main(["track", "demo", "--out", str(out), "--particles", "40", "--train-events", "2",
+                 "--test-events", "1", "--epochs", "2", "--no-progress", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["config"]["min_track_hits"] == 5 and result["config"]["epochs"] == 2
+    assert result["num_matched"] / result["num_reconstructable"] == result["tracking_efficiency"]
+    assert result["edge_auc"] > 0.7  # trained: an untrained classifier sits near 0.5
+    assert result["ckf"]["tracking_efficiency"] > 0.8 and result["seconds_per_event"] > 0
+    assert (out / "model.pt").is_file() and all(Path(p).is_file() for p in result["plots"])
+    assert {"simulate", "train", "reconstruct", "ckf"} <= set(result["stage_seconds"])
+
+
+def test_track_demo_refuses_a_directory_with_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparsegnn.cli.main import main
+
+    (tmp_path / "keep.txt").write_text("mine")
+    assert main(["track", "demo", "--out", str(tmp_path)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (tmp_path / "keep.txt").read_text() == "mine"

@@ -26,11 +26,19 @@ def test_evaluate_truth_graph_on_sample(tmp_path: Path, capsys: pytest.CaptureFi
     result = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE),
                       "--plots", str(tmp_path))
     assert (result["graph"], result["scores"], result["num_edges"]) == ("truth", "oracle", 4230)
-    assert result["num_reconstructable"] == 54 and result["efficiency"] == 1.0
+    assert result["num_reconstructable"] == 54 and result["tracking_efficiency"] == 1.0
     assert result["fake_rate"] == 0.0 and result["trackml_score"] == pytest.approx(1.0)
     assert result["edge_auc"] is None  # only true edges: AUC undefined, printed as null
     assert sorted(Path(p).name for p in result["plots"]) == [
         "efficiency_eta.png", "efficiency_pt.png", "scores.png"]
+
+
+def test_min_track_hits_drops_short_tracks(capsys: pytest.CaptureFixture[str]) -> None:
+    every = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE))
+    long = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--min-track-hits", "8")
+    assert long["num_tracks"] < every["num_tracks"] and long["fake_rate"] == 0.0
+    # reconstructable particles with 3-7 hits lose their (only) track
+    assert long["num_matched"] < every["num_matched"] == 54
 
 
 def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,7 +58,7 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     scored = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--graphs",
                       str(graphs), "--model", str(model), "--method", "walkthrough",
                       "--device", "cpu")
-    assert scored["scores"] == "model" and 0.0 <= scored["efficiency"] <= 1.0
+    assert scored["scores"] == "model" and 0.0 <= scored["tracking_efficiency"] <= 1.0
     assert 0.0 <= scored["edge_auc"] <= 1.0
     sampled = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--graphs",
                        str(graphs), "--model", str(model), "--max-sample-nodes", "500",

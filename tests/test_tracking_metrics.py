@@ -129,6 +129,18 @@ def test_components_and_walkthrough_on_a_junction() -> None:
     assert high_cut.hit_track.tolist() == [0, 0, 0, 0, 1, 1, 2, 2]
 
 
+def test_short_tracks_are_dropped_and_the_rest_renumbered() -> None:
+    # A 2-hit piece (0-1), a 4-hit chain (2-5) and a 3-hit chain (6-8).
+    edges = np.array(_chain(2) + _chain(4, 2) + _chain(3, 6)).T
+    es = EdgeScores("toy", edges, np.full(edges.shape[1], 0.9), 9)
+    assert build_tracks(es, 0.5).hit_track.tolist() == [0, 0, 1, 1, 1, 1, 2, 2, 2]
+    assert build_tracks(es, 0.5, min_hits=3).hit_track.tolist() == [-1, -1, 0, 0, 0, 0, 1, 1, 1]
+    walked = build_tracks(es, 0.5, "walkthrough", min_hits=4)
+    assert walked.hit_track.tolist() == [-1, -1, 0, 0, 0, 0, -1, -1, -1]
+    with pytest.raises(ValueError, match="min_hits"):
+        build_tracks(es, 0.5, min_hits=0)
+
+
 def test_walkthrough_falls_back_to_the_next_best_edge() -> None:
     # Hit 0 prefers 0->1 (0.9) but hit 2 claims 1 with 0.95; 0 then continues via 0->3.
     edges = np.array([[0, 1], [0, 3], [2, 1]]).T

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_reconstruct(stages)
     _register_evaluate(stages)
     _register_ckf(stages)
+    _register_demo(stages)
 
 
 def _events_flags(p: argparse.ArgumentParser) -> None:
@@ -239,6 +241,9 @@ def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
 def _reco_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cut", type=float, default=0.5, help="edge score cut")
     p.add_argument("--method", choices=("components", "walkthrough"), default="components")
+    p.add_argument("--min-track-hits", type=int, default=1,
+                   help="drop built tracks with fewer hits (default 1: keep all; 5 cuts most "
+                        "fragments of split particles, which count as fakes)")
     p.add_argument("--max-sample-nodes", type=int, default=None,
                    help="score ShaDow subgraphs of at most this many hits instead of whole "
                         "events: bounded memory, many times slower (default: whole events)")
@@ -258,7 +263,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
         if ev.name not in graphs:
             raise DataFormatError(f"{args.graphs}: no graph for event {ev.name}")
         scores = score_edges(graphs[ev.name], model, device, args.max_sample_nodes)
-        tracks = build_tracks(scores, args.cut, args.method)
+        tracks = build_tracks(scores, args.cut, args.method, args.min_track_hits)
         write_tracks(args.out / f"{ev.name}-tracks.csv", ev, tracks)
         counts.append({"event": ev.name, "num_tracks": int((tracks.sizes() >= 3).sum())})
     result = {"out": str(args.out), "events": counts}
@@ -283,8 +288,8 @@ def _register_evaluate(stages: argparse._SubParsersAction) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from sparsegnn.tracking.metrics import combine, concat_matches
-    from sparsegnn.tracking.pipeline import evaluate_event, score_edges
+    from sparsegnn.tracking.metrics import combine
+    from sparsegnn.tracking.pipeline import evaluate_event, plot_results, score_edges
     from sparsegnn.tracking.train import load_model
 
     device = resolve_device(args.device)
@@ -299,7 +304,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         graphs = _build_graphs(args, events)[0]
     model = load_model(args.model, device) if args.model is not None else None
     results = [evaluate_event(ev, g, score_edges(g, model, device, args.max_sample_nodes),
-                              args.cut, args.method, _targets(args))[0]
+                              args.cut, args.method, _targets(args), args.min_track_hits)[0]
                for ev, g in zip(events, graphs, strict=True)]
     pooled = combine([r.tracks for r in results])
     result = {
@@ -315,7 +320,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         **pooled.as_dict(),
     }
     if args.plots is not None:
-        result["plots"] = [str(p) for p in _plots(args, results, concat_matches)]
+        result["plots"] = [str(p) for p in plot_results(results, _targets(args), args.plots)]
     summary = (
         f"{len(results)} events, {result['scores']} scores, {args.method} at cut {args.cut}: "
         f"tracking efficiency {pooled.efficiency:.4f} ({pooled.num_matched}/"
@@ -323,16 +328,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         f"{pooled.duplicate_rate:.4f}, TrackML score {pooled.trackml_score:.4f}"
     )
     return emit(args, _clean(result), summary)
-
-
-def _plots(args: argparse.Namespace, results: list, concat_matches) -> list[Path]:
-    from sparsegnn.tracking.plots import efficiency_plots, score_plot
-
-    matches = concat_matches([r.matches for r in results])
-    written = efficiency_plots(matches, _targets(args), args.plots)
-    scores = np.concatenate([r.scores.scores for r in results])
-    true = np.concatenate([r.true_edges for r in results])
-    return [*written, score_plot(scores, true, args.plots)]
 
 
 # ---------------------------------------------------------------------------- ckf
@@ -351,10 +346,8 @@ def _ckf(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.ckf import evaluate_ckf
 
     pooled, run = evaluate_ckf(args.events, args.limit, _targets(args), args.max_seeds_per_spm)
-    metrics = pooled.as_dict()
-    result = {"events": len(run.tracks), "tracking_efficiency": metrics.pop("efficiency"),
-              **metrics, "seconds_per_event": run.seconds_per_event,
-              "wall_seconds": run.wall_seconds}
+    result = {"events": len(run.tracks), **pooled.as_dict(),
+              "seconds_per_event": run.seconds_per_event, "wall_seconds": run.wall_seconds}
     summary = (
         f"CKF on {len(run.tracks)} events: tracking efficiency {pooled.efficiency:.4f} "
         f"({pooled.num_matched}/{pooled.num_reconstructable}), fake rate "
@@ -362,3 +355,39 @@ def _ckf(args: argparse.Namespace) -> int:
         f"{run.seconds_per_event:.3f} s/event (space points + seeding + CKF + ambiguity)"
     )
     return emit(args, _clean(result), summary)
+
+
+# ---------------------------------------------------------------------------- demo
+def _register_demo(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("demo", help="small end to end run: simulate -> train -> evaluate, "
+                          "next to the CKF on the same events (a few minutes; needs pyacts)")
+    p.add_argument("--out", type=Path, default=Path("out/track_demo"),
+                   help="working directory for events, model and plots (default "
+                        "out/track_demo; must be empty or absent)")
+    # None = the DemoConfig default (not imported here: it would load torch for every command)
+    for flag, kind, what in (("particles", int, "muons per event (default 200)"),
+                             ("train-events", int, "default 8"), ("test-events", int, "default 2"),
+                             ("epochs", int, "default 6"),
+                             ("max-sample-nodes", int, "hits per ShaDow training subgraph "
+                                                       "(default 1000)"),
+                             ("cut", float, "edge score cut (default 0.5)"),
+                             ("min-track-hits", int, "default 5"), ("seed", int, "default 7")):
+        p.add_argument(f"--{flag}", type=kind, default=None, help=what)
+    p.add_argument("--no-ckf", action="store_true", help="skip the ACTS CKF comparison")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_json_flag(p)
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sparsegnn.tracking.demo import DemoConfig, run_demo
+
+    if args.out.exists() and any(args.out.iterdir()):
+        raise DataFormatError(f"{args.out} is not empty; the demo simulates into a fresh "
+                              "directory (remove it or pass another --out)")
+    given = {k: getattr(args, k) for k in ("particles", "train_events", "test_events", "epochs",
+                                           "max_sample_nodes", "cut", "min_track_hits", "seed")}
+    cfg = replace(DemoConfig(), **{k: v for k, v in given.items() if v is not None},
+                  ckf=not args.no_ckf, progress=not args.no_progress)
+    result = run_demo(args.out, cfg)
+    return emit(args, _clean(result.to_dict()), result.summary())

@@ -49,7 +49,9 @@ class TrackMetrics:
     num_duplicate: int
 
     def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+        """The fields, with the efficiency under the name every command prints."""
+        d = asdict(self)
+        return {"tracking_efficiency": d.pop("efficiency"), **d}
 
 
 @dataclass(frozen=True)

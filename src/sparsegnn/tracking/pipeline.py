@@ -60,13 +60,31 @@ def score_edges(graph: HitGraph, model: InteractionNetwork | None,
 
 
 def evaluate_event(event: Event, graph: HitGraph, scores: EdgeScores, cut: float, method: str,
-                   targets: TargetConfig) -> tuple[EventResult, Tracks]:
+                   targets: TargetConfig, min_track_hits: int = 1
+                   ) -> tuple[EventResult, Tracks]:
     """Build tracks from ``scores`` and measure edges and tracks against ``event``'s truth."""
-    tracks = build_tracks(scores, cut, method)
+    tracks = build_tracks(scores, cut, method, min_track_hits)
+    return evaluate_tracks(event, graph, scores, tracks, cut, targets), tracks
+
+
+def evaluate_tracks(event: Event, graph: HitGraph, scores: EdgeScores, tracks: Tracks,
+                    cut: float, targets: TargetConfig) -> EventResult:
+    """Measure built ``tracks`` (and the edges at ``cut``) against ``event``'s truth."""
     metrics, matches = track_metrics(event, tracks, targets)
-    result = EventResult(event.name, graph.stats(), edge_metrics(graph, scores.scores, cut),
-                         metrics, matches, scores, graph.y)
-    return result, tracks
+    return EventResult(event.name, graph.stats(), edge_metrics(graph, scores.scores, cut),
+                       metrics, matches, scores, graph.y)
+
+
+def plot_results(results: list[EventResult], targets: TargetConfig, out_dir: str | Path
+                 ) -> list[Path]:
+    """PNGs of tracking efficiency vs pT and vs eta, and of the edge-score distribution."""
+    from sparsegnn.tracking.metrics import concat_matches
+    from sparsegnn.tracking.plots import efficiency_plots, score_plot
+
+    written = efficiency_plots(concat_matches([r.matches for r in results]), targets, out_dir)
+    scores = np.concatenate([r.scores.scores for r in results])
+    true = np.concatenate([r.true_edges for r in results])
+    return [*written, score_plot(scores, true, out_dir)]
 
 
 def write_tracks(path: str | Path, event: Event, tracks: Tracks) -> None:

@@ -51,8 +51,18 @@ class Tracks:
         return Tracks(self.name, labels)
 
 
-def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components") -> Tracks:
-    """Tracks from the edges scored >= ``cut``; ``method`` is 'components' or 'walkthrough'."""
+def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components",
+                 min_hits: int = 1) -> Tracks:
+    """Tracks from the edges scored >= ``cut``; ``method`` is 'components' or 'walkthrough'.
+
+    Tracks of fewer than ``min_hits`` hits are dropped (their hits go back to no track):
+    the length requirement every tracker applies (ACTS's CKF keeps tracks of >= 6
+    measurements). On dense events most short pieces are fragments of particles split by
+    a missing edge, and the double-majority matching counts a fragment holding less than
+    half of its particle's hits as a fake.
+    """
+    if min_hits < 1:
+        raise ValueError(f"min_hits must be >= 1, got {min_hits}")
     keep = scores.scores >= cut
     src, dst = scores.edge_index[:, keep]
     if method == "walkthrough":
@@ -62,7 +72,20 @@ def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components
         raise ValueError(
             f"unknown track-building method {method!r}; use 'components' or 'walkthrough'"
         )
-    return Tracks(scores.name, _label_components(src, dst, scores.num_nodes))
+    return Tracks(scores.name, _drop_short(_label_components(src, dst, scores.num_nodes),
+                                           min_hits))
+
+
+def _drop_short(labels: np.ndarray, min_hits: int) -> np.ndarray:
+    """``labels`` without the tracks shorter than ``min_hits``, renumbered 0.. in order."""
+    on = labels >= 0
+    sizes = np.bincount(labels[on])
+    keep = on.copy()
+    keep[on] = sizes[labels[on]] >= min_hits
+    _, relabel = np.unique(labels[keep], return_inverse=True)
+    out = np.full(labels.size, -1, dtype=np.int64)
+    out[keep] = relabel
+    return out
 
 
 def _chains(src: np.ndarray, dst: np.ndarray, score: np.ndarray, n: int) -> np.ndarray:
