@@ -35,6 +35,23 @@ def test_tracks_for_rejects_hit_ids_the_event_does_not_have() -> None:
     assert tracks_for(ev, []).num_tracks == 0
 
 
+def test_ckf_states_find_their_measurement_by_module_and_position() -> None:
+    from sparsegnn.tracking.ckf import match_measurements
+
+    # Module 7 holds three measurements; a reader that reorders them within the module
+    # must not change which one a state means (matching by index would).
+    meas = {"measurement_id": np.arange(5), "geometry_id": np.array([7, 3, 7, 9, 7]),
+            "local0": np.array([1.0, 0.0, -2.0, 5.0, 1.0]),
+            "local1": np.array([4.0, 0.0, 3.0, 5.0, -4.0])}
+    module = np.array([7, 7, 9, 7, 3])
+    local = np.array([[1.0, -4.0], [-2.0, 3.0], [5.0, 5.0], [1.0, 4.0 + 1e-6], [0.0, 0.0]])
+    assert match_measurements(meas, module, local).tolist() == [4, 2, 3, 0, 1]
+    with pytest.raises(DataFormatError, match="match no measurement"):
+        match_measurements(meas, np.array([7]), np.array([[1.0, 0.0]]))  # nothing there
+    with pytest.raises(DataFormatError, match="match no measurement"):
+        match_measurements(meas, np.array([8]), np.array([[1.0, 4.0]]))  # unknown module
+
+
 def test_ckf_finds_most_reconstructable_particles(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("acts")

@@ -74,6 +74,16 @@ def test_doublet_cuts_remove_noise_edges() -> None:
     assert tight.y.sum() == 4
 
 
+def test_pairs_closer_than_min_dr_skip_the_extrapolating_cuts() -> None:
+    ev, mm = two_track_event(), ModuleMap.learn([two_track_event()])
+    # The noise hit (r=21, phi=0.05) pairs with p0's hits at r=10 (dr 11) and r=30 (dr 9),
+    # both with a phi slope of ~0.005 rad/mm: over the bound of 0.001.
+    assert module_map_graph(ev, mm, DoubletCuts(phi_slope=1e-3)).num_edges == 4
+    loose = module_map_graph(ev, mm, DoubletCuts(phi_slope=1e-3, min_dr=10.0))
+    kept = {tuple(e) for e in loose.edge_index.T.tolist()}
+    assert loose.num_edges == 5 and (6, 0) in kept  # only the 9 mm pair skips the cut
+
+
 def test_graph_round_trip(tmp_path: Path) -> None:
     graph = truth_graph(two_track_event())
     graph.save(tmp_path / "g.npz")

@@ -65,6 +65,9 @@ def _graph_flags(p: argparse.ArgumentParser, default: str) -> None:
     for cut, unit in (("dphi", "rad"), ("dz", "mm"), ("deta", ""), ("phi-slope", "rad/mm"),
                       ("z0", "mm")):
         g.add_argument(f"--{cut}", type=float, default=None, help=f"max |{cut}| {unit}".strip())
+    g.add_argument("--min-dr", type=float, default=1.0,
+                   help="pairs closer than this in r (mm) skip the phi-slope and z0 cuts "
+                        "(default 1; 10 keeps overlapping-module pairs in dense events)")
 
 
 def _targets(args: argparse.Namespace) -> TargetConfig:
@@ -72,7 +75,7 @@ def _targets(args: argparse.Namespace) -> TargetConfig:
 
 
 def _cuts(args: argparse.Namespace) -> DoubletCuts:
-    return DoubletCuts(args.dphi, args.dz, args.deta, args.phi_slope, args.z0)
+    return DoubletCuts(args.dphi, args.dz, args.deta, args.phi_slope, args.z0, args.min_dr)
 
 
 def _build_graphs(args: argparse.Namespace, events: list[Event]) -> tuple[list[HitGraph], int]:

@@ -40,8 +40,10 @@ class DoubletCuts:
     ``phi_slope`` is dphi/dr (rad/mm): ~ 1 / (2 R) for a helix of radius R, so it bounds
     the curvature, i.e. the transverse momentum. ``z0`` is where the straight line
     through both hits crosses the beam line (mm): it bounds the vertex position.
-    Both need dr != 0; edges with |dr| < 1 mm skip those two cuts (same-r pairs in the
-    endcap disks would otherwise divide by zero).
+    Both extrapolate over dr, so pairs with |dr| < ``min_dr`` (mm) skip them: same-r pairs
+    in the endcap disks would divide by zero, and two hits of one particle a few mm apart
+    (overlapping modules of one layer) give a meaningless slope and z0. At pileup 50,
+    ``min_dr=10`` keeps 2% more of the target segments than 1 (docs/tracking.md).
     """
 
     dphi: float | None = None
@@ -49,6 +51,7 @@ class DoubletCuts:
     deta: float | None = None
     phi_slope: float | None = None
     z0: float | None = None
+    min_dr: float = 1.0
 
 
 NO_CUTS = DoubletCuts()
@@ -223,7 +226,7 @@ def _passes(event: Event, edge_index: np.ndarray, cuts: DoubletCuts) -> np.ndarr
         bound = getattr(cuts, name)
         if bound is not None:
             keep &= np.abs(v[name]) <= bound
-    has_dr = np.abs(v["dr"]) >= 1.0
+    has_dr = np.abs(v["dr"]) >= max(cuts.min_dr, 1e-9)
     safe_dr = np.where(has_dr, v["dr"], 1.0)
     if cuts.phi_slope is not None:
         keep &= ~has_dr | (np.abs(v["dphi"] / safe_dr) <= cuts.phi_slope)
