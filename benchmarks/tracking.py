@@ -67,7 +67,7 @@ class Dataset:
     seed: int
 
 
-FULL = [Dataset("gun1000", 1000, 0, 96, 8, 3, 11),
+FULL = [Dataset("gun1000", 1000, 0, 96, 16, 3, 11),
         Dataset("ttbar_pu50", None, 50, 200, 34, 3, 21)]
 QUICK = [Dataset("gun200", 200, 0, 40, 2, 1, 31), Dataset("ttbar_pu5", None, 5, 10, 2, 1, 41)]
 _SPLIT_SEED = {"train": 0, "test": 1, "map": 2}
