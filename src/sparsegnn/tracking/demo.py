@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from sparsegnn.tracking.events import read_events
+from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph import DoubletCuts, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import TrackMetrics, combine
-from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.model import INConfig, InteractionNetwork
 from sparsegnn.tracking.pipeline import EventResult, evaluate_tracks, plot_results
 from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, predict, save_model, train
@@ -104,17 +104,10 @@ class DemoResult:
 
 def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig()) -> DemoResult:
     """Simulate, build graphs, train, reconstruct, evaluate (and run the CKF) in ``out_dir``."""
-    from sparsegnn.tracking.simulate import GunConfig, simulate_gun
-
     out = Path(out_dir)
     stages: dict[str, float] = {}
     clock = time.perf_counter()
-    dirs = {}
-    for split, n, seed in (("train", cfg.train_events, cfg.seed),
-                           ("test", cfg.test_events, cfg.seed + 1)):
-        dirs[split] = out / split
-        simulate_gun(dirs[split], GunConfig(events=n, particles=cfg.particles, seed=seed,
-                                            progress=cfg.progress))
+    dirs = _simulate(out, cfg)
     stages["simulate"], clock = time.perf_counter() - clock, time.perf_counter()
 
     train_events, test_events = read_events(dirs["train"]), read_events(dirs["test"])
@@ -129,15 +122,7 @@ def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig()) -> DemoResult:
     save_model(out / "model.pt", model, report)
     stages["train"] = time.perf_counter() - clock
 
-    results, reco_seconds = [], 0.0
-    for ev in tqdm(test_events, desc="reconstruct", unit="event", disable=not cfg.progress):
-        start = time.perf_counter()
-        graph = module_map_graph(ev, module_map, DEMO_CUTS)
-        scores = predict(model, graph)
-        tracks = build_tracks(scores, cfg.cut, "walkthrough", cfg.min_track_hits)
-        reco_seconds += time.perf_counter() - start
-        results.append(evaluate_tracks(ev, graph, scores, tracks, cfg.cut, DEFAULT_TARGETS))
-    stages["reconstruct"] = reco_seconds
+    results, stages["reconstruct"] = _reconstruct(test_events, module_map, model, cfg)
     plots = [str(p) for p in plot_results(results, DEFAULT_TARGETS, out / "plots")]
 
     ckf = ckf_seconds = None
@@ -149,8 +134,36 @@ def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig()) -> DemoResult:
         ckf_seconds = run.seconds_per_event
         stages["ckf"] = time.perf_counter() - clock
     return DemoResult(cfg, combine([r.tracks for r in results]), ckf,
-                      reco_seconds / len(test_events), ckf_seconds, _edge_summary(results),
-                      stages, plots)
+                      stages["reconstruct"] / len(test_events), ckf_seconds,
+                      _edge_summary(results), stages, plots)
+
+
+def _simulate(out: Path, cfg: DemoConfig) -> dict[str, Path]:
+    """Training and held-out events, from different seeds, in ``out/train`` and ``out/test``."""
+    from sparsegnn.tracking.simulate import GunConfig, simulate_gun
+
+    dirs = {}
+    for split, n, seed in (("train", cfg.train_events, cfg.seed),
+                           ("test", cfg.test_events, cfg.seed + 1)):
+        dirs[split] = out / split
+        simulate_gun(dirs[split], GunConfig(events=n, particles=cfg.particles, seed=seed,
+                                            progress=cfg.progress))
+    return dirs
+
+
+def _reconstruct(events: list[Event], module_map: ModuleMap, model: InteractionNetwork,
+                 cfg: DemoConfig) -> tuple[list[EventResult], float]:
+    """Each event's graph, scores and tracks, measured; and the reconstruction seconds
+    (graph construction + scoring + track building, metrics excluded)."""
+    results, seconds = [], 0.0
+    for ev in tqdm(events, desc="reconstruct", unit="event", disable=not cfg.progress):
+        start = time.perf_counter()
+        graph = module_map_graph(ev, module_map, DEMO_CUTS)
+        scores = predict(model, graph)
+        tracks = build_tracks(scores, cfg.cut, "walkthrough", cfg.min_track_hits)
+        seconds += time.perf_counter() - start
+        results.append(evaluate_tracks(ev, graph, scores, tracks, cfg.cut, DEFAULT_TARGETS))
+    return results, seconds
 
 
 def _edge_summary(results: list[EventResult]) -> dict[str, float]:
