@@ -47,9 +47,9 @@ from sparsegnn.train.memory import peak_memory_bytes
 from tracking import DEFAULT_DATA, Dataset, events_dir, reconstruct
 
 # (name, gun, pileup, map events, train events, test events, seed): small, then large
-FULL = (Dataset("ttbar_pu50", None, 50, 0, 6, 0, 61),
+FULL = (Dataset("sampled_ttbar_pu50", None, 50, 0, 6, 0, 61),  # not tracking.py's ttbar_pu50
         Dataset("ttbar_pu200", None, 200, 0, 4, 2, 71))
-QUICK = (Dataset("ttbar_pu5", None, 5, 0, 3, 0, 81),
+QUICK = (Dataset("sampled_ttbar_pu5", None, 5, 0, 3, 0, 81),
          Dataset("ttbar_pu20", None, 20, 0, 2, 1, 91))
 CUT = 0.5
 # The cuts and track building of the runs docs/tracking.md reports for this benchmark
