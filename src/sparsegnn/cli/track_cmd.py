@@ -292,7 +292,12 @@ def _register_evaluate(stages: argparse._SubParsersAction) -> None:
 
 def _evaluate(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.metrics import combine
-    from sparsegnn.tracking.pipeline import evaluate_event, plot_results, score_edges
+    from sparsegnn.tracking.pipeline import (
+        edge_summary,
+        evaluate_event,
+        plot_results,
+        score_edges,
+    )
     from sparsegnn.tracking.train import load_model
 
     device = resolve_device(args.device)
@@ -314,12 +319,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         "events": len(results), "graph": "saved" if args.graphs else args.graph,
         "scores": "model" if model is not None else "oracle", "cut": args.cut,
         "method": args.method,
-        "graph_efficiency": _mean([r.graph.efficiency for r in results]),
-        "graph_purity": _mean([r.graph.purity for r in results]),
-        "num_edges": sum(r.graph.num_edges for r in results),
-        "edge_efficiency": _mean([r.edges.efficiency for r in results]),
-        "edge_purity": _mean([r.edges.purity for r in results]),
-        "edge_auc": _mean([r.edges.auc for r in results]),
+        **edge_summary(results),
         **pooled.as_dict(),
     }
     if args.plots is not None:

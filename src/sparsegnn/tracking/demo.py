@@ -19,14 +19,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph import DoubletCuts, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import TrackMetrics, combine
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
-from sparsegnn.tracking.pipeline import EventResult, evaluate_tracks, plot_results
+from sparsegnn.tracking.pipeline import (
+    EventResult,
+    edge_summary,
+    evaluate_tracks,
+    plot_results,
+)
 from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, predict, save_model, train
 from sparsegnn.tracking.truth import DEFAULT_TARGETS
@@ -135,7 +139,7 @@ def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig()) -> DemoResult:
         stages["ckf"] = time.perf_counter() - clock
     return DemoResult(cfg, combine([r.tracks for r in results]), ckf,
                       stages["reconstruct"] / len(test_events), ckf_seconds,
-                      _edge_summary(results), stages, plots)
+                      edge_summary(results), stages, plots)
 
 
 def _simulate(out: Path, cfg: DemoConfig) -> dict[str, Path]:
@@ -164,13 +168,3 @@ def _reconstruct(events: list[Event], module_map: ModuleMap, model: InteractionN
         seconds += time.perf_counter() - start
         results.append(evaluate_tracks(ev, graph, scores, tracks, cfg.cut, DEFAULT_TARGETS))
     return results, seconds
-
-
-def _edge_summary(results: list[EventResult]) -> dict[str, float]:
-    def mean(values: list[float]) -> float:
-        return float(np.nanmean(values)) if values else float("nan")
-
-    return {"graph_efficiency": mean([r.graph.efficiency for r in results]),
-            "edge_efficiency": mean([r.edges.efficiency for r in results]),
-            "edge_purity": mean([r.edges.purity for r in results]),
-            "edge_auc": mean([r.edges.auc for r in results])}

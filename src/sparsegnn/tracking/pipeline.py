@@ -75,6 +75,21 @@ def evaluate_tracks(event: Event, graph: HitGraph, scores: EdgeScores, tracks: T
                        metrics, matches, scores, graph.y)
 
 
+def edge_summary(results: list[EventResult]) -> dict[str, float]:
+    """Graph and edge metrics averaged over events (NaN where no event defines them, as
+    AUC on a graph of true edges only); ``num_edges`` summed."""
+    def mean(values: list[float]) -> float:
+        finite = [v for v in values if not np.isnan(v)]
+        return float(np.mean(finite)) if finite else float("nan")
+
+    return {"graph_efficiency": mean([r.graph.efficiency for r in results]),
+            "graph_purity": mean([r.graph.purity for r in results]),
+            "num_edges": sum(r.graph.num_edges for r in results),
+            "edge_efficiency": mean([r.edges.efficiency for r in results]),
+            "edge_purity": mean([r.edges.purity for r in results]),
+            "edge_auc": mean([r.edges.auc for r in results])}
+
+
 def plot_results(results: list[EventResult], targets: TargetConfig, out_dir: str | Path
                  ) -> list[Path]:
     """PNGs of tracking efficiency vs pT and vs eta, and of the edge-score distribution."""

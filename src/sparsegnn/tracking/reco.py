@@ -72,20 +72,7 @@ def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components
         raise ValueError(
             f"unknown track-building method {method!r}; use 'components' or 'walkthrough'"
         )
-    return Tracks(scores.name, _drop_short(_label_components(src, dst, scores.num_nodes),
-                                           min_hits))
-
-
-def _drop_short(labels: np.ndarray, min_hits: int) -> np.ndarray:
-    """``labels`` without the tracks shorter than ``min_hits``, renumbered 0.. in order."""
-    on = labels >= 0
-    sizes = np.bincount(labels[on])
-    keep = on.copy()
-    keep[on] = sizes[labels[on]] >= min_hits
-    _, relabel = np.unique(labels[keep], return_inverse=True)
-    out = np.full(labels.size, -1, dtype=np.int64)
-    out[keep] = relabel
-    return out
+    return Tracks(scores.name, _label_components(src, dst, scores.num_nodes, min_hits))
 
 
 def _chains(src: np.ndarray, dst: np.ndarray, score: np.ndarray, n: int) -> np.ndarray:
@@ -125,14 +112,14 @@ def _best_per_node(node: np.ndarray, score: np.ndarray, n: int) -> np.ndarray:
     return best
 
 
-def _label_components(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
-    """Component label per hit, numbered 0.. in order of first hit; isolated hits get -1."""
+def _label_components(src: np.ndarray, dst: np.ndarray, n: int, min_hits: int = 1
+                      ) -> np.ndarray:
+    """Component label per hit, numbered 0.. in order of first hit; hits on no component of
+    at least ``max(min_hits, 2)`` hits get -1 (an isolated hit is its own 1-hit component)."""
     adj = sp.coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(n, n)).tocsr()
     _, labels = connected_components(adj, directed=False)
-    touched = np.zeros(n, dtype=bool)
-    touched[src] = True
-    touched[dst] = True
-    _, relabel = np.unique(labels[touched], return_inverse=True)
+    keep = np.bincount(labels)[labels] >= max(min_hits, 2)
+    _, relabel = np.unique(labels[keep], return_inverse=True)
     out = np.full(n, -1, dtype=np.int64)
-    out[touched] = relabel
+    out[keep] = relabel
     return out
