@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sparsegnn.cli.main import main
+from sparsegnn.tracking.train import load_model
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
 pytestmark = [pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present"),
@@ -50,6 +51,11 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     trained = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out", str(model),
                        "--hidden", "8", "--iterations", "1", "--epochs", "1", "--device", "cpu")
     assert trained["epochs"][0]["events_used"] == 1 and model.is_file()
+    tuned = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
+                     str(tmp_path / "tuned.pt"), "--init", str(model), "--epochs", "1",
+                     "--device", "cpu")
+    assert tuned["epochs"][0]["events_used"] == 1
+    assert load_model(tmp_path / "tuned.pt").cfg == load_model(model).cfg  # hidden 8 kept
     run_json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--graphs", str(graphs),
              "--model", str(model), "--out", str(tracks), "--device", "cpu")
     with open(tracks / "event000000001-tracks.csv", newline="") as fh:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
@@ -85,6 +86,22 @@ def test_model_learns_and_checkpoint_round_trips(tmp_path: Path) -> None:
     save_model(tmp_path / "in.pt", model, report)
     again = predict(load_model(tmp_path / "in.pt"), graphs[0])
     np.testing.assert_allclose(again.scores, scores.scores, rtol=1e-6)
+
+
+def test_fine_tuning_starts_from_the_given_model_and_leaves_it_untouched() -> None:
+    small, large = toy_graphs([10]), toy_graphs([30])
+    base, _ = train(small, TrackTrainConfig(INConfig(hidden=8, iterations=2), epochs=5))
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    # cfg.model asks for other sizes: the init model's own sizes must win
+    other = TrackTrainConfig(INConfig(hidden=16, iterations=3), epochs=0)
+    same, _ = train(large, other, init=base)
+    assert same is not base and same.cfg == base.cfg
+    np.testing.assert_array_equal(predict(same, large[0]).scores,
+                                  predict(base, large[0]).scores)
+    tuned, report = train(large, TrackTrainConfig(epochs=3, lr=3e-3), init=base)
+    assert len(report.epochs) == 3 and tuned.cfg == base.cfg
+    assert all(torch.equal(v, before[k]) for k, v in base.state_dict().items())
+    assert not np.allclose(predict(tuned, large[0]).scores, predict(base, large[0]).scores)
 
 
 def test_sampled_inference_scores_each_edge_in_its_training_context() -> None:

@@ -194,6 +194,9 @@ def _register_train(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-larger-than", type=int, default=None,
                    help="whole-event baseline: skip graphs with more hits than this")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", type=Path, default=None,
+                   help="fine-tune this trained model (its --hidden/--iterations win), e.g. "
+                        "a pileup-50 model on pileup-200 events")
     add_device_flag(p)
     add_json_flag(p)
     p.set_defaults(func=_train)
@@ -208,16 +211,17 @@ def _load_graphs(directory: Path) -> list[HitGraph]:
 
 def _train(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.model import INConfig
-    from sparsegnn.tracking.train import TrackTrainConfig, save_model, train
+    from sparsegnn.tracking.train import TrackTrainConfig, load_model, save_model, train
 
     graphs = _load_graphs(args.graphs)
+    init = None if args.init is None else load_model(args.init)
     cfg = TrackTrainConfig(
         model=INConfig(hidden=args.hidden, iterations=args.iterations), epochs=args.epochs,
         lr=args.lr, pos_weight=args.pos_weight, max_sample_nodes=args.max_sample_nodes,
         fanouts=tuple(int(f) for f in args.fanouts.split(",")),
         skip_larger_than=args.skip_larger_than, seed=args.seed,
     )
-    model, report = train(graphs, cfg, resolve_device(args.device))
+    model, report = train(graphs, cfg, resolve_device(args.device), init)
     save_model(args.out, model, report)
     last = report.epochs[-1] if report.epochs else None
     result = {"out": str(args.out), "num_graphs": len(graphs), **report.as_dict()}
