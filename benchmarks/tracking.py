@@ -44,7 +44,7 @@ from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_ma
 from sparsegnn.tracking.metrics import TrackMetrics, combine, edge_metrics, track_metrics
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
 from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
-from sparsegnn.tracking.train import TrackTrainConfig, predict, train
+from sparsegnn.tracking.train import TrackTrainConfig, predict, save_model, train
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
 # Doublet cuts chosen on pileup-50 ttbar training events (docs/tracking.md): pT >~ 0.5 GeV,
@@ -92,15 +92,28 @@ def events_dir(root: Path, ds: Dataset, split: str) -> Path:
 
 
 def run_gnn(map_events: list[Event], train_events: list[Event], test_events: list[Event],
-            epochs: int) -> tuple[TrackMetrics, dict[str, float]]:
+            epochs: int, save_to: Path | None = None) -> tuple[TrackMetrics, dict[str, float]]:
     """Train on ``train_events``, reconstruct ``test_events``; pooled metrics and timings."""
     module_map = ModuleMap.learn(map_events + train_events, "module")
     graphs = [module_map_graph(ev, module_map, CUTS) for ev in train_events]
     start = time.perf_counter()
-    model, _ = train(graphs, TrackTrainConfig(model=INConfig(hidden=64, iterations=6),
-                                              epochs=epochs))
+    model, report = train(graphs, TrackTrainConfig(model=INConfig(hidden=64, iterations=6),
+                                                   epochs=epochs))
     train_s = time.perf_counter() - start
-    cut, min_hits = choose_reco(model, train_events[:2], graphs[:2])
+    if save_to is not None:
+        save_to.parent.mkdir(parents=True, exist_ok=True)
+        save_model(save_to, model, report)
+        module_map.save(save_to.with_suffix(".map.npz"))
+    metrics, timing = score_gnn(model, module_map, train_events[:2], graphs[:2], test_events)
+    return metrics, {**timing, "train_seconds": train_s}
+
+
+def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: list[Event],
+              tune_graphs: list[HitGraph], test_events: list[Event]
+              ) -> tuple[TrackMetrics, dict[str, float]]:
+    """Choose the cut and track length on training events, then reconstruct and score the
+    test events: pooled track metrics, seconds per event and mean edge figures."""
+    cut, min_hits = choose_reco(model, tune_events, tune_graphs)
     per_event, seconds, edges, graph_eff, edge_eff, edge_pur = [], 0.0, 0, [], [], []
     for ev in test_events:
         start = time.perf_counter()
@@ -113,7 +126,7 @@ def run_gnn(map_events: list[Event], train_events: list[Event], test_events: lis
         edge_eff.append(em.efficiency)
         edge_pur.append(em.purity)
     n = len(test_events)
-    return combine(per_event), {"seconds_per_event": seconds / n, "train_seconds": train_s,
+    return combine(per_event), {"seconds_per_event": seconds / n,
                                 "edges_per_event": edges / n, "cut": cut,
                                 "min_track_hits": min_hits,
                                 "graph_efficiency": sum(graph_eff) / n,
@@ -159,12 +172,13 @@ def row(ds: Dataset, method: str, test: list[Event], m: TrackMetrics, seconds: f
             "reconstructable": m.num_reconstructable, "seconds_per_event": seconds, **extra}
 
 
-def bench(ds: Dataset, root: Path, epochs: int) -> list[Row]:
-    """GNN and CKF rows for one dataset."""
+def bench(ds: Dataset, root: Path, epochs: int, save_dir: Path | None = None) -> list[Row]:
+    """GNN and CKF rows for one dataset (the GNN and its module map saved in ``save_dir``)."""
     map_dir, train_dir = events_dir(root, ds, "map"), events_dir(root, ds, "train")
     test_dir = events_dir(root, ds, "test")
     test = read_events(test_dir)
-    gnn, timing = run_gnn(read_events(map_dir), read_events(train_dir), test, epochs)
+    save_to = None if save_dir is None else save_dir / f"{ds.name}.pt"
+    gnn, timing = run_gnn(read_events(map_dir), read_events(train_dir), test, epochs, save_to)
     ckf, ckf_run = evaluate_ckf(test_dir)
     gnn_extra = {k: v for k, v in timing.items() if k != "seconds_per_event"}
     return [row(ds, "gnn", test, gnn, timing["seconds_per_event"], {"epochs": epochs,
@@ -196,6 +210,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="GNN training epochs (default 30, --quick 3)")
     p.add_argument("--datasets", default=None,
                    help="comma-separated subset of the datasets to run (default: all)")
+    p.add_argument("--save-models", type=Path, default=None,
+                   help="write each dataset's model (NAME.pt) and module map (NAME.map.npz) "
+                        "here, e.g. to fine-tune with benchmarks/tracking_pu200.py")
     return p.parse_args(argv)
 
 
@@ -211,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"unknown dataset(s) {unknown}; choose from "
                              f"{[ds.name for ds in datasets]}")
         datasets = [ds for ds in datasets if ds.name in wanted]
-    rows = [r for ds in datasets for r in bench(ds, args.data, epochs)]
+    rows = [r for ds in datasets for r in bench(ds, args.data, epochs, args.save_models)]
     print_table(rows, ["dataset", "method", "events", "hits_per_event", "tracking_efficiency",
                        "fake_rate", "duplicate_rate", "seconds_per_event"])
     speedups, metrics = summarise(rows)
