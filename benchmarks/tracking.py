@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,14 @@ from _harness import Row, emit, print_table
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import Event, event_files, read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
-from sparsegnn.tracking.metrics import TrackMetrics, combine, edge_metrics, track_metrics
+from sparsegnn.tracking.metrics import (
+    MissedParticles,
+    TrackMetrics,
+    combine,
+    edge_metrics,
+    missed_particles,
+    track_metrics,
+)
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
 from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, predict, save_model, train
@@ -115,11 +122,14 @@ def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: lis
     test events: pooled track metrics, seconds per event and mean edge figures."""
     cut, min_hits = choose_reco(model, tune_events, tune_graphs)
     per_event, seconds, edges, graph_eff, edge_eff, edge_pur = [], 0.0, 0, [], [], []
+    missed = MissedParticles(0, 0, 0, 0)
     for ev in test_events:
         start = time.perf_counter()
         graph, scores, tracks = reconstruct(ev, module_map, model, cut, CUTS, min_hits)
         seconds += time.perf_counter() - start
-        per_event.append(track_metrics(ev, tracks)[0])
+        metrics, matches = track_metrics(ev, tracks)
+        per_event.append(metrics)
+        missed += missed_particles(ev, graph, scores.scores, cut, matches)
         edges += graph.num_edges
         graph_eff.append(graph.stats().efficiency)
         em = edge_metrics(graph, scores.scores, cut)
@@ -131,7 +141,7 @@ def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: lis
                                 "min_track_hits": min_hits,
                                 "graph_efficiency": sum(graph_eff) / n,
                                 "edge_efficiency": sum(edge_eff) / n,
-                                "edge_purity": sum(edge_pur) / n}
+                                "edge_purity": sum(edge_pur) / n, **asdict(missed)}
 
 
 def reconstruct(event: Event, module_map: ModuleMap, model: InteractionNetwork, cut: float,

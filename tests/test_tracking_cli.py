@@ -40,6 +40,10 @@ def test_min_track_hits_drops_short_tracks(capsys: pytest.CaptureFixture[str]) -
     assert long["num_tracks"] < every["num_tracks"] and long["fake_rate"] == 0.0
     # reconstructable particles with 3-7 hits lose their (only) track
     assert long["num_matched"] < every["num_matched"] == 54
+    # truth graph, oracle scores: nothing lost before track building, which drops them
+    assert long["missed_particles"] == {"missed": 54 - long["num_matched"], "lost_in_graph": 0,
+                                        "lost_at_score_cut": 0,
+                                        "lost_in_track_building": 54 - long["num_matched"]}
 
 
 def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -66,6 +70,9 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                       "--device", "cpu")
     assert scored["scores"] == "model" and 0.0 <= scored["tracking_efficiency"] <= 1.0
     assert 0.0 <= scored["edge_auc"] <= 1.0
+    missed = scored["missed_particles"]
+    assert missed["missed"] == scored["num_reconstructable"] - scored["num_matched"]
+    assert missed["missed"] == sum(v for k, v in missed.items() if k != "missed")
     sampled = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--graphs",
                        str(graphs), "--model", str(model), "--max-sample-nodes", "500",
                        "--device", "cpu")

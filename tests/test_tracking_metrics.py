@@ -7,7 +7,15 @@ import pytest
 
 from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import HitGraph
-from sparsegnn.tracking.metrics import combine, edge_metrics, roc_auc, track_metrics, trackml_score
+from sparsegnn.tracking.metrics import (
+    MissedParticles,
+    combine,
+    edge_metrics,
+    missed_particles,
+    roc_auc,
+    track_metrics,
+    trackml_score,
+)
 from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
 from sparsegnn.tracking.truth import TargetConfig
 
@@ -183,3 +191,27 @@ def test_combine_pools_counts() -> None:
     pooled = combine([good, bad])
     assert pooled.efficiency == 0.5 and pooled.num_reconstructable == 4
     assert pooled.trackml_score == pytest.approx(0.5)
+
+
+def test_missed_particles_are_attributed_to_the_first_stage_that_lost_them() -> None:
+    # Four 4-hit particles (hits 4p..4p+3). p0 is found; p1 has a segment scored below
+    # the cut; p2 keeps every segment but track building splits it 2 + 2; p3 misses a
+    # segment in the graph itself. A false edge joins p0 and p1.
+    ev = toy_event([p for p in range(4) for _ in range(4)], pt=[2.0] * 4)
+    pairs = [(4 * p + i, 4 * p + i + 1) for p in range(4) for i in range(3)]
+    pairs.remove((13, 14))  # p3's second segment never made it into the graph
+    pairs.append((3, 4))
+    src, dst = np.array(pairs).T
+    y = ev.particle_index[src] == ev.particle_index[dst]
+    graph = HitGraph("toy", np.stack([src, dst]), np.zeros((16, 3), np.float32),
+                     np.zeros((len(pairs), 4), np.float32), y=y, target=y.copy(),
+                     num_true_segments=12, num_target_segments=12)
+    scores = np.where(y, 0.9, 0.1)
+    scores[pairs.index((5, 6))] = 0.2
+    tracks = Tracks("toy", np.array([0, 0, 0, 0] + [-1] * 4 + [1, 1, 2, 2] + [-1] * 4))
+    _, matches = track_metrics(ev, tracks)
+    assert matches.matched.tolist() == [True, False, False, False]
+    lost = missed_particles(ev, graph, scores, 0.5, matches)
+    assert lost == MissedParticles(missed=3, lost_in_graph=1, lost_at_score_cut=1,
+                                   lost_in_track_building=1)
+    assert lost + lost == MissedParticles(6, 2, 2, 2)

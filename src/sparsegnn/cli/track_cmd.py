@@ -299,6 +299,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.pipeline import (
         edge_summary,
         evaluate_event,
+        missed_summary,
         plot_results,
         score_edges,
     )
@@ -325,6 +326,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         "method": args.method,
         **edge_summary(results),
         **pooled.as_dict(),
+        "missed_particles": missed_summary(results),
     }
     if args.plots is not None:
         result["plots"] = [str(p) for p in plot_results(results, _targets(args), args.plots)]
@@ -333,8 +335,19 @@ def _evaluate(args: argparse.Namespace) -> int:
         f"tracking efficiency {pooled.efficiency:.4f} ({pooled.num_matched}/"
         f"{pooled.num_reconstructable}), fake rate {pooled.fake_rate:.4f}, duplicate rate "
         f"{pooled.duplicate_rate:.4f}, TrackML score {pooled.trackml_score:.4f}"
+        + _missed_line(result["missed_particles"])
     )
     return emit(args, _clean(result), summary)
+
+
+def _missed_line(missed: dict[str, int]) -> str:
+    """Where the unmatched particles were lost, for the human summary."""
+    if not missed["missed"]:
+        return ""
+    return (f"\n{missed['missed']} reconstructable particles missed, first lost in graph "
+            f"construction {missed['lost_in_graph']}, at the score cut "
+            f"{missed['lost_at_score_cut']}, in track building "
+            f"{missed['lost_in_track_building']}")
 
 
 # ---------------------------------------------------------------------------- ckf

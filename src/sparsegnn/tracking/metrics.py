@@ -11,7 +11,7 @@ of k > 1 tracks contributes k - 1 duplicates.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 
 import numpy as np
 from scipy.stats import rankdata
@@ -19,7 +19,7 @@ from scipy.stats import rankdata
 from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.graph import HitGraph
 from sparsegnn.tracking.reco import Tracks
-from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig, selected_particles
+from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig, segments, selected_particles
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,46 @@ def trackml_score(event: Event, tracks: Tracks) -> float:
     on_good = (event.particle_index >= 0) & (good_particle[full.hit_track] == event.particle_index)
     total = float(event.weight.sum())
     return float(event.weight[on_good].sum()) / total if total > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class MissedParticles:
+    """Where the unmatched reconstructable particles were first lost, stage by stage.
+
+    A particle counts at the first stage that lost any of its segments (consecutive hit
+    pairs): graph construction, then the edge-score cut; a particle that reached track
+    building with every segment kept was lost there (a junction resolved the wrong way,
+    splitting it or merging it with another particle). Tells which stage to improve.
+    """
+
+    missed: int
+    lost_in_graph: int
+    lost_at_score_cut: int
+    lost_in_track_building: int
+
+    def __add__(self, other: MissedParticles) -> MissedParticles:
+        return MissedParticles(*(a + b for a, b in zip(astuple(self), astuple(other),
+                                                       strict=True)))
+
+
+def missed_particles(event: Event, graph: HitGraph, scores: np.ndarray, cut: float,
+                     matches: ParticleMatches) -> MissedParticles:
+    """Attribute each reconstructable, unmatched particle to the stage that first lost it."""
+    n = len(event.particles)
+    pidx = event.particle_index
+
+    def per_particle(src: np.ndarray) -> np.ndarray:
+        owner = pidx[src]
+        return np.bincount(owner[owner >= 0], minlength=n)
+
+    in_event = per_particle(segments(event)[0])
+    in_graph = per_particle(graph.edge_index[0, graph.y])
+    kept = per_particle(graph.edge_index[0, graph.y & (scores >= cut)])
+    missed = matches.reconstructable & ~matches.matched
+    graph_loss = missed & (in_graph < in_event)
+    cut_loss = missed & ~graph_loss & (kept < in_graph)
+    return MissedParticles(int(missed.sum()), int(graph_loss.sum()), int(cut_loss.sum()),
+                           int((missed & ~graph_loss & ~cut_loss).sum()))
 
 
 def concat_matches(per_event: list[ParticleMatches]) -> ParticleMatches:

@@ -8,7 +8,7 @@ evaluation reports (graph statistics, edge metrics, track metrics, per-particle 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +18,11 @@ from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.graph import GraphStats, HitGraph
 from sparsegnn.tracking.metrics import (
     EdgeMetrics,
+    MissedParticles,
     ParticleMatches,
     TrackMetrics,
     edge_metrics,
+    missed_particles,
     track_metrics,
 )
 from sparsegnn.tracking.model import InteractionNetwork
@@ -38,6 +40,7 @@ class EventResult:
     edges: EdgeMetrics
     tracks: TrackMetrics
     matches: ParticleMatches
+    missed: MissedParticles
     scores: EdgeScores
     true_edges: np.ndarray  # [E] bool, for the score plot
 
@@ -72,7 +75,8 @@ def evaluate_tracks(event: Event, graph: HitGraph, scores: EdgeScores, tracks: T
     """Measure built ``tracks`` (and the edges at ``cut``) against ``event``'s truth."""
     metrics, matches = track_metrics(event, tracks, targets)
     return EventResult(event.name, graph.stats(), edge_metrics(graph, scores.scores, cut),
-                       metrics, matches, scores, graph.y)
+                       metrics, matches, missed_particles(event, graph, scores.scores, cut,
+                                                          matches), scores, graph.y)
 
 
 def edge_summary(results: list[EventResult]) -> dict[str, float]:
@@ -88,6 +92,11 @@ def edge_summary(results: list[EventResult]) -> dict[str, float]:
             "edge_efficiency": mean([r.edges.efficiency for r in results]),
             "edge_purity": mean([r.edges.purity for r in results]),
             "edge_auc": mean([r.edges.auc for r in results])}
+
+
+def missed_summary(results: list[EventResult]) -> dict[str, int]:
+    """Unmatched reconstructable particles of all events by the stage that lost them."""
+    return asdict(sum((r.missed for r in results[1:]), results[0].missed))
 
 
 def plot_results(results: list[EventResult], targets: TargetConfig, out_dir: str | Path
