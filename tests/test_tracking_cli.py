@@ -59,6 +59,13 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                      str(tmp_path / "tuned.pt"), "--init", str(model), "--epochs", "1",
                      "--device", "cpu")
     assert tuned["epochs"][0]["events_used"] == 1
+    ckpt = tmp_path / "run.ckpt"
+    run_json(capsys, "track", "train", "--graphs", str(graphs), "--out", str(tmp_path / "a.pt"),
+             "--hidden", "8", "--iterations", "1", "--epochs", "1", "--checkpoint", str(ckpt))
+    resumed = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
+                       str(tmp_path / "b.pt"), "--hidden", "8", "--iterations", "1", "--epochs",
+                       "2", "--checkpoint", str(ckpt), "--resume")
+    assert [e["epoch"] for e in resumed["epochs"]] == [0, 1]
     assert load_model(tmp_path / "tuned.pt").cfg == load_model(model).cfg  # hidden 8 kept
     run_json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--graphs", str(graphs),
              "--model", str(model), "--out", str(tracks), "--device", "cpu")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import roc_auc
@@ -120,3 +122,32 @@ def test_sampled_inference_scores_each_edge_in_its_training_context() -> None:
     again, _ = predict_sampled(model, graphs[0], 40, fanouts=(2, 2), max_passes=50)
     np.testing.assert_array_equal(small.scores, again.scores)
     assert not np.allclose(small.scores, whole)  # a different context gives other scores
+
+
+def test_resumed_training_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    graphs = toy_graphs([10, 30])
+    cfg = TrackTrainConfig(INConfig(hidden=8, iterations=2), epochs=4, max_sample_nodes=100,
+                           fanouts=(8, 2))
+    whole, whole_report = train(graphs, cfg)
+    ckpt = tmp_path / "run.ckpt"
+    train(graphs, replace(cfg, epochs=2), checkpoint=ckpt)
+    resumed, report = train(graphs, cfg, checkpoint=ckpt, resume=True)
+    assert [e.epoch for e in report.epochs] == [0, 1, 2, 3]
+    assert [e.loss for e in report.epochs] == [e.loss for e in whole_report.epochs]
+    for key, value in whole.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+    assert load_model(ckpt).cfg == cfg.model  # a checkpoint is also a usable model
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path: Path) -> None:
+    graphs = toy_graphs([10])
+    cfg = TrackTrainConfig(INConfig(hidden=8, iterations=2), epochs=1)
+    with pytest.raises(InvalidValueError, match="checkpoint"):
+        train(graphs, cfg, resume=True)
+    model, report = train(graphs, cfg, checkpoint=tmp_path / "run.ckpt")
+    save_model(tmp_path / "final.pt", model, report)
+    with pytest.raises(DataFormatError, match="finished model"):
+        train(graphs, cfg, checkpoint=tmp_path / "final.pt", resume=True)
+    other = TrackTrainConfig(INConfig(hidden=16, iterations=2), epochs=2)
+    with pytest.raises(InvalidValueError, match="sizes"):
+        train(graphs, other, checkpoint=tmp_path / "run.ckpt", resume=True)

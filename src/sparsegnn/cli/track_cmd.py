@@ -197,6 +197,11 @@ def _register_train(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--init", type=Path, default=None,
                    help="fine-tune this trained model (its --hidden/--iterations win), e.g. "
                         "a pileup-50 model on pileup-200 events")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="rewrite this training checkpoint after every epoch")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint up to --epochs (optimiser state kept; "
+                        "--lr may differ)")
     add_device_flag(p)
     add_json_flag(p)
     p.set_defaults(func=_train)
@@ -221,7 +226,8 @@ def _train(args: argparse.Namespace) -> int:
         fanouts=tuple(int(f) for f in args.fanouts.split(",")),
         skip_larger_than=args.skip_larger_than, seed=args.seed,
     )
-    model, report = train(graphs, cfg, resolve_device(args.device), init)
+    model, report = train(graphs, cfg, resolve_device(args.device), init, args.checkpoint,
+                          args.resume)
     save_model(args.out, model, report)
     last = report.epochs[-1] if report.epochs else None
     result = {"out": str(args.out), "num_graphs": len(graphs), **report.as_dict()}

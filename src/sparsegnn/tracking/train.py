@@ -24,11 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.graph import HitGraph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
 from sparsegnn.tracking.reco import EdgeScores
 from sparsegnn.tracking.sampling import shadow_subgraphs
 from sparsegnn.train import load_checkpoint, save_checkpoint, seed_everything
+from sparsegnn.train.checkpoint import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +96,17 @@ def default_pos_weight(graphs: list[HitGraph]) -> float:
 
 
 def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | str = "cpu",
-          init: InteractionNetwork | None = None) -> tuple[InteractionNetwork, TrainReport]:
+          init: InteractionNetwork | None = None, checkpoint: str | Path | None = None,
+          resume: bool = False) -> tuple[InteractionNetwork, TrainReport]:
     """Fit an Interaction Network; returns the model and per-epoch statistics.
 
     ``init`` fine-tunes a trained model (its own sizes replace ``cfg.model``): a model
     trained on smaller events adapts to denser ones in far fewer epochs than a new one.
+    ``checkpoint`` is rewritten after every epoch (weights, optimiser, report, RNG
+    streams; :func:`load_model` reads it as a model). With ``resume`` the run continues
+    from it up to ``cfg.epochs``, exactly as if it had not stopped: restarting from the
+    weights alone resets Adam's moments, and on pileup-200 events that cost several
+    epochs of progress.
     """
     seed_everything(cfg.seed)
     device = torch.device(device)
@@ -107,12 +115,42 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
     optim = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     pos_weight = cfg.pos_weight if cfg.pos_weight is not None else default_pos_weight(graphs)
     report = TrainReport(pos_weight)
-    for epoch in range(cfg.epochs):
+    first = 0
+    if resume:
+        if checkpoint is None:
+            raise InvalidValueError("resume needs the checkpoint to resume from")
+        first = _restore(Path(checkpoint), model, optim, report, cfg.lr)
+    for epoch in range(first, cfg.epochs):
         stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device)
         report.epochs.append(stats)
         log.info("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
                  stats.loss, stats.steps, stats.events_used, stats.events_skipped, stats.seconds)
+        if checkpoint is not None:
+            save_checkpoint(checkpoint, {**_model_state(model, report), "epoch": epoch,
+                                         "optimizer": optim.state_dict(), "rng": rng_state()})
     return model, report
+
+
+def _restore(path: Path, model: InteractionNetwork, optim: torch.optim.Optimizer,
+             report: TrainReport, lr: float) -> int:
+    """Load a training checkpoint into ``model``, ``optim`` and ``report``; the next epoch.
+
+    The learning rate is this run's, so a run can resume with a lower one."""
+    state = load_checkpoint(path)
+    if "optimizer" not in state:
+        raise DataFormatError(f"{path} is a finished model, not a training checkpoint "
+                              "(fine-tune it with init instead)")
+    if state["config"] != asdict(model.cfg):
+        raise InvalidValueError(f"{path} holds a model of sizes {state['config']}, this run "
+                                f"builds {asdict(model.cfg)}")
+    model.load_state_dict(state["state_dict"])
+    optim.load_state_dict(state["optimizer"])
+    for group in optim.param_groups:  # the saved moments, this run's learning rate
+        group["lr"] = lr
+    report.pos_weight = state["report"]["pos_weight"]
+    report.epochs = [EpochReport(**e) for e in state["report"]["epochs"]]
+    set_rng_state(state["rng"])
+    return int(state["epoch"]) + 1
 
 
 def _epoch(model: InteractionNetwork, optim: torch.optim.Optimizer, graphs: list[HitGraph],
@@ -230,8 +268,12 @@ def predict_sampled(model: InteractionNetwork, graph: HitGraph, max_nodes: int,
 
 def save_model(path: str | Path, model: InteractionNetwork, report: TrainReport) -> None:
     """Weights, sizes and the training report in one atomic checkpoint file."""
-    save_checkpoint(path, {"config": asdict(model.cfg), "state_dict": model.state_dict(),
-                           "report": report.as_dict()})
+    save_checkpoint(path, _model_state(model, report))
+
+
+def _model_state(model: InteractionNetwork, report: TrainReport) -> dict:
+    return {"config": asdict(model.cfg), "state_dict": model.state_dict(),
+            "report": report.as_dict()}
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> InteractionNetwork:
