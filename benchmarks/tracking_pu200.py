@@ -48,7 +48,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
     start = time.perf_counter()
     if args.epochs:
         cfg = TrackTrainConfig(epochs=args.epochs, lr=args.lr, pos_weight=args.pos_weight)
-        model, report = train(graphs, cfg, init=model)
+        model, report = train(graphs, cfg, init=model, checkpoint=args.checkpoint,
+                              resume=args.resume)
         if args.save:
             save_model(args.save, model, report)
     tune_seconds = time.perf_counter() - start
@@ -71,6 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pos-weight", type=float, default=None,
                    help="BCE weight of target edges (default: negatives per positive)")
     p.add_argument("--save", type=Path, default=None, help="write the fine-tuned model here")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="training checkpoint rewritten every epoch (a long fine-tune can stop)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the fine-tune from --checkpoint up to --epochs")
     p.add_argument("--limit-test", type=int, default=None,
                    help="use only the first N held-out events")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
