@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import queue as queue_module
 import sys
 import time
 from pathlib import Path
@@ -89,13 +90,24 @@ def train_isolated(graphs: list[HitGraph], cfg: TrackTrainConfig) -> tuple[Any, 
     queue = ctx.Queue()
     proc = ctx.Process(target=_train_child, args=(graphs, cfg, queue))
     proc.start()
-    out = queue.get()
+    out = _result_of(proc, queue)
     proc.join()
     if proc.exitcode != 0:
         raise RuntimeError(f"training process failed with exit code {proc.exitcode}")
     model = InteractionNetwork(cfg.model)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in out.pop("state_dict").items()})
     return model, out
+
+
+def _result_of(proc: Any, queue: Any) -> dict[str, Any]:
+    """The child's result; an error (not a hang) when it dies before sending one."""
+    while True:
+        try:
+            return queue.get(timeout=5)
+        except queue_module.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"training process died (exit code {proc.exitcode}) "
+                                   "before sending its result") from None
 
 
 def evaluate(model: Any, test_events: list, module_map: ModuleMap) -> dict[str, float]:
