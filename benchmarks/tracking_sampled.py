@@ -101,13 +101,16 @@ def train_isolated(graphs: list[HitGraph], cfg: TrackTrainConfig) -> tuple[Any, 
 
 def _result_of(proc: Any, queue: Any) -> dict[str, Any]:
     """The child's result; an error (not a hang) when it dies before sending one."""
-    while True:
+    while proc.is_alive():
         try:
             return queue.get(timeout=5)
         except queue_module.Empty:
-            if not proc.is_alive():
-                raise RuntimeError(f"training process died (exit code {proc.exitcode}) "
-                                   "before sending its result") from None
+            continue
+    try:  # it may have sent the result just before exiting
+        return queue.get(timeout=5)
+    except queue_module.Empty:
+        raise RuntimeError(f"training process died (exit code {proc.exitcode}) before "
+                           "sending its result") from None
 
 
 def evaluate(model: Any, test_events: list, module_map: ModuleMap) -> dict[str, float]:
