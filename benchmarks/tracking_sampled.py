@@ -45,7 +45,7 @@ from sparsegnn.tracking.metrics import combine, edge_metrics, track_metrics
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.train.memory import peak_memory_bytes
-from tracking import DEFAULT_DATA, Dataset, events_dir, reconstruct
+from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, reconstruct
 
 # (name, gun, pileup, map events, train events, test events, seed): small, then large
 FULL = (Dataset("sampled_ttbar_pu50", None, 50, 0, 6, 0, 61),  # not tracking.py's ttbar_pu50
@@ -53,10 +53,9 @@ FULL = (Dataset("sampled_ttbar_pu50", None, 50, 0, 6, 0, 61),  # not tracking.py
 QUICK = (Dataset("sampled_ttbar_pu5", None, 5, 0, 3, 0, 81),
          Dataset("ttbar_pu20", None, 20, 0, 2, 1, 91))
 CUT = 0.5
-# The cuts and track building of the runs docs/tracking.md reports for this benchmark
-# (benchmarks/tracking.py has since moved to looser cuts with min_dr and >= 5-hit tracks).
-CUTS = DoubletCuts(dphi=0.05, phi_slope=0.001, z0=300.0)
-MIN_TRACK_HITS = 1
+# Doublet cuts and minimum track length: tracking.py's (min_dr, tracks of >= 5 hits), or
+# the tighter cuts keeping every track that the earlier rows of docs/tracking.md used.
+RECO = {"current": (CUTS, 5), "legacy": (DoubletCuts(dphi=0.05, phi_slope=0.001, z0=300.0), 1)}
 
 
 def _train_child(graphs: list[HitGraph], cfg: TrackTrainConfig, queue: Any) -> None:
@@ -113,13 +112,14 @@ def _result_of(proc: Any, queue: Any) -> dict[str, Any]:
                            "sending its result") from None
 
 
-def evaluate(model: Any, test_events: list, module_map: ModuleMap) -> dict[str, float]:
+def evaluate(model: Any, test_events: list, module_map: ModuleMap, cuts: DoubletCuts,
+             min_track_hits: int) -> dict[str, float]:
     """Edge metrics at ``CUT``, tracking metrics (pooled) and reconstruction time per event."""
     eff, pur, auc, per_event = [], [], [], []
     seconds = 0.0
     for ev in test_events:
         start = time.process_time()
-        g, scores, tracks = reconstruct(ev, module_map, model, CUT, CUTS, MIN_TRACK_HITS)
+        g, scores, tracks = reconstruct(ev, module_map, model, CUT, cuts, min_track_hits)
         seconds += time.process_time() - start
         em = edge_metrics(g, scores.scores, CUT)
         eff.append(em.efficiency)
@@ -150,7 +150,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
     test_dir = events_dir(args.data, large, "test")
     test_events = read_events(test_dir, args.limit_test)
     module_map = ModuleMap.learn(train_events, "module")
-    graphs = [module_map_graph(ev, module_map, CUTS) for ev in train_events]
+    cuts, min_track_hits = RECO[args.reco]
+    graphs = [module_map_graph(ev, module_map, cuts) for ev in train_events]
     sizes = [g.num_nodes for g in graphs]
     limit = args.skip_larger_than or int(np.sqrt(min(sizes) * max(sizes)))
     model_cfg = INConfig(hidden=64, iterations=6)
@@ -174,7 +175,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
                      "max_sample_nodes": cfg.max_sample_nodes, "epochs": cfg.epochs,
                      "seed": cfg.seed,
                      "fanouts": list(cfg.fanouts) if cfg.max_sample_nodes else None,
-                     **info, **evaluate(model, test_events, module_map)})
+                     "reco": args.reco, **info,
+                     **evaluate(model, test_events, module_map, cuts, min_track_hits)})
     if args.ckf:
         rows += [ckf_row(test_dir, test_events, args.limit_test, m) for m in args.ckf_max_seeds]
     return rows
@@ -193,6 +195,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-sample-nodes", type=int, default=4000)
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop, e.g. 16,1")
     p.add_argument("--seed", type=int, default=0, help="seed of both trainings")
+    p.add_argument("--reco", choices=sorted(RECO), default="current",
+                   help="doublet cuts and minimum track length: tracking.py's (current) or "
+                        "those of the earlier docs rows (legacy)")
     p.add_argument("--ckf-max-seeds", type=int, nargs="+", default=[1],
                    help="with --ckf: one CKF row per maxSeedsPerSpM value")
     p.add_argument("--limit-train", type=int, default=None,
