@@ -238,11 +238,16 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"unknown dataset(s) {unknown}; choose from "
                              f"{[ds.name for ds in datasets]}")
         datasets = [ds for ds in datasets if ds.name in wanted]
-    rows = [r for ds in datasets for r in bench(ds, args.data, epochs, args.save_models)]
+    report([r for ds in datasets for r in bench(ds, args.data, epochs, args.save_models)],
+           args.json)
+
+
+def report(rows: list[Row], as_json: bool) -> None:
+    """The table, the speedups and metrics, and the JSON line of GNN and CKF rows."""
     print_table(rows, ["dataset", "method", "events", "hits_per_event", "tracking_efficiency",
                        "fake_rate", "duplicate_rate", "seconds_per_event"])
     speedups, metrics = summarise(rows)
-    emit(rows, speedups, metrics, args.json)
+    emit(rows, speedups, metrics, as_json)
 
 
 if __name__ == "__main__":

@@ -26,12 +26,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, emit, print_table
+from _harness import Row
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import ModuleMap, module_map_graph
 from sparsegnn.tracking.train import TrackTrainConfig, load_model, save_model, train
-from tracking import CUTS, DEFAULT_DATA, events_dir, row, score_gnn, summarise
+from tracking import CUTS, DEFAULT_DATA, events_dir, report, row, score_gnn
 from tracking_sampled import FULL as SAMPLED_DATASETS
 
 PU200 = SAMPLED_DATASETS[1]
@@ -87,11 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)  # ACTS runs one thread too
-    rows = bench(args)
-    print_table(rows, ["dataset", "method", "events", "hits_per_event", "tracking_efficiency",
-                       "fake_rate", "duplicate_rate", "seconds_per_event"])
-    speedups, metrics = summarise(rows)
-    emit(rows, speedups, metrics, args.json)
+    report(bench(args), args.json)
 
 
 if __name__ == "__main__":
