@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +41,12 @@ from _harness import Row, emit, print_table
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import Event, event_files, read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
-from sparsegnn.tracking.metrics import (
-    MissedParticles,
-    TrackMetrics,
-    combine,
-    edge_metrics,
-    missed_particles,
-    track_metrics,
-)
+from sparsegnn.tracking.metrics import TrackMetrics, combine, track_metrics
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
+from sparsegnn.tracking.pipeline import edge_summary, evaluate_tracks, missed_summary
 from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, predict, save_model, train
+from sparsegnn.tracking.truth import DEFAULT_TARGETS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
 # Doublet cuts chosen on pileup-50 ttbar training events (docs/tracking.md): pT >~ 0.5 GeV,
@@ -121,27 +116,19 @@ def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: lis
     """Choose the cut and track length on training events, then reconstruct and score the
     test events: pooled track metrics, seconds per event and mean edge figures."""
     cut, min_hits = choose_reco(model, tune_events, tune_graphs)
-    per_event, seconds, edges, graph_eff, edge_eff, edge_pur = [], 0.0, 0, [], [], []
-    missed = MissedParticles(0, 0, 0, 0)
+    results, seconds = [], 0.0
     for ev in test_events:
         start = time.perf_counter()
         graph, scores, tracks = reconstruct(ev, module_map, model, cut, CUTS, min_hits)
         seconds += time.perf_counter() - start
-        metrics, matches = track_metrics(ev, tracks)
-        per_event.append(metrics)
-        missed += missed_particles(ev, graph, scores.scores, cut, matches)
-        edges += graph.num_edges
-        graph_eff.append(graph.stats().efficiency)
-        em = edge_metrics(graph, scores.scores, cut)
-        edge_eff.append(em.efficiency)
-        edge_pur.append(em.purity)
+        results.append(evaluate_tracks(ev, graph, scores, tracks, cut, DEFAULT_TARGETS))
     n = len(test_events)
-    return combine(per_event), {"seconds_per_event": seconds / n,
-                                "edges_per_event": edges / n, "cut": cut,
-                                "min_track_hits": min_hits,
-                                "graph_efficiency": sum(graph_eff) / n,
-                                "edge_efficiency": sum(edge_eff) / n,
-                                "edge_purity": sum(edge_pur) / n, **asdict(missed)}
+    edges = edge_summary(results)
+    return combine([r.tracks for r in results]), {
+        "seconds_per_event": seconds / n, "edges_per_event": edges["num_edges"] / n,
+        "cut": cut, "min_track_hits": min_hits,
+        **{k: edges[k] for k in ("graph_efficiency", "edge_efficiency", "edge_purity")},
+        **missed_summary(results)}
 
 
 def reconstruct(event: Event, module_map: ModuleMap, model: InteractionNetwork, cut: float,
