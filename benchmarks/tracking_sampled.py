@@ -43,7 +43,8 @@ from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import combine, edge_metrics, track_metrics
 from sparsegnn.tracking.model import INConfig
-from sparsegnn.tracking.train import TrackTrainConfig, train
+from sparsegnn.tracking.train import TrackTrainConfig, load_model, train
+from sparsegnn.train.checkpoint import load_checkpoint
 from sparsegnn.train.memory import peak_memory_bytes
 from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, reconstruct
 
@@ -58,16 +59,18 @@ CUT = 0.5
 RECO = {"current": (CUTS, 5), "legacy": (DoubletCuts(dphi=0.05, phi_slope=0.001, z0=300.0), 1)}
 
 
-def _train_child(graphs: list[HitGraph], cfg: TrackTrainConfig, queue: Any) -> None:
-    """Train in this (spawned) process and send back the weights (as NumPy arrays: torch
-    tensors would travel as shared-memory handles that die with this process) and the
-    memory figures."""
+def _train_child(graphs: list[HitGraph], cfg: TrackTrainConfig, init: Path | None,
+                 queue: Any) -> None:
+    """Train in this (spawned) process, from the model saved at ``init`` if given, and
+    send back the weights (as NumPy arrays: torch tensors would travel as shared-memory
+    handles that die with this process) and the memory figures."""
     import torch
 
     torch.set_num_threads(1)
+    start_model = load_model(init) if init else None
     before = rss_bytes()
     start = time.perf_counter()
-    model, report = train(graphs, cfg)
+    model, report = train(graphs, cfg, init=start_model)
     seconds = time.perf_counter() - start
     peak = peak_memory_bytes()
     last = report.epochs[-1]
@@ -79,7 +82,8 @@ def _train_child(graphs: list[HitGraph], cfg: TrackTrainConfig, queue: Any) -> N
                "final_loss": last.loss})
 
 
-def train_isolated(graphs: list[HitGraph], cfg: TrackTrainConfig) -> tuple[Any, dict[str, Any]]:
+def train_isolated(graphs: list[HitGraph], cfg: TrackTrainConfig,
+                   init: Path | None = None) -> tuple[Any, dict[str, Any]]:
     """``train`` in a fresh process; the model rebuilt here from its weights."""
     import torch
 
@@ -87,13 +91,13 @@ def train_isolated(graphs: list[HitGraph], cfg: TrackTrainConfig) -> tuple[Any, 
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_train_child, args=(graphs, cfg, queue))
+    proc = ctx.Process(target=_train_child, args=(graphs, cfg, init, queue))
     proc.start()
     out = _result_of(proc, queue)
     proc.join()
     if proc.exitcode != 0:
         raise RuntimeError(f"training process failed with exit code {proc.exitcode}")
-    model = InteractionNetwork(cfg.model)
+    model = InteractionNetwork(load_model(init).cfg if init else cfg.model)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in out.pop("state_dict").items()})
     return model, out
 
@@ -142,6 +146,14 @@ def ckf_row(test_dir: Path, test_events: list, limit: int | None, max_seeds: int
             "seconds_per_event": run.seconds_per_event}
 
 
+def _pos_weight(args: argparse.Namespace) -> float | None:
+    """The BCE weight of target edges: as given, else the warm-start model's (so both
+    fine-tunes keep the operating point it was trained for), else per training set."""
+    if args.pos_weight is not None or args.init is None:
+        return args.pos_weight
+    return float(load_checkpoint(args.init)["report"]["pos_weight"])
+
+
 def bench(args: argparse.Namespace) -> list[Row]:
     small, large = QUICK if args.quick else FULL
     lim = args.limit_train
@@ -149,24 +161,24 @@ def bench(args: argparse.Namespace) -> list[Row]:
                     + read_events(events_dir(args.data, large, "train"), lim))
     test_dir = events_dir(args.data, large, "test")
     test_events = read_events(test_dir, args.limit_test)
-    module_map = ModuleMap.learn(train_events, "module")
+    module_map = (ModuleMap.load(args.module_map) if args.module_map
+                  else ModuleMap.learn(train_events, "module"))
     cuts, min_track_hits = RECO[args.reco]
     graphs = [module_map_graph(ev, module_map, cuts) for ev in train_events]
     sizes = [g.num_nodes for g in graphs]
     limit = args.skip_larger_than or int(np.sqrt(min(sizes) * max(sizes)))
-    model_cfg = INConfig(hidden=64, iterations=6)
+    common = {"model": INConfig(hidden=64, iterations=6), "seed": args.seed, "lr": args.lr,
+              "pos_weight": _pos_weight(args)}
     configs = {
-        "skip_baseline": TrackTrainConfig(model=model_cfg,
-                                          epochs=args.baseline_epochs or args.epochs,
-                                          skip_larger_than=limit, seed=args.seed),
-        "sampled": TrackTrainConfig(model=model_cfg, epochs=args.epochs,
-                                    max_sample_nodes=args.max_sample_nodes,
+        "skip_baseline": TrackTrainConfig(epochs=args.baseline_epochs or args.epochs,
+                                          skip_larger_than=limit, **common),
+        "sampled": TrackTrainConfig(epochs=args.epochs, max_sample_nodes=args.max_sample_nodes,
                                     fanouts=tuple(int(f) for f in args.fanouts.split(",")),
-                                    seed=args.seed),
+                                    seed_order=args.seed_order, **common),
     }
     rows: list[Row] = []
     for method, cfg in configs.items():
-        model, info = train_isolated(graphs, cfg)
+        model, info = train_isolated(graphs, cfg, args.init)
         rows.append({"method": method, "train_events": len(graphs),
                      "train_hits_min": min(sizes), "train_hits_max": max(sizes),
                      "test_events": len(test_events),
@@ -175,7 +187,9 @@ def bench(args: argparse.Namespace) -> list[Row]:
                      "max_sample_nodes": cfg.max_sample_nodes, "epochs": cfg.epochs,
                      "seed": cfg.seed,
                      "fanouts": list(cfg.fanouts) if cfg.max_sample_nodes else None,
-                     "reco": args.reco, **info,
+                     "seed_order": cfg.seed_order if cfg.max_sample_nodes else None,
+                     "reco": args.reco, "init": str(args.init) if args.init else None,
+                     "lr": cfg.lr, **info,
                      **evaluate(model, test_events, module_map, cuts, min_track_hits)})
     if args.ckf:
         rows += [ckf_row(test_dir, test_events, args.limit_test, m) for m in args.ckf_max_seeds]
@@ -194,6 +208,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "steps per epoch, so more epochs compare at equal training time")
     p.add_argument("--max-sample-nodes", type=int, default=4000)
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop, e.g. 16,1")
+    p.add_argument("--seed-order", choices=("random", "phi"), default="random",
+                   help="which seeds share a minibatch: random, or azimuthal wedges")
     p.add_argument("--seed", type=int, default=0, help="seed of both trainings")
     p.add_argument("--reco", choices=sorted(RECO), default="current",
                    help="doublet cuts and minimum track length: tracking.py's (current) or "
@@ -208,6 +224,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also run ACTS seeding + CKF on the held-out events")
     p.add_argument("--skip-larger-than", type=int, default=None,
                    help="default: geometric mean of the smallest and largest training event")
+    p.add_argument("--init", type=Path, default=None,
+                   help="start both trainings from this trained model (e.g. tracking.py "
+                        "--save-models' pileup-50 model) instead of from random weights")
+    p.add_argument("--module-map", type=Path, default=None,
+                   help="module map .npz to build every graph with (default: learnt from "
+                        "the training events)")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of both")
+    p.add_argument("--pos-weight", type=float, default=None,
+                   help="BCE weight of target edges (default: --init's, else negatives "
+                        "per positive)")
     args = p.parse_args(argv)
     args.epochs = args.epochs or (2 if args.quick else 8)
     return args

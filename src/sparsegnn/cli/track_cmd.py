@@ -191,6 +191,9 @@ def _register_train(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sample-nodes", type=int, default=None,
                    help="train on ShaDow subgraphs of at most this many hits (every event used)")
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop")
+    p.add_argument("--seed-order", choices=("random", "phi"), default="random",
+                   help="which seeds share a ShaDow minibatch: random, or wedges in azimuth "
+                        "(whole-event neighbourhoods for most seeds; see docs/tracking.md)")
     p.add_argument("--skip-larger-than", type=int, default=None,
                    help="whole-event baseline: skip graphs with more hits than this")
     p.add_argument("--seed", type=int, default=0)
@@ -223,7 +226,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg = TrackTrainConfig(
         model=INConfig(hidden=args.hidden, iterations=args.iterations), epochs=args.epochs,
         lr=args.lr, pos_weight=args.pos_weight, max_sample_nodes=args.max_sample_nodes,
-        fanouts=tuple(int(f) for f in args.fanouts.split(",")),
+        fanouts=tuple(int(f) for f in args.fanouts.split(",")), seed_order=args.seed_order,
         skip_larger_than=args.skip_larger_than, seed=args.seed,
     )
     model, report = train(graphs, cfg, resolve_device(args.device), init, args.checkpoint,

@@ -45,6 +45,7 @@ class TrackTrainConfig:
     pos_weight: float | None = None
     max_sample_nodes: int | None = None
     fanouts: tuple[int, ...] = (4, 2)
+    seed_order: str = "random"  # which seeds share a minibatch: "random" or "phi" (wedges)
     skip_larger_than: int | None = None
     seed: int = 0
 
@@ -196,7 +197,8 @@ def _steps(graph: HitGraph, cfg: TrackTrainConfig, epoch: int, device: torch.dev
         yield _make_step(graph, np.arange(graph.num_nodes), np.arange(graph.num_edges),
                          graph.edge_index, weight, device)
         return
-    for sub in shadow_subgraphs(graph, cfg.max_sample_nodes, cfg.fanouts, cfg.seed, epoch):
+    for sub in shadow_subgraphs(graph, cfg.max_sample_nodes, cfg.fanouts, cfg.seed, epoch,
+                                order=cfg.seed_order):
         sub_weight = weight[sub.edges] * sub.loss_mask
         yield _make_step(graph, sub.nodes, sub.edges, sub.edge_index, sub_weight, device,
                          covered=int(sub.loss_mask.sum()))
@@ -231,7 +233,8 @@ def predict(model: InteractionNetwork, graph: HitGraph,
 @torch.no_grad()
 def predict_sampled(model: InteractionNetwork, graph: HitGraph, max_nodes: int,
                     fanouts: tuple[int, ...] = (4, 2), seed: int = 0, max_passes: int = 16,
-                    device: torch.device | str = "cpu") -> tuple[EdgeScores, float]:
+                    device: torch.device | str = "cpu",
+                    seed_order: str = "random") -> tuple[EdgeScores, float]:
     """Edge probabilities scored in the context ShaDow training gave them; ``(scores, coverage)``.
 
     A model trained on ShaDow subgraphs learnt each edge from its source hit's sampled
@@ -241,7 +244,7 @@ def predict_sampled(model: InteractionNetwork, graph: HitGraph, max_nodes: int,
     inference is bounded like training. An edge whose target hit falls outside the
     sampled fan-out is not scored in that pass; further passes reseed only the sources of
     unscored edges (edges scored more than once are averaged). ``coverage`` is the
-    fraction scored within ``max_passes``; the rest score 0.
+    fraction scored within ``max_passes``; the rest score 0. ``seed_order`` as in training.
     """
     model.eval()
     device = torch.device(device)
@@ -250,7 +253,7 @@ def predict_sampled(model: InteractionNetwork, graph: HitGraph, max_nodes: int,
     weight = loss_weights(graph)
     seeds = None
     for sweep in range(max_passes):
-        for sub in shadow_subgraphs(graph, max_nodes, fanouts, seed, sweep, seeds):
+        for sub in shadow_subgraphs(graph, max_nodes, fanouts, seed, sweep, seeds, seed_order):
             step = _make_step(graph, sub.nodes, sub.edges, sub.edge_index, weight[sub.edges],
                               device)
             prob = torch.sigmoid(model(step.x, step.edge_attr, step.ops)).cpu().numpy()
