@@ -57,8 +57,10 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert trained["epochs"][0]["events_used"] == 1 and model.is_file()
     tuned = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
                      str(tmp_path / "tuned.pt"), "--init", str(model), "--epochs", "1",
-                     "--device", "cpu")
-    assert tuned["epochs"][0]["events_used"] == 1
+                     "--max-sample-nodes", "2000", "--seed-order", "phi", "--device", "cpu")
+    epoch = tuned["epochs"][0]
+    assert epoch["events_used"] == 1 and epoch["steps"] > 1
+    assert epoch["max_step_nodes"] <= 2000 and epoch["edge_coverage"] > 0.95
     ckpt = tmp_path / "run.ckpt"
     run_json(capsys, "track", "train", "--graphs", str(graphs), "--out", str(tmp_path / "a.pt"),
              "--hidden", "8", "--iterations", "1", "--epochs", "1", "--checkpoint", str(ckpt))
