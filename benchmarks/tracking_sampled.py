@@ -49,6 +49,7 @@ from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import combine, edge_metrics, track_metrics
 from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.sampling import SEED_ORDERS
 from sparsegnn.tracking.train import TrackTrainConfig, load_model, train
 from sparsegnn.train.checkpoint import load_checkpoint
 from sparsegnn.train.memory import peak_memory_bytes
@@ -220,7 +221,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "steps per epoch, so more epochs compare at equal training time")
     p.add_argument("--max-sample-nodes", type=int, default=4000)
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop, e.g. 16,1")
-    p.add_argument("--seed-order", choices=("random", "phi"), default="random",
+    p.add_argument("--seed-order", choices=SEED_ORDERS, default="random",
                    help="which seeds share a minibatch: random, or azimuthal wedges")
     p.add_argument("--seed", type=int, default=0, help="seed of both trainings")
     p.add_argument("--reco", choices=sorted(RECO), default="current",

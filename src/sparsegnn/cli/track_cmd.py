@@ -23,6 +23,7 @@ from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_d
 from sparsegnn.errors import DataFormatError
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph, truth_graph
+from sparsegnn.tracking.sampling import SEED_ORDERS
 from sparsegnn.tracking.truth import TargetConfig
 
 
@@ -191,7 +192,7 @@ def _register_train(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sample-nodes", type=int, default=None,
                    help="train on ShaDow subgraphs of at most this many hits (every event used)")
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop")
-    p.add_argument("--seed-order", choices=("random", "phi"), default="random",
+    p.add_argument("--seed-order", choices=SEED_ORDERS, default="random",
                    help="which seeds share a ShaDow minibatch: random, or wedges in azimuth "
                         "(whole-event neighbourhoods for most seeds; see docs/tracking.md)")
     p.add_argument("--skip-larger-than", type=int, default=None,
