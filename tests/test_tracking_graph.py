@@ -63,6 +63,22 @@ def test_module_map_candidates_truth_and_stats() -> None:
     assert lowered.target.sum() == 4
 
 
+def test_candidates_are_every_hit_pair_on_map_pairs_once() -> None:
+    # A map listing a module pair in both directions and a module paired with itself must
+    # still give each unordered hit pair exactly once (candidates are never deduplicated).
+    ev = two_track_event()
+    keys = ev.module_key
+    k2, k4, k6 = keys[1], keys[2], keys[0]  # layers 2, 4, 6 of module 1
+    mm = ModuleMap(np.array(sorted([[k2, k4], [k4, k2], [k4, k4], [k6, k4]])), "module")
+    edges = module_map_graph(ev, mm).edge_index.T.tolist()
+    assert len(edges) == len({frozenset(e) for e in edges})
+    listed = mm.pairs.tolist()
+    wanted = {frozenset((a, b)) for a in range(ev.num_hits) for b in range(ev.num_hits)
+              if a != b and [keys[a], keys[b]] in listed}
+    assert {frozenset(e) for e in edges} == wanted
+    assert wanted == {frozenset(p) for p in ((1, 2), (1, 6), (2, 6), (2, 0), (6, 0))}
+
+
 def test_doublet_cuts_remove_noise_edges() -> None:
     ev = two_track_event()
     graph = module_map_graph(ev, ModuleMap.learn([ev]), DoubletCuts(dphi=0.01))
