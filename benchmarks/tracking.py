@@ -111,15 +111,16 @@ def run_gnn(map_events: list[Event], train_events: list[Event], test_events: lis
 
 
 def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: list[Event],
-              tune_graphs: list[HitGraph], test_events: list[Event]
-              ) -> tuple[TrackMetrics, dict[str, float]]:
+              tune_graphs: list[HitGraph], test_events: list[Event],
+              cuts: DoubletCuts = CUTS) -> tuple[TrackMetrics, dict[str, float]]:
     """Choose the cut and track length on training events, then reconstruct and score the
-    test events: pooled track metrics, seconds per event and mean edge figures."""
+    test events (graphs built with ``cuts``): pooled track metrics, seconds per event and
+    mean edge figures."""
     cut, min_hits = choose_reco(model, tune_events, tune_graphs)
     results, seconds = [], 0.0
     for ev in test_events:
         start = time.perf_counter()
-        graph, scores, tracks = reconstruct(ev, module_map, model, cut, CUTS, min_hits)
+        graph, scores, tracks = reconstruct(ev, module_map, model, cut, cuts, min_hits)
         seconds += time.perf_counter() - start
         results.append(evaluate_tracks(ev, graph, scores, tracks, cut, DEFAULT_TARGETS))
     n = len(test_events)
@@ -209,7 +210,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma-separated subset of the datasets to run (default: all)")
     p.add_argument("--save-models", type=Path, default=None,
                    help="write each dataset's model (NAME.pt) and module map (NAME.map.npz) "
-                        "here, e.g. to fine-tune with benchmarks/tracking_pu200.py")
+                        "here, e.g. to fine-tune with benchmarks/tracking_dense.py")
     return p.parse_args(argv)
 
 

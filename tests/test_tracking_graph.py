@@ -79,6 +79,16 @@ def test_candidates_are_every_hit_pair_on_map_pairs_once() -> None:
     assert wanted == {frozenset(p) for p in ((1, 2), (1, 6), (2, 6), (2, 0), (6, 0))}
 
 
+def test_module_maps_join_pairs_of_the_same_level() -> None:
+    ev = two_track_event()
+    one = ModuleMap.learn([ev])
+    other = ModuleMap(np.array([[1, 2], one.pairs[0].tolist()]), "module")
+    joined = one.union(other)
+    assert joined.pairs.tolist() == sorted([*one.pairs.tolist(), [1, 2]])
+    with pytest.raises(InvalidValueError, match="layer-level"):
+        one.union(ModuleMap.learn([ev], "layer"))
+
+
 def test_doublet_cuts_remove_noise_edges() -> None:
     ev = two_track_event()
     graph = module_map_graph(ev, ModuleMap.learn([ev]), DoubletCuts(dphi=0.01))

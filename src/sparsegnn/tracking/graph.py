@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event, module_key
 from sparsegnn.tracking.truth import (
     DEFAULT_TARGETS,
@@ -83,6 +83,15 @@ class ModuleMap:
 
     def __len__(self) -> int:
         return int(self.pairs.shape[0])
+
+    def union(self, other: ModuleMap) -> ModuleMap:
+        """The pairs of both maps: module pairs are geometry, so a map learnt from one kind
+        of event (pileup-50 ttbar) completes one learnt from another (a particle gun)."""
+        if other.level != self.level:
+            raise InvalidValueError(f"cannot join a {self.level}-level module map with a "
+                                    f"{other.level}-level one")
+        return ModuleMap(np.unique(np.concatenate([self.pairs, other.pairs]), axis=0),
+                         self.level)
 
     def save(self, path: str | Path) -> None:
         np.savez_compressed(Path(path), pairs=self.pairs, level=np.array(self.level))

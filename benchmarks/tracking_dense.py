@@ -1,0 +1,139 @@
+"""GNN vs ACTS's CKF at the highest densities: pileup-200 ttbar, or a 5000-muon gun.
+
+Run: ``python benchmarks/tracking_dense.py --init MODEL [--dataset ttbar_pu200|gun5000]
+[--epochs N] [--lr LR] [--max-sample-nodes N --seed-order phi] [--save PATH] [--json]
+[--data DIR]``.
+
+The densest comparison of the tracking issue ("ttbar with pileup 200, or a 5000-particle
+gun"). A new Interaction Network learns slowly on one core, so this starts from a
+trained model (``benchmarks/tracking.py --datasets ttbar_pu50 --save-models DIR`` writes
+``DIR/ttbar_pu50.pt`` and its module map ``DIR/ttbar_pu50.map.npz``) and optionally
+fine-tunes it on the dataset's training events: one step per whole event, or ShaDow
+minibatches of at most ``--max-sample-nodes`` hits (``--seed-order phi``: azimuthal
+wedges; ``--epochs 0`` scores the given model as it is).
+
+``ttbar_pu200`` is ``benchmarks/tracking_sampled.py``'s pileup-200 set (same directory
+names and seeds, so both scripts hold out the same events). ``gun5000`` is 5000 muons per
+event (pT 0.5-10 GeV, |eta| < 2.5) with its own seeds; its module map is learnt from its
+map and training events, joined with ``--module-map`` when given (module pairs are
+geometry). ``--dphi/--phi-slope/--z0`` override tracking.py's doublet cuts: at 5000
+muons a graph with those cuts has ~1.1M edges, and the targets (pT >= 1 GeV, a phi slope
+of ~0.0003 rad/mm) allow tighter ones. The choice of score cut and minimum track length
+(on one training event) and the timing are ``tracking.py``'s; ACTS's seeding + CKF runs
+on the same held-out events, scored by the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row
+from sparsegnn.tracking.ckf import evaluate_ckf
+from sparsegnn.tracking.events import read_events
+from sparsegnn.tracking.graph import DoubletCuts, ModuleMap, module_map_graph
+from sparsegnn.tracking.sampling import SEED_ORDERS
+from sparsegnn.tracking.train import TrackTrainConfig, load_model, save_model, train
+from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, report, row, score_gnn
+from tracking_sampled import FULL as SAMPLED_DATASETS
+
+DATASETS = {"ttbar_pu200": SAMPLED_DATASETS[1],
+            "gun5000": Dataset("gun5000", 5000, 0, 30, 8, 3, 5171)}
+
+
+def module_map(args: argparse.Namespace, ds: Dataset) -> ModuleMap:
+    """``--module-map`` (default: beside ``--init``), joined with a map learnt from the
+    dataset's map and training events when it has map events of its own."""
+    given = ModuleMap.load(args.module_map or args.init.with_suffix(".map.npz"))
+    if not ds.map_events:
+        return given
+    learnt = ModuleMap.learn(read_events(events_dir(args.data, ds, "map"))
+                             + read_events(events_dir(args.data, ds, "train")), given.level)
+    return learnt.union(given)
+
+
+def doublet_cuts(args: argparse.Namespace) -> DoubletCuts:
+    """tracking.py's cuts with the command line's overrides."""
+    given = {"dphi": args.dphi, "phi_slope": args.phi_slope, "z0": args.z0}
+    return dataclasses.replace(CUTS, **{k: v for k, v in given.items() if v is not None})
+
+
+def bench(args: argparse.Namespace) -> list[Row]:
+    """Fine-tune (unless ``--epochs 0``), then GNN and CKF rows on the held-out events."""
+    ds = DATASETS[args.dataset]
+    cuts = doublet_cuts(args)
+    mmap = module_map(args, ds)
+    train_events = read_events(events_dir(args.data, ds, "train"))
+    test_dir = events_dir(args.data, ds, "test")
+    test_events = read_events(test_dir, args.limit_test)
+    model = load_model(args.init)
+    start = time.perf_counter()
+    if args.epochs:
+        graphs = [module_map_graph(ev, mmap, cuts) for ev in train_events]
+        cfg = TrackTrainConfig(epochs=args.epochs, lr=args.lr, pos_weight=args.pos_weight,
+                               max_sample_nodes=args.max_sample_nodes, fanouts=args.fanouts,
+                               seed_order=args.seed_order)
+        model, train_report = train(graphs, cfg, init=model, checkpoint=args.checkpoint,
+                              resume=args.resume)
+        if args.save:
+            save_model(args.save, model, train_report)
+    tune_seconds = time.perf_counter() - start
+    tune = [module_map_graph(train_events[0], mmap, cuts)]
+    gnn, timing = score_gnn(model, mmap, train_events[:1], tune, test_events, cuts)
+    ckf, ckf_run = evaluate_ckf(test_dir, args.limit_test)
+    extra = {"init": str(args.init), "fine_tune_epochs": args.epochs,
+             "fine_tune_seconds": tune_seconds, "module_map_pairs": len(mmap),
+             **dataclasses.asdict(cuts), **timing}
+    extra.pop("seconds_per_event")
+    return [row(ds, "gnn", test_events, gnn, timing["seconds_per_event"], extra),
+            row(ds, "ckf", test_events, ckf, ckf_run.seconds_per_event, {})]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--init", type=Path, required=True, help="trained model to start from")
+    p.add_argument("--dataset", choices=sorted(DATASETS), default="ttbar_pu200")
+    p.add_argument("--module-map", type=Path, default=None,
+                   help="module map .npz (default: the --init path with .map.npz)")
+    p.add_argument("--dphi", type=float, default=None, help=f"default {CUTS.dphi}")
+    p.add_argument("--phi-slope", type=float, default=None, help=f"default {CUTS.phi_slope}")
+    p.add_argument("--z0", type=float, default=None, help=f"default {CUTS.z0}")
+    p.add_argument("--epochs", type=int, default=20, help="fine-tuning epochs (0: none)")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--pos-weight", type=float, default=None,
+                   help="BCE weight of target edges (default: negatives per positive)")
+    p.add_argument("--max-sample-nodes", type=int, default=None,
+                   help="fine-tune on ShaDow minibatches of at most this many hits "
+                        "(default: whole events)")
+    p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")),
+                   default=(12, 4), help="ShaDow fan-outs per hop (with --max-sample-nodes)")
+    p.add_argument("--seed-order", choices=SEED_ORDERS, default="phi",
+                   help="which seeds share a ShaDow minibatch (with --max-sample-nodes)")
+    p.add_argument("--save", type=Path, default=None, help="write the fine-tuned model here")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="training checkpoint rewritten every epoch (a long fine-tune can stop)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the fine-tune from --checkpoint up to --epochs")
+    p.add_argument("--limit-test", type=int, default=None,
+                   help="use only the first N held-out events")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                   help=f"where simulated events are kept and reused (default {DEFAULT_DATA})")
+    p.add_argument("--json", action="store_true", help="print a JSON summary last")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # ACTS runs one thread too
+    report(bench(args), args.json)
+
+
+if __name__ == "__main__":
+    main()
