@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row, emit, print_table
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import Event, event_files, read_events
+from sparsegnn.tracking.filter import EdgeFilter
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import TrackMetrics, combine, track_metrics
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
@@ -112,15 +113,18 @@ def run_gnn(map_events: list[Event], train_events: list[Event], test_events: lis
 
 def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: list[Event],
               tune_graphs: list[HitGraph], test_events: list[Event],
-              cuts: DoubletCuts = CUTS) -> tuple[TrackMetrics, dict[str, float]]:
+              cuts: DoubletCuts = CUTS, edge_filter: EdgeFilter | None = None
+              ) -> tuple[TrackMetrics, dict[str, float]]:
     """Choose the cut and track length on training events, then reconstruct and score the
-    test events (graphs built with ``cuts``): pooled track metrics, seconds per event and
-    mean edge figures."""
+    test events (graphs built with ``cuts``, pruned by ``edge_filter`` when given; the
+    ``tune_graphs`` come pruned): pooled track metrics, seconds per event and mean edge
+    figures."""
     cut, min_hits = choose_reco(model, tune_events, tune_graphs)
     results, seconds = [], 0.0
     for ev in test_events:
         start = time.perf_counter()
-        graph, scores, tracks = reconstruct(ev, module_map, model, cut, cuts, min_hits)
+        graph, scores, tracks = reconstruct(ev, module_map, model, cut, cuts, min_hits,
+                                            edge_filter)
         seconds += time.perf_counter() - start
         results.append(evaluate_tracks(ev, graph, scores, tracks, cut, DEFAULT_TARGETS))
     n = len(test_events)
@@ -133,10 +137,13 @@ def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: lis
 
 
 def reconstruct(event: Event, module_map: ModuleMap, model: InteractionNetwork, cut: float,
-                cuts: DoubletCuts, min_track_hits: int) -> tuple[HitGraph, EdgeScores, Tracks]:
+                cuts: DoubletCuts, min_track_hits: int, edge_filter: EdgeFilter | None = None
+                ) -> tuple[HitGraph, EdgeScores, Tracks]:
     """The GNN's reconstruction of one event, the part timed per event: graph
-    construction, edge scoring and walkthrough track building."""
+    construction (and the filter), edge scoring and walkthrough track building."""
     graph = module_map_graph(event, module_map, cuts)
+    if edge_filter is not None:
+        graph = edge_filter.prune(graph)
     scores = predict(model, graph)
     return graph, scores, build_tracks(scores, cut, "walkthrough", min_track_hits)
 

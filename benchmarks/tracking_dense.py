@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/tracking_dense.py --init MODEL [--dataset ttbar_pu200|gun5000]
 [--epochs N] [--lr LR] [--max-sample-nodes N --seed-order phi] [--save PATH] [--json]
-[--data DIR]``.
+[--filter-keep F] [--data DIR]``.
 
 The densest comparison of the tracking issue ("ttbar with pileup 200, or a 5000-particle
 gun"). A new Interaction Network learns slowly on one core, so this starts from a
@@ -21,6 +21,11 @@ muons a graph with those cuts has ~1.1M edges, and the targets (pT >= 1 GeV, a p
 of ~0.0003 rad/mm) allow tighter ones. The choice of score cut and minimum track length
 (on one training event) and the timing are ``tracking.py``'s; ACTS's seeding + CKF runs
 on the same held-out events, scored by the same code.
+
+``--filter-keep F`` puts Exa.TrkX's filter stage between the cuts and the GNN: a per-edge
+MLP (``sparsegnn.tracking.filter``) trained on the training graphs, its threshold set to
+keep the fraction F of their target edges; it prunes the training graphs before
+fine-tuning and every test graph inside the timed reconstruction.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import read_events
+from sparsegnn.tracking.filter import FilterConfig, save_filter, train_filter
 from sparsegnn.tracking.graph import DoubletCuts, ModuleMap, module_map_graph
 from sparsegnn.tracking.sampling import SEED_ORDERS
 from sparsegnn.tracking.train import TrackTrainConfig, load_model, save_model, train
@@ -74,9 +80,16 @@ def bench(args: argparse.Namespace) -> list[Row]:
     test_dir = events_dir(args.data, ds, "test")
     test_events = read_events(test_dir, args.limit_test)
     model = load_model(args.init)
+    graphs = [module_map_graph(ev, mmap, cuts) for ev in train_events]
+    edges_before = sum(g.num_edges for g in graphs)
+    start = time.perf_counter()
+    edge_filter = None
+    if args.filter_keep is not None:
+        edge_filter = train_filter(graphs, FilterConfig(keep=args.filter_keep))
+        graphs = [edge_filter.prune(g) for g in graphs]
+    filter_seconds = time.perf_counter() - start
     start = time.perf_counter()
     if args.epochs:
-        graphs = [module_map_graph(ev, mmap, cuts) for ev in train_events]
         cfg = TrackTrainConfig(epochs=args.epochs, lr=args.lr, pos_weight=args.pos_weight,
                                max_sample_nodes=args.max_sample_nodes, fanouts=args.fanouts,
                                seed_order=args.seed_order)
@@ -84,12 +97,16 @@ def bench(args: argparse.Namespace) -> list[Row]:
                               resume=args.resume)
         if args.save:
             save_model(args.save, model, train_report)
+    if args.save and edge_filter is not None:
+        save_filter(args.save.with_suffix(".filter.pt"), edge_filter)
     tune_seconds = time.perf_counter() - start
-    tune = [module_map_graph(train_events[0], mmap, cuts)]
-    gnn, timing = score_gnn(model, mmap, train_events[:1], tune, test_events, cuts)
+    gnn, timing = score_gnn(model, mmap, train_events[:1], graphs[:1], test_events, cuts,
+                            edge_filter)
     ckf, ckf_run = evaluate_ckf(test_dir, args.limit_test)
     extra = {"init": str(args.init), "fine_tune_epochs": args.epochs,
              "fine_tune_seconds": tune_seconds, "module_map_pairs": len(mmap),
+             "filter_keep": args.filter_keep, "filter_train_seconds": filter_seconds,
+             "train_edges_kept_by_filter": sum(g.num_edges for g in graphs) / edges_before,
              **dataclasses.asdict(cuts), **timing}
     extra.pop("seconds_per_event")
     return [row(ds, "gnn", test_events, gnn, timing["seconds_per_event"], extra),
@@ -105,6 +122,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dphi", type=float, default=None, help=f"default {CUTS.dphi}")
     p.add_argument("--phi-slope", type=float, default=None, help=f"default {CUTS.phi_slope}")
     p.add_argument("--z0", type=float, default=None, help=f"default {CUTS.z0}")
+    p.add_argument("--filter-keep", type=float, default=None,
+                   help="train a doublet filter on the training graphs that keeps this "
+                        "fraction of their target edges (e.g. 0.999), and prune every graph "
+                        "with it before the GNN (default: no filter)")
     p.add_argument("--epochs", type=int, default=20, help="fine-tuning epochs (0: none)")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--pos-weight", type=float, default=None,

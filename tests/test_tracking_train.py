@@ -10,8 +10,6 @@ import pytest
 import torch
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.tracking.events import Event, Particles
-from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.metrics import roc_auc
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.sampling import seed_order
@@ -23,39 +21,9 @@ from sparsegnn.tracking.train import (
     save_model,
     train,
 )
+from tracking_toys import toy_graphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def straight_tracks(n_tracks: int, seed: int, layers: int = 5, n_noise: int = 5) -> Event:
-    """Straight tracks from the origin through ``layers`` barrel layers of 8 phi modules."""
-    rng = np.random.default_rng(seed)
-    phi0 = rng.uniform(-np.pi, np.pi, n_tracks)
-    cot = rng.uniform(-0.5, 0.5, n_tracks)
-    radii = 30.0 * np.arange(1, layers + 1)
-    r = np.concatenate([np.repeat(radii, n_tracks), rng.choice(radii, n_noise)])
-    phi = np.concatenate([np.tile(phi0, layers), rng.uniform(-np.pi, np.pi, n_noise)])
-    z = np.concatenate([np.outer(radii, cot).ravel(), rng.uniform(-50, 50, n_noise)])
-    layer = np.concatenate([np.repeat(np.arange(layers), n_tracks), (r[n_tracks * layers:] // 30)])
-    module = ((phi + np.pi) / (2 * np.pi) * 8).astype(np.int64)
-    pidx = np.concatenate([np.tile(np.arange(n_tracks), layers), np.full(n_noise, -1)])
-    pt = rng.uniform(0.5, 3.0, n_tracks)
-    particles = Particles(
-        particle_id=np.arange(1, n_tracks + 1), vertex=np.zeros((n_tracks, 3)),
-        momentum=np.stack([pt * np.cos(phi0), pt * np.sin(phi0), pt * cot], axis=1),
-        charge=np.ones(n_tracks, dtype=np.int64), nhits=np.full(n_tracks, layers),
-    )
-    n = r.size
-    return Event(f"toy{seed}", np.arange(1, n + 1),
-                 np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1), np.full(n, 8),
-                 layer.astype(np.int64), module, np.where(pidx >= 0, pidx + 1, 0), pidx,
-                 np.ones(n), particles)
-
-
-def toy_graphs(sizes: list[int]) -> list[HitGraph]:
-    events = [straight_tracks(n, seed) for seed, n in enumerate(sizes)]
-    mm = ModuleMap.learn(events)
-    return [module_map_graph(ev, mm) for ev in events]
 
 
 def test_sampled_training_uses_every_event_within_the_bound() -> None:

@@ -29,8 +29,8 @@ from sparsegnn.tracking.truth import (
     selected_particles,
 )
 
-_NODE_SCALE = np.array([1000.0, np.pi, 1000.0])  # r [mm], phi [rad], z [mm]
-_EDGE_SCALE = np.array([100.0, 0.1, 100.0, 0.1])  # dr, dphi, dz, deta
+NODE_SCALE = np.array([1000.0, np.pi, 1000.0])  # r [mm], phi [rad], z [mm]
+EDGE_SCALE = np.array([100.0, 0.1, 100.0, 0.1])  # dr, dphi, dz, deta
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,13 @@ class HitGraph:
     @property
     def num_edges(self) -> int:
         return int(self.edge_index.shape[1])
+
+    def keep_edges(self, mask: np.ndarray) -> HitGraph:
+        """The same graph with only the edges where ``mask`` is true; the segment counts stay,
+        so ``stats().efficiency`` charges the dropped target segments to the graph."""
+        return HitGraph(self.name, self.edge_index[:, mask], self.node_features,
+                        self.edge_features[mask], self.y[mask], self.target[mask],
+                        self.num_true_segments, self.num_target_segments)
 
     def stats(self) -> GraphStats:
         kept_target = int(self.target.sum())
@@ -288,9 +295,9 @@ def _graph(event: Event, edge_index: np.ndarray, targets: TargetConfig) -> HitGr
     segs = segments(event)
     selected = selected_particles(event, targets)
     num_target = int(selected[event.particle_index[segs[0]]].sum())
-    node = np.stack([event.r, event.phi, event.z], axis=1) / _NODE_SCALE
+    node = np.stack([event.r, event.phi, event.z], axis=1) / NODE_SCALE
     v = _edge_values(event, edge_index)
-    edge = np.stack([v["dr"], v["dphi"], v["dz"], v["deta"]], axis=1) / _EDGE_SCALE
+    edge = np.stack([v["dr"], v["dphi"], v["dz"], v["deta"]], axis=1) / EDGE_SCALE
     return HitGraph(event.name, edge_index, node.astype(np.float32), edge.astype(np.float32),
                     y, target, int(segs.shape[1]), num_target)
 

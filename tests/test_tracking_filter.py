@@ -1,0 +1,86 @@
+"""Doublet filter: features, threshold at a kept fraction, learning, pruning, round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking.filter import (
+    FilterConfig,
+    doublet_features,
+    keep_threshold,
+    load_filter,
+    save_filter,
+    train_filter,
+)
+from sparsegnn.tracking.graph import ModuleMap, module_map_graph
+from sparsegnn.tracking.train import save_model
+from tracking_toys import straight_tracks
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_features_are_the_cut_quantities_of_each_pair() -> None:
+    ev = straight_tracks(3, seed=0, n_noise=0)
+    graph = module_map_graph(ev, ModuleMap.learn([ev]))
+    feats = doublet_features(graph).numpy()
+    assert feats.shape == (graph.num_edges, 10) and np.isfinite(feats).all()
+    src, dst = graph.edge_index
+    dr = ev.r[dst] - ev.r[src]
+    z0 = ev.z[src] - ev.r[src] * (ev.z[dst] - ev.z[src]) / dr
+    np.testing.assert_allclose(feats[:, 0], ev.r[src] / 1000, rtol=1e-5)
+    np.testing.assert_allclose(feats[:, 4], dr / 100, rtol=1e-5)
+    true = graph.y
+    # Straight tracks from the origin: their segments point back to z0 = 0 with no bend.
+    np.testing.assert_allclose(z0[true] / 100, feats[true, 9], atol=1e-4)
+    np.testing.assert_allclose(feats[true, 9], 0.0, atol=1e-4)
+    np.testing.assert_allclose(feats[true, 8], 0.0, atol=1e-4)
+
+
+def test_threshold_keeps_the_asked_fraction_of_targets() -> None:
+    logits = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, -5.0])
+    target = torch.tensor([True, True, True, True, False, False])
+    assert keep_threshold(logits, target, 1.0) == 0.0  # every target passes
+    assert keep_threshold(logits, target, 0.75) == 1.0  # 3 of 4 pass
+    assert keep_threshold(logits, target, 0.5) == 2.0
+
+
+def test_filter_drops_fakes_and_keeps_targets_of_unseen_events(tmp_path: Path) -> None:
+    train_events = [straight_tracks(40, seed) for seed in range(3)]
+    held_out = straight_tracks(40, seed=7)
+    mmap = ModuleMap.learn([*train_events, held_out])
+    graphs = [module_map_graph(ev, mmap) for ev in train_events]
+    filt = train_filter(graphs, FilterConfig(hidden=16, epochs=30, keep=1.0))
+    for g in graphs:  # keep=1.0: no training target is lost
+        assert (filt.logits(g).numpy() >= float(filt.threshold))[g.target].all()
+    test = module_map_graph(held_out, mmap)
+    pruned = filt.prune(test)
+    assert pruned.num_target_segments == test.num_target_segments  # losses charged to it
+    kept_targets = pruned.target.sum() / test.target.sum()
+    assert pruned.stats().efficiency == pytest.approx(kept_targets * test.stats().efficiency)
+    dropped_fakes = 1 - (~pruned.y).sum() / (~test.y).sum()
+    assert kept_targets >= 0.95 and dropped_fakes >= 0.7
+    save_filter(tmp_path / "f.pt", filt)
+    again = load_filter(tmp_path / "f.pt")
+    torch.testing.assert_close(again.logits(test), filt.logits(test))
+    assert float(again.threshold) == float(filt.threshold)
+
+
+def test_bad_filter_inputs_are_refused(tmp_path: Path) -> None:
+    ev = straight_tracks(5, seed=0)
+    graph = module_map_graph(ev, ModuleMap.learn([ev]))
+    with pytest.raises(InvalidValueError, match="keep"):
+        train_filter([graph], FilterConfig(keep=0.0))
+    no_target = graph.keep_edges(~graph.target)
+    with pytest.raises(InvalidValueError, match="no target edges"):
+        train_filter([no_target], FilterConfig(epochs=1))
+    from sparsegnn.tracking.model import InteractionNetwork
+    from sparsegnn.tracking.train import TrainReport
+
+    save_model(tmp_path / "in.pt", InteractionNetwork(), TrainReport(1.0))
+    with pytest.raises(DataFormatError, match="not an edge filter"):
+        load_filter(tmp_path / "in.pt")
