@@ -52,6 +52,14 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                      "--phi-slope", "0.01", "--module-map", str(tmp_path / "mm.npz"))
     assert built["mean_efficiency"] == 1.0 and built["mean_num_edges"] < 14466
     assert (tmp_path / "mm.npz").is_file() and built["module_map_pairs"] == 3918
+    filt = run_json(capsys, "track", "train-filter", "--graphs", str(graphs), "--out",
+                    str(tmp_path / "filter.pt"), "--epochs", "2", "--hidden", "16")
+    assert filt["targets_kept"] >= 0.999 and filt["edges_kept"] < 1.0
+    pruned = run_json(capsys, "track", "build-graphs", "--events", str(SAMPLE), "--out",
+                      str(tmp_path / "pruned"), "--phi-slope", "0.01", "--module-map",
+                      str(tmp_path / "mm.npz"), "--filter", str(tmp_path / "filter.pt"))
+    assert pruned["mean_num_edges"] == pytest.approx(filt["edges_kept"] * built["mean_num_edges"])
+    assert pruned["mean_efficiency"] >= 0.999 and pruned["mean_purity"] > built["mean_purity"]
     trained = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out", str(model),
                        "--hidden", "8", "--iterations", "1", "--epochs", "1", "--device", "cpu")
     assert trained["epochs"][0]["events_used"] == 1 and model.is_file()

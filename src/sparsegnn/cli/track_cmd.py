@@ -2,7 +2,8 @@
 
 Stages, each reading the previous one's files so a run restarts anywhere:
 ``simulate`` (ACTS particle gun or Pythia8 ttbar + pileup, needs pyacts) ->
-``build-graphs`` -> ``train`` -> ``reconstruct`` -> ``evaluate``. ``evaluate`` also runs
+``build-graphs`` [-> ``train-filter``, then ``build-graphs --filter``] -> ``train`` ->
+``reconstruct`` -> ``evaluate``. ``evaluate`` also runs
 on raw events alone: with ``--graph truth`` and no ``--model`` it scores the truth-built
 graph with an oracle.
 ``ckf`` runs the traditional peer (ACTS seeding + combinatorial Kalman filter) on
@@ -33,6 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     stages = p.add_subparsers(dest="stage", required=True, metavar="STAGE")
     _register_simulate(stages)
     _register_build(stages)
+    _register_train_filter(stages)
     _register_train(stages)
     _register_reconstruct(stages)
     _register_evaluate(stages)
@@ -155,6 +157,9 @@ def _register_build(stages: argparse._SubParsersAction) -> None:
     _events_flags(p)
     _graph_flags(p, "module-map")
     _target_flags(p)
+    p.add_argument("--filter", type=Path, default=None,
+                   help="doublet filter from 'track train-filter': keep only the edges it "
+                        "passes (dropped target segments count against graph efficiency)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     add_json_flag(p)
     p.set_defaults(func=_build)
@@ -163,6 +168,11 @@ def _register_build(stages: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace) -> int:
     events = read_events(args.events, args.limit)
     graphs, map_size = _build_graphs(args, events)
+    if args.filter is not None:
+        from sparsegnn.tracking.filter import load_filter
+
+        edge_filter = load_filter(args.filter)
+        graphs = [edge_filter.prune(g) for g in graphs]
     args.out.mkdir(parents=True, exist_ok=True)
     per_event = []
     for g in graphs:
@@ -175,6 +185,41 @@ def _build(args: argparse.Namespace) -> int:
     summary = (f"{len(graphs)} {args.graph} graphs -> {args.out}: mean "
                f"{result['mean_num_edges']:.0f} edges, efficiency "
                f"{result['mean_efficiency']:.4f}, purity {result['mean_purity']:.4f}")
+    return emit(args, _clean(result), summary)
+
+
+# ---------------------------------------------------------------------------- train-filter
+def _register_train_filter(stages: argparse._SubParsersAction) -> None:
+    p = stages.add_parser("train-filter", help="train a doublet filter (per-edge MLP that "
+                          "prunes fake candidates before the GNN) on built graphs")
+    p.add_argument("--graphs", type=Path, required=True, help="directory of graph .npz files")
+    p.add_argument("--out", type=Path, required=True, help="filter checkpoint to write")
+    p.add_argument("--keep", type=float, default=0.999,
+                   help="fraction of the training graphs' target edges to keep (default 0.999)")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    add_json_flag(p)
+    p.set_defaults(func=_train_filter)
+
+
+def _train_filter(args: argparse.Namespace) -> int:
+    from sparsegnn.tracking.filter import FilterConfig, save_filter, train_filter
+
+    graphs = _load_graphs(args.graphs)
+    edge_filter = train_filter(graphs, FilterConfig(hidden=args.hidden, epochs=args.epochs,
+                                                    keep=args.keep, seed=args.seed))
+    save_filter(args.out, edge_filter)
+    pruned = [edge_filter.prune(g) for g in graphs]
+    result = {"out": str(args.out), "num_graphs": len(graphs), "keep": args.keep,
+              "threshold": float(edge_filter.threshold),
+              "edges_kept": sum(g.num_edges for g in pruned) / sum(g.num_edges for g in graphs),
+              "targets_kept": (sum(int(g.target.sum()) for g in pruned)
+                               / sum(int(g.target.sum()) for g in graphs)),
+              "mean_purity_after": _mean([g.stats().purity for g in pruned])}
+    summary = (f"filter -> {args.out}: on its {len(graphs)} training graphs it keeps "
+               f"{result['targets_kept']:.4f} of the target edges with "
+               f"{result['edges_kept']:.3f} of the edges")
     return emit(args, _clean(result), summary)
 
 
