@@ -16,6 +16,7 @@ from sparsegnn.tracking.filter import (
     load_filter,
     save_filter,
     train_filter,
+    vertex_z,
 )
 from sparsegnn.tracking.graph import ModuleMap, module_map_graph
 from sparsegnn.tracking.train import save_model
@@ -24,8 +25,9 @@ from tracking_toys import straight_tracks
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_features_are_the_cut_quantities_of_each_pair() -> None:
-    ev = straight_tracks(3, seed=0, n_noise=0)
+@pytest.mark.parametrize("z_vertex", [0.0, 40.0])
+def test_features_are_the_cut_quantities_of_each_pair(z_vertex: float) -> None:
+    ev = straight_tracks(3, seed=0, n_noise=0, z_vertex=z_vertex)
     graph = module_map_graph(ev, ModuleMap.learn([ev]))
     feats = doublet_features(graph).numpy()
     assert feats.shape == (graph.num_edges, 10) and np.isfinite(feats).all()
@@ -35,10 +37,18 @@ def test_features_are_the_cut_quantities_of_each_pair() -> None:
     np.testing.assert_allclose(feats[:, 0], ev.r[src] / 1000, rtol=1e-5)
     np.testing.assert_allclose(feats[:, 4], dr / 100, rtol=1e-5)
     true = graph.y
-    # Straight tracks from the origin: their segments point back to z0 = 0 with no bend.
-    np.testing.assert_allclose(z0[true] / 100, feats[true, 9], atol=1e-4)
+    # Straight tracks from one vertex: their segments point back to it with no bend, and
+    # z0 is measured from the event's vertex, wherever the vertex is.
+    np.testing.assert_allclose(z0[true], z_vertex, atol=1e-3)
     np.testing.assert_allclose(feats[true, 9], 0.0, atol=1e-4)
     np.testing.assert_allclose(feats[true, 8], 0.0, atol=1e-4)
+
+
+def test_vertex_is_the_densest_z0() -> None:
+    rng = np.random.default_rng(0)
+    z0 = np.concatenate([rng.uniform(-300, 300, 5000), rng.normal(-37.3, 0.3, 300)])
+    assert vertex_z(z0) == pytest.approx(-37.3, abs=0.2)
+    assert vertex_z(np.array([500.0, -400.0])) == 0.0  # nothing inside the span
 
 
 def test_threshold_keeps_the_asked_fraction_of_targets() -> None:

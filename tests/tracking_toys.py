@@ -8,21 +8,23 @@ from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 
 
-def straight_tracks(n_tracks: int, seed: int, layers: int = 5, n_noise: int = 5) -> Event:
-    """Straight tracks from the origin through ``layers`` barrel layers of 8 phi modules."""
+def straight_tracks(n_tracks: int, seed: int, layers: int = 5, n_noise: int = 5,
+                    z_vertex: float = 0.0) -> Event:
+    """Straight tracks from (0, 0, ``z_vertex``) through ``layers`` barrel layers of 8 phi
+    modules."""
     rng = np.random.default_rng(seed)
     phi0 = rng.uniform(-np.pi, np.pi, n_tracks)
     cot = rng.uniform(-0.5, 0.5, n_tracks)
     radii = 30.0 * np.arange(1, layers + 1)
     r = np.concatenate([np.repeat(radii, n_tracks), rng.choice(radii, n_noise)])
     phi = np.concatenate([np.tile(phi0, layers), rng.uniform(-np.pi, np.pi, n_noise)])
-    z = np.concatenate([np.outer(radii, cot).ravel(), rng.uniform(-50, 50, n_noise)])
+    z = np.concatenate([z_vertex + np.outer(radii, cot).ravel(), rng.uniform(-50, 50, n_noise)])
     layer = np.concatenate([np.repeat(np.arange(layers), n_tracks), (r[n_tracks * layers:] // 30)])
     module = ((phi + np.pi) / (2 * np.pi) * 8).astype(np.int64)
     pidx = np.concatenate([np.tile(np.arange(n_tracks), layers), np.full(n_noise, -1)])
     pt = rng.uniform(0.5, 3.0, n_tracks)
     particles = Particles(
-        particle_id=np.arange(1, n_tracks + 1), vertex=np.zeros((n_tracks, 3)),
+        particle_id=np.arange(1, n_tracks + 1), vertex=np.tile([0.0, 0.0, z_vertex], (n_tracks, 1)),
         momentum=np.stack([pt * np.cos(phi0), pt * np.sin(phi0), pt * cot], axis=1),
         charge=np.ones(n_tracks, dtype=np.int64), nhits=np.full(n_tracks, layers),
     )

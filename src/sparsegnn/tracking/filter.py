@@ -78,6 +78,10 @@ def doublet_features(graph: HitGraph) -> torch.Tensor:
     Azimuth itself is left out (the detector is symmetric in phi). The phi slope and z0
     are the cuts' quantities, recomputed here because the cuts pass pairs closer than
     ``min_dr`` without them: such pairs get dr clamped to 10 mm, as a hint, not a cut.
+    z0 is taken relative to :func:`vertex_z`, the event's densest z0: a gun event has one
+    vertex, and absolute z0 let a filter trained on eight events learn their eight
+    vertices (it dropped 42% of the target edges of held-out events whose vertex lay
+    outside them).
     """
     src, dst = graph.edge_index
     node = graph.node_features * NODE_SCALE
@@ -87,8 +91,25 @@ def doublet_features(graph: HitGraph) -> torch.Tensor:
     z0 = z_src - r_src * dz / safe_dr
     feats = np.stack([r_src / 1000, z_src / 1000, node[dst, 0] / 1000, node[dst, 2] / 1000,
                       dr / 100, dphi / 0.05, dz / 100, deta / 0.1, dphi / safe_dr / 3e-4,
-                      z0 / 100], axis=1)
+                      (z0 - vertex_z(z0)) / 100], axis=1)
     return torch.from_numpy(feats.astype(np.float32))
+
+
+def vertex_z(z0: np.ndarray, span: float = 300.0, bin_mm: float = 2.0) -> float:
+    """The densest z0 of an event's candidate doublets, in mm (0 for an empty graph).
+
+    The z0 histogram of pixel doublets is how fast triggers find the primary vertex: true
+    doublets pile up in one bin, fakes spread over all of them. The peak bin's mean is
+    refined over its neighbours.
+    """
+    inside = z0[np.abs(z0) < span]
+    if inside.size == 0:
+        return 0.0
+    counts, edges = np.histogram(inside, bins=int(2 * span / bin_mm), range=(-span, span))
+    peak = int(np.argmax(counts))
+    low, high = edges[max(peak - 1, 0)], edges[min(peak + 2, counts.size)]
+    near = inside[(inside >= low) & (inside < high)]
+    return float(near.mean())
 
 
 def train_filter(graphs: list[HitGraph], cfg: FilterConfig = FilterConfig()) -> EdgeFilter:
