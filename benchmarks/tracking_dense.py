@@ -85,14 +85,14 @@ def bench(args: argparse.Namespace) -> list[Row]:
     start = time.perf_counter()
     edge_filter = None
     if args.filter_keep is not None:
-        edge_filter = train_filter(graphs, FilterConfig(keep=args.filter_keep))
+        edge_filter = train_filter(graphs, FilterConfig(keep=args.filter_keep, seed=args.seed))
         graphs = [edge_filter.prune(g) for g in graphs]
     filter_seconds = time.perf_counter() - start
     start = time.perf_counter()
     if args.epochs:
         cfg = TrackTrainConfig(epochs=args.epochs, lr=args.lr, pos_weight=args.pos_weight,
                                max_sample_nodes=args.max_sample_nodes, fanouts=args.fanouts,
-                               seed_order=args.seed_order)
+                               seed_order=args.seed_order, seed=args.seed)
         model, train_report = train(graphs, cfg, init=model, checkpoint=args.checkpoint,
                               resume=args.resume)
         if args.save:
@@ -105,7 +105,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
     ckf, ckf_run = evaluate_ckf(test_dir, args.limit_test)
     extra = {"init": str(args.init), "fine_tune_epochs": args.epochs,
              "fine_tune_seconds": tune_seconds, "module_map_pairs": len(mmap),
-             "filter_keep": args.filter_keep, "filter_train_seconds": filter_seconds,
+             "seed": args.seed, "filter_keep": args.filter_keep,
+             "filter_train_seconds": filter_seconds,
              "train_edges_kept_by_filter": sum(g.num_edges for g in graphs) / edges_before,
              **dataclasses.asdict(cuts), **timing}
     extra.pop("seconds_per_event")
@@ -137,6 +138,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    default=(12, 4), help="ShaDow fan-outs per hop (with --max-sample-nodes)")
     p.add_argument("--seed-order", choices=SEED_ORDERS, default="phi",
                    help="which seeds share a ShaDow minibatch (with --max-sample-nodes)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the filter and the fine-tune")
     p.add_argument("--save", type=Path, default=None, help="write the fine-tuned model here")
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="training checkpoint rewritten every epoch (a long fine-tune can stop)")
