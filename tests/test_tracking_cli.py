@@ -11,6 +11,7 @@ import pytest
 
 from sparsegnn.cli.main import main
 from sparsegnn.tracking.train import load_model
+from tracking_toys import toy_graphs
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
 pytestmark = [pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present"),
@@ -100,3 +101,25 @@ def test_missing_graphs_is_a_clean_error(tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["track", "train", "--graphs", str(tmp_path), "--out", str(tmp_path / "m")]) == 2
     assert "no graph .npz files" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_train_over_ranks_reports_shares_and_gradient_bytes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    for i, g in enumerate(toy_graphs([6, 8, 10])):
+        g.save(graphs / f"event{i}.npz")
+    out = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
+                   str(tmp_path / "in.pt"), "--hidden", "8", "--iterations", "1", "--epochs",
+                   "2", "--nprocs", "2", "--timeout", "60")
+    assert out["world_size"] == 2 and out["events_per_rank"] == [2, 1]
+    assert [e["steps"] for e in out["epochs"]] == [2, 2]  # the rank with two events sets it
+    assert all(e["events_used"] == 3 for e in out["epochs"])
+    n_params = sum(v.numel() for v in load_model(tmp_path / "in.pt").state_dict().values())
+    grads = [c["grad_allreduce"]["sent"] for c in out["comm_bytes"]]
+    assert grads == [4 * 4 * n_params] * 2  # 4 steps, one float32 gradient to the other rank
+    assert out["bytes_sent_per_rank"][0] > grads[0]  # plus the small statistics reductions
+    assert main(["track", "train", "--graphs", str(graphs), "--out", str(tmp_path / "x.pt"),
+                 "--nprocs", "2", "--resume", "--checkpoint", str(tmp_path / "c.ckpt")]) != 0
+    assert "single-process only" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from sparsegnn.tracking.train import (
     predict_sampled,
     save_model,
     train,
+    train_data_parallel,
 )
 from tracking_toys import toy_graphs
 
@@ -158,3 +159,49 @@ def test_phi_wedges_give_seeds_their_whole_event_context() -> None:
     # event; in wedges most do, the rest (at the wedge's rim) err half as much on average
     assert exact["phi"] > 0.5 and exact["phi"] > 5 * exact["random"], exact
     assert error["phi"] < 0.5 * error["random"], error
+
+
+def _graph_files(tmp_path: Path, graphs: list) -> list[str]:
+    paths = []
+    for i, g in enumerate(graphs):
+        paths.append(str(tmp_path / f"g{i}.npz"))
+        g.save(paths[-1])
+    return paths
+
+
+@pytest.mark.distributed
+def test_data_parallel_ranks_average_gradients_like_one_process(tmp_path: Path) -> None:
+    (g,) = toy_graphs([12])
+    cfg = TrackTrainConfig(INConfig(hidden=8, iterations=2), epochs=3, lr=3e-3)
+    # Two ranks with the same event each: the averaged gradient is that event's gradient.
+    model, report, _ = train_data_parallel(_graph_files(tmp_path, [g, g]), cfg, 2,
+                                           timeout_s=60, wall_timeout_s=150)
+    alone, alone_report = train([g], cfg)
+    for name, value in alone.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], value, atol=1e-6, rtol=1e-5)
+    assert report.pos_weight == pytest.approx(alone_report.pos_weight)
+    assert [e.steps for e in report.epochs] == [1, 1, 1]
+    assert [e.events_used for e in report.epochs] == [2, 2, 2]
+    assert report.epochs[-1].loss == pytest.approx(alone_report.epochs[-1].loss, rel=1e-5)
+
+
+@pytest.mark.distributed
+def test_data_parallel_uneven_shares_stay_in_step_and_count_bytes(tmp_path: Path) -> None:
+    graphs = toy_graphs([8, 10, 12])
+    cfg = TrackTrainConfig(INConfig(hidden=8, iterations=1), epochs=2, max_sample_nodes=30,
+                           fanouts=(4, 2))
+    _, report, results = train_data_parallel(_graph_files(tmp_path, graphs), cfg, 2,
+                                             timeout_s=60, wall_timeout_s=150)
+    assert [r.events for r in results] == [2, 1]  # events 0 and 2, event 1
+    for name, value in results[0].state_dict.items():
+        torch.testing.assert_close(results[1].state_dict[name], value, atol=0, rtol=0)
+    updates = sum(e.steps for e in report.epochs)
+    assert all(e.events_used == 3 and e.max_step_nodes <= 30 for e in report.epochs)
+    n_params = sum(v.numel() for v in results[0].state_dict.values())
+    for r in results:  # one flat float32 gradient per optimiser step to the other rank
+        assert r.comm["grad_allreduce"]["sent"] == updates * n_params * 4
+
+
+def test_data_parallel_refuses_more_ranks_than_events(tmp_path: Path) -> None:
+    with pytest.raises(InvalidValueError, match="every rank needs"):
+        train_data_parallel(_graph_files(tmp_path, toy_graphs([5])), TrackTrainConfig(), 2)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph, truth_graph
 from sparsegnn.tracking.sampling import SEED_ORDERS
@@ -251,40 +251,90 @@ def _register_train(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint up to --epochs (optimiser state kept; "
                         "--lr may differ)")
+    dist = p.add_argument_group("data-parallel (each rank loads its share of the events)")
+    dist.add_argument("--nprocs", type=int, default=1,
+                      help="spawn this many local gloo ranks (under torchrun: its ranks)")
+    dist.add_argument("--backend", default=None, help="gloo or nccl (default: nccl on CUDA)")
+    dist.add_argument("--timeout", type=float, default=60.0,
+                      help="seconds before ranks give up on a failed peer")
     add_device_flag(p)
     add_json_flag(p)
     p.set_defaults(func=_train)
 
 
-def _load_graphs(directory: Path) -> list[HitGraph]:
+def _graph_paths(directory: Path) -> list[Path]:
     paths = sorted(directory.glob("*.npz")) if directory.is_dir() else []
     if not paths:
         raise DataFormatError(f"{directory}: no graph .npz files (run 'track build-graphs')")
-    return [HitGraph.load(p) for p in paths]
+    return paths
+
+
+def _load_graphs(directory: Path) -> list[HitGraph]:
+    return [HitGraph.load(p) for p in _graph_paths(directory)]
 
 
 def _train(args: argparse.Namespace) -> int:
+    from sparsegnn.distributed.launch import in_torchrun
     from sparsegnn.tracking.model import INConfig
-    from sparsegnn.tracking.train import TrackTrainConfig, load_model, save_model, train
+    from sparsegnn.tracking.train import TrackTrainConfig, save_model
 
-    graphs = _load_graphs(args.graphs)
-    init = None if args.init is None else load_model(args.init)
     cfg = TrackTrainConfig(
         model=INConfig(hidden=args.hidden, iterations=args.iterations), epochs=args.epochs,
         lr=args.lr, pos_weight=args.pos_weight, max_sample_nodes=args.max_sample_nodes,
         fanouts=tuple(int(f) for f in args.fanouts.split(",")), seed_order=args.seed_order,
         skip_larger_than=args.skip_larger_than, seed=args.seed,
     )
-    model, report = train(graphs, cfg, resolve_device(args.device), init, args.checkpoint,
-                          args.resume)
+    parallel = args.nprocs > 1 or in_torchrun()
+    if parallel and args.resume:
+        raise InvalidValueError("--resume is single-process only (drop --nprocs)")
+    num_graphs = len(_graph_paths(args.graphs))
+    model, report, ranks = (_train_ranks(args, cfg) if parallel else
+                            (*_train_here(args, cfg), None))
+    if model is None:  # a torchrun rank other than 0: rank 0 writes and reports
+        return 0
     save_model(args.out, model, report)
     last = report.epochs[-1] if report.epochs else None
-    result = {"out": str(args.out), "num_graphs": len(graphs), **report.as_dict()}
-    summary = f"trained on {len(graphs)} graphs -> {args.out}"
+    result = {"out": str(args.out), "num_graphs": num_graphs, **report.as_dict()}
+    summary = f"trained on {num_graphs} graphs -> {args.out}"
+    if ranks is not None:
+        result.update(ranks)
+        summary += (f" over {ranks['world_size']} ranks "
+                    f"({ranks['bytes_sent_per_rank'][0]:,} gradient bytes sent by rank 0)")
     if last is not None:
         summary += (f"; last epoch loss {last.loss:.4f}, {last.events_used} events used, "
                     f"{last.events_skipped} skipped, largest step {last.max_step_nodes} hits")
     return emit(args, _clean(result), summary)
+
+
+def _train_here(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any]:
+    from sparsegnn.tracking.train import load_model, train
+
+    init = None if args.init is None else load_model(args.init)
+    return train(_load_graphs(args.graphs), cfg, resolve_device(args.device), init,
+                 args.checkpoint, args.resume)
+
+
+def _train_ranks(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any, dict[str, Any] | None]:
+    """Spawned ranks (``--nprocs``), or this process's rank of a torchrun job; the model
+    and report on rank 0 (``None`` elsewhere) and what every rank sent."""
+    from sparsegnn.distributed.launch import in_torchrun
+    from sparsegnn.tracking.train import train_data_parallel, train_rank
+
+    paths = [str(p) for p in _graph_paths(args.graphs)]
+    init = None if args.init is None else str(args.init)
+    checkpoint = None if args.checkpoint is None else str(args.checkpoint)
+    if in_torchrun():  # every rank ends with the same weights and the all-rank report
+        results = [train_rank(paths, cfg, init, checkpoint, args.backend, args.timeout)]
+        if results[0].rank != 0:
+            return None, None, None
+        model, report = results[0].model(), results[0].report
+    else:
+        model, report, results = train_data_parallel(paths, cfg, args.nprocs, init, checkpoint,
+                                                     args.backend, args.timeout)
+    return model, report, {
+        "world_size": results[0].world_size, "events_per_rank": [r.events for r in results],
+        "bytes_sent_per_rank": [sum(p["sent"] for p in r.comm.values()) for r in results],
+        "comm_bytes": [r.comm for r in results]}
 
 
 # ---------------------------------------------------------------------------- reconstruct

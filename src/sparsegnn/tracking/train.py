@@ -11,6 +11,12 @@ Two regimes, for comparison:
 Labels are the target edges; true edges of non-target particles (low pT, short) get
 loss weight 0, and positives are up-weighted by the negative/positive ratio of the
 training graphs unless ``pos_weight`` is given.
+
+Data-parallel (:class:`DataParallel`, :func:`train_data_parallel`): each rank holds its
+own share of the events and takes its own steps; every optimiser step averages the
+gradients of the ranks that had a step left, so all ranks apply the same update and
+end with the same weights. A rank that runs out of steps first contributes nothing to
+the remaining ones rather than repeating events.
 """
 
 from __future__ import annotations
@@ -18,12 +24,17 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
+from sparsegnn.distributed.comm import Communicator, Counts, Group
+from sparsegnn.distributed.launch import close_session, init_session, spawn
+from sparsegnn.distributed.sampled import GradientSum
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.graph import HitGraph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
@@ -89,16 +100,42 @@ def loss_weights(graph: HitGraph) -> np.ndarray:
     return (~(graph.y & ~graph.target)).astype(np.float32)
 
 
-def default_pos_weight(graphs: list[HitGraph]) -> float:
-    """Negatives per positive over the weighted training edges (1 if either is absent)."""
-    pos = sum(int(g.target.sum()) for g in graphs)
-    neg = sum(int((~g.y).sum()) for g in graphs)
+def default_pos_weight(graphs: list[HitGraph], parallel: DataParallel | None = None) -> float:
+    """Negatives per positive over the weighted training edges of every rank (1 if either
+    is absent)."""
+    counts = [float(sum(int(g.target.sum()) for g in graphs)),
+              float(sum(int((~g.y).sum()) for g in graphs))]
+    pos, neg = counts if parallel is None else parallel.sum(counts)
     return neg / pos if pos and neg else 1.0
+
+
+class DataParallel:
+    """This rank's collectives in data-parallel training, every byte counted by ``comm``."""
+
+    def __init__(self, comm: Communicator, group: Group):
+        self.comm, self.group = comm, group
+        self._grad_sum = GradientSum(comm, group)
+
+    def sum(self, values: list[float]) -> list[float]:
+        with self.comm.phase("stats"):
+            return self.comm.all_reduce(torch.tensor(values, dtype=torch.float64),
+                                        self.group).tolist()
+
+    def max(self, value: int) -> int:
+        with self.comm.phase("stats"):
+            return max(v[0] for v in self.comm.gather_ints([value], self.group))
+
+    def average_gradients(self, model: nn.Module, active: int) -> None:
+        """Gradients summed over ranks, divided by the ranks that took a step."""
+        self._grad_sum(model)
+        for p in model.parameters():
+            p.grad /= active
 
 
 def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | str = "cpu",
           init: InteractionNetwork | None = None, checkpoint: str | Path | None = None,
-          resume: bool = False) -> tuple[InteractionNetwork, TrainReport]:
+          resume: bool = False, parallel: DataParallel | None = None
+          ) -> tuple[InteractionNetwork, TrainReport]:
     """Fit an Interaction Network; returns the model and per-epoch statistics.
 
     ``init`` fine-tunes a trained model (its own sizes replace ``cfg.model``): a model
@@ -108,13 +145,20 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
     from it up to ``cfg.epochs``, exactly as if it had not stopped: restarting from the
     weights alone resets Adam's moments, and on pileup-200 events that cost several
     epochs of progress.
+
+    With ``parallel``, ``graphs`` are this rank's share of the events; the positive
+    weight and every epoch's statistics are over all ranks' events, and only rank 0
+    writes the checkpoint (resuming is single-process only).
     """
+    if parallel is not None and resume:
+        raise InvalidValueError("resume is single-process only; resume without ranks")
     seed_everything(cfg.seed)
     device = torch.device(device)
     model = InteractionNetwork(cfg.model) if init is None else copy.deepcopy(init)
     model = model.to(device)
     optim = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    pos_weight = cfg.pos_weight if cfg.pos_weight is not None else default_pos_weight(graphs)
+    pos_weight = cfg.pos_weight if cfg.pos_weight is not None else default_pos_weight(
+        graphs, parallel)
     report = TrainReport(pos_weight)
     first = 0
     if resume:
@@ -122,11 +166,11 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
             raise InvalidValueError("resume needs the checkpoint to resume from")
         first = _restore(Path(checkpoint), model, optim, report, cfg.lr)
     for epoch in range(first, cfg.epochs):
-        stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device)
+        stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device, parallel)
         report.epochs.append(stats)
         log.info("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
                  stats.loss, stats.steps, stats.events_used, stats.events_skipped, stats.seconds)
-        if checkpoint is not None:
+        if checkpoint is not None and (parallel is None or parallel.group.me == 0):
             save_checkpoint(checkpoint, {**_model_state(model, report), "epoch": epoch,
                                          "optimizer": optim.state_dict(), "rng": rng_state()})
     return model, report
@@ -154,33 +198,82 @@ def _restore(path: Path, model: InteractionNetwork, optim: torch.optim.Optimizer
     return int(state["epoch"]) + 1
 
 
+@dataclass
+class _Tally:
+    """One rank's running sums over an epoch."""
+
+    loss: float = 0.0
+    steps: int = 0  # steps this rank computed a loss on
+    used: int = 0
+    skipped: int = 0
+    covered: int = 0
+    total_edges: int = 0
+    max_nodes: int = 0
+
+
 def _epoch(model: InteractionNetwork, optim: torch.optim.Optimizer, graphs: list[HitGraph],
            cfg: TrackTrainConfig, pos_weight: float, epoch: int,
-           device: torch.device) -> EpochReport:
+           device: torch.device, parallel: DataParallel | None = None) -> EpochReport:
     start = time.perf_counter()
     model.train()
-    losses: list[float] = []
-    used = skipped = covered = total_edges = max_nodes = 0
+    tally = _Tally()
+    updates = 0
+    for step, active in _synchronised(_epoch_steps(graphs, cfg, epoch, device, tally), parallel):
+        optim.zero_grad()
+        if step is not None:
+            loss = weighted_bce(model(step.x, step.edge_attr, step.ops), step.target,
+                                step.weight, pos_weight)
+            loss.backward()
+            tally.loss += float(loss.detach())
+            tally.steps += 1
+            tally.covered += step.covered
+            tally.max_nodes = max(tally.max_nodes, step.num_nodes)
+        if parallel is not None:
+            parallel.average_gradients(model, active)
+        optim.step()
+        updates += 1
+    return _report(tally, updates, epoch, time.perf_counter() - start, parallel)
+
+
+def _epoch_steps(graphs: list[HitGraph], cfg: TrackTrainConfig, epoch: int,
+                 device: torch.device, tally: _Tally) -> Iterator[_Step]:
     for graph in graphs:
         if _skipped(graph, cfg):
-            skipped += 1
+            tally.skipped += 1
             continue
-        used += 1
-        total_edges += graph.num_edges
-        for step in _steps(graph, cfg, epoch, device):
-            optim.zero_grad()
-            logits = model(step.x, step.edge_attr, step.ops)
-            loss = weighted_bce(logits, step.target, step.weight, pos_weight)
-            loss.backward()
-            optim.step()
-            losses.append(float(loss.detach()))
-            covered += step.covered
-            max_nodes = max(max_nodes, step.num_nodes)
+        tally.used += 1
+        tally.total_edges += graph.num_edges
+        yield from _steps(graph, cfg, epoch, device)
+
+
+def _synchronised(steps: Iterator[_Step], parallel: DataParallel | None
+                  ) -> Iterator[tuple[_Step | None, int]]:
+    """``(step, ranks with a step)`` until no rank has one left; a rank whose own steps
+    ran out gets ``None`` (one counted scalar all-reduce per step says who is active)."""
+    if parallel is None:
+        yield from ((step, 1) for step in steps)
+        return
+    while True:
+        step = next(steps, None)
+        active = round(parallel.sum([float(step is not None)])[0])
+        if active == 0:
+            return
+        yield step, active
+
+
+def _report(t: _Tally, updates: int, epoch: int, seconds: float,
+            parallel: DataParallel | None) -> EpochReport:
+    """The epoch's statistics over all ranks."""
+    max_nodes = t.max_nodes
+    if parallel is not None:
+        sums = parallel.sum([t.loss, t.steps, t.used, t.skipped, t.covered, t.total_edges])
+        t = _Tally(sums[0], *(round(v) for v in sums[1:]))
+        max_nodes = parallel.max(max_nodes)
     return EpochReport(
-        epoch=epoch, loss=float(np.mean(losses)) if losses else float("nan"), steps=len(losses),
-        events_used=used, events_skipped=skipped, max_step_nodes=max_nodes,
-        edge_coverage=covered / total_edges if total_edges else float("nan"),
-        seconds=time.perf_counter() - start,
+        epoch=epoch, loss=t.loss / t.steps if t.steps else float("nan"), steps=updates,
+        events_used=t.used, events_skipped=t.skipped, max_step_nodes=max_nodes,
+        edge_coverage=t.covered / t.total_edges if t.total_edges else float("nan"),
+        seconds=seconds,
     )
 
 
@@ -216,6 +309,63 @@ def _make_step(graph: HitGraph, nodes: np.ndarray, edges: np.ndarray, edge_index
         num_nodes=int(nodes.size),
         covered=int(edges.size) if covered is None else covered,
     )
+
+
+@dataclass
+class RankResult:
+    """What one data-parallel rank hands back."""
+
+    rank: int
+    world_size: int
+    events: int  # events in this rank's share
+    config: dict  # the model's sizes (the init model's when fine-tuning)
+    state_dict: dict[str, torch.Tensor]
+    report: TrainReport
+    comm: Counts
+
+    def model(self) -> InteractionNetwork:
+        model = InteractionNetwork(INConfig(**self.config))
+        model.load_state_dict(self.state_dict)
+        return model
+
+
+def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
+               checkpoint: str | None = None, backend: str | None = None,
+               timeout_s: float = 60.0) -> RankResult:
+    """One rank of data-parallel training (spawned, or under torchrun): it loads only its
+    share of the graph files, ``paths[rank::world_size]``, so no rank holds every event."""
+    session = init_session(backend, timeout_s)
+    try:
+        if len(paths) < session.world_size:
+            raise InvalidValueError(f"{len(paths)} graphs for {session.world_size} ranks: "
+                                    "every rank needs at least one event")
+        comm = Communicator()
+        parallel = DataParallel(comm, Group(tuple(range(session.world_size)), session.rank))
+        graphs = [HitGraph.load(p) for p in paths[session.rank::session.world_size]]
+        start = None if init is None else load_model(init)
+        model, report = train(graphs, cfg, session.device, start, checkpoint,
+                              parallel=parallel)
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        return RankResult(session.rank, session.world_size, len(graphs), asdict(model.cfg),
+                          state, report, comm.counts())
+    finally:
+        close_session()
+
+
+def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
+                        init: str | None = None, checkpoint: str | None = None,
+                        backend: str | None = None, timeout_s: float = 60.0,
+                        wall_timeout_s: float | None = None
+                        ) -> tuple[InteractionNetwork, TrainReport, list[RankResult]]:
+    """Spawn ``nprocs`` local gloo ranks over the graph files; the trained model (every
+    rank ends with the same weights; rank 0's are returned), its report and each rank's
+    result (events, communication bytes by phase)."""
+    if nprocs > len(paths):
+        raise InvalidValueError(f"{nprocs} ranks for {len(paths)} graphs: every rank needs "
+                                "at least one event")
+    results = spawn(train_rank, nprocs, (paths, cfg, init, checkpoint, backend, timeout_s),
+                    wall_timeout_s=wall_timeout_s)
+    return results[0].model(), results[0].report, results
 
 
 @torch.no_grad()
