@@ -65,7 +65,8 @@ def module_map(args: argparse.Namespace, ds: Dataset) -> ModuleMap:
             raise SystemExit(f"{ds.name} has no map events: give --module-map or --init")
         return given
     learnt = ModuleMap.learn(read_events(events_dir(args.data, ds, "map"))
-                             + read_events(events_dir(args.data, ds, "train")), "module")
+                             + read_events(events_dir(args.data, ds, "train")),
+                             "module" if given is None else given.level)
     return learnt if given is None else learnt.union(given)
 
 

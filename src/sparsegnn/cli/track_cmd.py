@@ -299,7 +299,7 @@ def _train(args: argparse.Namespace) -> int:
     if ranks is not None:
         result.update(ranks)
         summary += (f" over {ranks['world_size']} ranks "
-                    f"({ranks['bytes_sent_per_rank'][0]:,} gradient bytes sent by rank 0)")
+                    f"({ranks['bytes_sent_per_rank'][0]:,} bytes sent by rank 0)")
     if last is not None:
         summary += (f"; last epoch loss {last.loss:.4f}, {last.events_used} events used, "
                     f"{last.events_skipped} skipped, largest step {last.max_step_nodes} hits")

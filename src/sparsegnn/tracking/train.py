@@ -324,9 +324,7 @@ class RankResult:
     comm: Counts
 
     def model(self) -> InteractionNetwork:
-        model = InteractionNetwork(INConfig(**self.config))
-        model.load_state_dict(self.state_dict)
-        return model
+        return _model_from(self.config, self.state_dict)
 
 
 def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
@@ -431,6 +429,10 @@ def _model_state(model: InteractionNetwork, report: TrainReport) -> dict:
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> InteractionNetwork:
     state = load_checkpoint(path)
-    model = InteractionNetwork(INConfig(**state["config"]))
-    model.load_state_dict(state["state_dict"])
-    return model.to(device)
+    return _model_from(state["config"], state["state_dict"]).to(device)
+
+
+def _model_from(config: dict, state_dict: dict[str, torch.Tensor]) -> InteractionNetwork:
+    model = InteractionNetwork(INConfig(**config))
+    model.load_state_dict(state_dict)
+    return model
