@@ -32,3 +32,11 @@ class DuplicateEntryError(SparseGNNError, ValueError):
 
 class DataFormatError(SparseGNNError, ValueError):
     """A data file that is missing, truncated or inconsistent; the message names the file."""
+
+
+class ResourceError(SparseGNNError, MemoryError):
+    """A size the machine cannot hold, refused before allocating; names the bytes needed."""
+
+
+class NonFiniteError(InvalidValueError):
+    """A NaN or infinite value where training needs finite numbers (inputs, loss, weights)."""

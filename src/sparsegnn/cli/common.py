@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,10 +31,134 @@ def add_device_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_device(name: str | None) -> torch.device:
-    """The device a user asked for, or CUDA when present, else the CPU."""
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The device a user asked for, or CUDA when present, else the CPU.
+
+    A name torch does not know, or a CUDA device on a machine without one, is a user
+    error (one line), not torch's traceback.
+    """
+    from sparsegnn.errors import InvalidValueError
+
+    if not name:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise InvalidValueError(
+            f"--device {name!r} is not a torch device; use cpu, cuda or cuda:N"
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidValueError(f"--device {name}: CUDA is not available on this machine")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise InvalidValueError(
+            f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
+    return device
+
+
+# ---------------------------------------------------------------- argparse value types
+# Each returns a converter for ``add_argument(type=...)``: a bad value becomes argparse's
+# one-line "argument --x: ..." error (exit 2) before any work starts.
+def int_range(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    """An integer in ``[lo, hi]`` (either bound optional)."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        _check_bounds(value, lo, hi, text)
+        return value
+
+    convert.__name__ = "integer"
+    return convert
+
+
+def float_range(
+    lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+    hi_open: bool = False,
+) -> Callable[[str], float]:
+    """A finite float in ``[lo, hi]``; ``lo_open``/``hi_open`` exclude the bound itself."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        _check_bounds(value, lo, hi, text)
+        if (lo_open and value == lo) or (hi_open and value == hi):
+            raise argparse.ArgumentTypeError(
+                f"must lie strictly {'above ' + str(lo) if lo_open and value == lo else ''}"
+                f"{'below ' + str(hi) if hi_open and value == hi else ''}, got {text}"
+            )
+        return value
+
+    convert.__name__ = "number"
+    return convert
+
+
+def int_list(lo: int = 1) -> Callable[[str], list[int]]:
+    """A comma-separated list of integers, each at least ``lo`` (e.g. ``--fanouts 15,10,5``)."""
+
+    def convert(text: str) -> list[int]:
+        parts = [s.strip() for s in text.split(",")]
+        if not text.strip() or any(not s for s in parts):
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers like 15,10,5, got {text!r}"
+            )
+        one = int_range(lo)
+        return [one(s) for s in parts]
+
+    convert.__name__ = "list"
+    return convert
+
+
+def non_empty(text: str) -> str:
+    """A string option that must not be empty or blank (``--recipe ""``)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def output_file(text: str) -> Path:
+    """A file path to write: refused up front if it names a directory or an unwritable place."""
+    path = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; name a file inside it")
+    _check_writable_parent(path, text)
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """A folder to write into: refused if it is a file or its parent cannot be written."""
+    path = Path(text)
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    _check_writable_parent(path, text)
+    return path
+
+
+def _check_writable_parent(path: Path, text: str) -> None:
+    """The nearest existing ancestor must be a writable folder (parents are created)."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text}: cannot write in {parent}")
+
+
+def _check_bounds(value: float, lo: float | None, hi: float | None, text: str) -> None:
+    if lo is not None and value < lo:
+        raise argparse.ArgumentTypeError(f"must be >= {lo}, got {text}")
+    if hi is not None and value > hi:
+        raise argparse.ArgumentTypeError(f"must be <= {hi}, got {text}")
 
 
 def emit(args: argparse.Namespace, result: Mapping[str, Any], summary: str) -> int:

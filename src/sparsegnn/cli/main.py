@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from sparsegnn.errors import SparseGNNError
 
@@ -25,8 +26,15 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the usage block is for ``--help``, not for mistakes."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sparsegnn",
         description="Graph neural networks at any scale, written as sparse linear algebra.",
     )
@@ -54,11 +62,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SparseGNNError as err:
-        print(f"sparsegnn {args.command}: error: {err}", file=sys.stderr)
+        _one_line_error(args.command, str(err))
+        return 2
+    except OSError as err:
+        if err.filename is None:  # not about a file the user named: a real bug, show it
+            raise
+        _one_line_error(args.command, f"{err.filename}: {err.strerror or err}")
         return 2
     except KeyboardInterrupt:
         print(f"sparsegnn {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line_error(command: str, message: str) -> None:
+    """Print ``message`` as the single stderr line scripts and people both read."""
+    text = " ".join(message.split())
+    print(f"sparsegnn {command}: error: {text}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -65,6 +67,42 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> Path:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def atomic_dir(path: PathLike) -> Iterator[Path]:
+    """A temp folder beside ``path`` that replaces ``path`` whole when the block succeeds.
+
+    Multi-file outputs (partition rank files, tracking graphs, annotator files) are written
+    into the yielded folder, their manifest last; only then is the folder renamed to
+    ``path``. A crash or error inside the block removes the temp folder and leaves any
+    previous ``path`` untouched, so readers never see a half-written set of files. A
+    previous ``path`` is moved aside first and deleted only after the new one is in place.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DataFormatError(f"{path}: exists and is not a directory; choose another output")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        old = None
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old",
+                                        dir=path.parent))
+            os.replace(path, old / path.name)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None:  # put the previous output back under its name
+                os.replace(old / path.name, path)
+                old.rmdir()
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def save_graph(g: GraphData, path: PathLike, *, compress: bool = False) -> Path:
