@@ -7,13 +7,19 @@ source then target) and downstream CSR construction never has to second-guess it
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
-from sparsegnn.errors import IndexOutOfRangeError
+from sparsegnn.errors import IndexOutOfRangeError, ResourceError
 
 # Pairs per step while keys are made or split: the per-step temporaries stay ~50 MiB.
 _CHUNK = 1 << 21
+# The largest n with n * n <= 2**63, i.e. every key u * n + v (u, v < n) fits in int64.
+_MAX_KEYED_NODES = math.isqrt(2**63)
+# degree_stats counts densely (one int64 per vertex) up to this many vertices per edge.
+_DENSE_DEGREE_RATIO = 4
 
 
 def undirected_edge_index(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tensor:
@@ -25,34 +31,69 @@ def undirected_edge_index(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> t
     output's own memory, so the peak is the keys and the output, not several copies of
     each (``int32`` endpoints are read as they are, not copied to int64 first).
     """
-    src, dst = _ids(src), _ids(dst)
-    _check_range(src, dst, num_nodes)
-    return _edge_tensor(_pair_keys(src, dst, num_nodes, undirected=True), num_nodes,
-                        mirror=True)
+    return _build(src, dst, num_nodes, undirected=True)
 
 
 def directed_edge_index(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> torch.Tensor:
     """Like :func:`undirected_edge_index` but keeps direction (for directed edge lists)."""
-    src, dst = _ids(src), _ids(dst)
-    _check_range(src, dst, num_nodes)
-    return _edge_tensor(_pair_keys(src, dst, num_nodes, undirected=False), num_nodes,
-                        mirror=False)
+    return _build(src, dst, num_nodes, undirected=False)
 
 
 def degree_stats(edge_index: torch.Tensor, num_nodes: int) -> dict[str, float | int]:
-    """Out-degree summary (what `data info` prints): skew and isolated vertices matter most."""
+    """Out-degree summary (what `data info` prints): skew and isolated vertices matter most.
+
+    A dense count per vertex is used while the id space is comparable to the edge count;
+    a sparse id space (ids near 3e9 on a handful of edges) would need gigabytes for it, so
+    there only the sources that occur are counted and every other vertex has degree 0.
+    """
     if num_nodes == 0:
         return {"degree_min": 0, "degree_max": 0, "degree_mean": 0.0, "degree_median": 0.0,
                 "num_isolated": 0}
-    deg = torch.bincount(edge_index[0], minlength=num_nodes)
-    degf = deg.to(torch.float64)
+    sources = edge_index[0].cpu().numpy()
+    if num_nodes <= _DENSE_DEGREE_RATIO * sources.size + _CHUNK:
+        counts, zeros = np.bincount(sources, minlength=num_nodes), 0
+    else:
+        counts = np.unique(sources, return_counts=True)[1]
+        zeros = num_nodes - counts.size
+    middle = (num_nodes - 1) // 2 - zeros  # the lower median, as torch.median gives
     return {
-        "degree_min": int(deg.min()),
-        "degree_max": int(deg.max()),
-        "degree_mean": round(float(degf.mean()), 4),
-        "degree_median": float(degf.median()),
-        "num_isolated": int((deg == 0).sum()),
+        "degree_min": 0 if zeros else int(counts.min()),
+        "degree_max": int(counts.max()) if counts.size else 0,
+        "degree_mean": round(sources.size / num_nodes, 4),
+        "degree_median": 0.0 if middle < 0 else float(np.partition(counts, middle)[middle]),
+        "num_isolated": zeros + int(np.count_nonzero(counts == 0)),
     }
+
+
+def _build(src: np.ndarray, dst: np.ndarray, num_nodes: int, undirected: bool) -> torch.Tensor:
+    """The edge tensor of either kind, through keys on compacted ids when needed.
+
+    A key ``u * n + v`` only fits int64 while ``n * n <= 2**63`` (about 3.04e9 vertices).
+    Past that the ids are first renumbered by rank among the distinct endpoints: that
+    order-preserving map keeps the sort and the deduplication exact, and at most two ids
+    per pair exist, so the compact keys always fit. Normal graphs skip the renumbering.
+    """
+    src, dst = _ids(src), _ids(dst)
+    _check_range(src, dst, num_nodes)
+    if _keys_fit(num_nodes):
+        return _edge_tensor(_pair_keys(src, dst, num_nodes, undirected), num_nodes,
+                            mirror=undirected)
+    distinct = sorted_unique(np.concatenate([src, dst]).astype(np.int64, copy=False))
+    if not _keys_fit(distinct.size):
+        raise ResourceError(
+            f"{distinct.size} distinct vertex ids in ids up to {num_nodes - 1}: more than "
+            f"{_MAX_KEYED_NODES} distinct ids of a sparse id space are not supported"
+        )
+    csrc = np.searchsorted(distinct, src)
+    cdst = np.searchsorted(distinct, dst)
+    compact = _edge_tensor(_pair_keys(csrc, cdst, distinct.size, undirected), distinct.size,
+                           mirror=undirected)
+    return torch.from_numpy(distinct[compact.numpy()])
+
+
+def _keys_fit(num_nodes: int) -> bool:
+    """Whether every key ``u * num_nodes + v`` with ``u, v < num_nodes`` fits in int64."""
+    return num_nodes <= _MAX_KEYED_NODES
 
 
 def _ids(ids: np.ndarray) -> np.ndarray:
