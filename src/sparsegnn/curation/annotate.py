@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,11 +29,19 @@ from tqdm.auto import tqdm
 
 from sparsegnn.curation._optional import require
 from sparsegnn.curation.distil import Annotator, as_operand, corpus_ids
-from sparsegnn.curation.ingest import DOCUMENTS_FILE, iter_ids, iter_texts
+from sparsegnn.curation.ingest import iter_ids, iter_texts
 from sparsegnn.curation.labels import Prediction, annotation_batch
+from sparsegnn.curation.store import (
+    ANNOTATIONS_FILE,
+    DOCUMENTS_FILE,
+    DOCUMENTS_FINGERPRINT_KEY,
+    FINGERPRINT_KEY,
+    GRAPH_FILE,
+    check_store,
+    parquet_metadata,
+    refuse_overwrite,
+)
 from sparsegnn.train.memory import peak_memory_bytes
-
-ANNOTATIONS_FILE = "annotations.parquet"
 
 
 @dataclass
@@ -100,36 +109,53 @@ def annotate(
     """Annotate every document of the store; writes ``annotations.parquet`` by default.
 
     In an initialised process group of several ranks, every rank must call this with the
-    same arguments; each annotates its share and rank 0 writes the output file."""
+    same arguments; each annotates its share and rank 0 writes the output file. The
+    output records the documents' fingerprint, and appears whole or not at all."""
     start = time.perf_counter()
     store_dir = Path(store_dir)
     store = store_dir / DOCUMENTS_FILE
     out = Path(out_path) if out_path is not None else store_dir / ANNOTATIONS_FILE
+    refuse_overwrite(out, store, store_dir / GRAPH_FILE)
+    check_store(store_dir)
+    fingerprint = parquet_metadata(store, FINGERPRINT_KEY)
     rank, world = _rank_and_world()
     share = share_of(store, rank, world)
     n = share.total
-    model = annotator.model.eval()
+    partial = out.with_name(out.name + ".partial")
+    part = out.with_name(f"{out.name}.part{rank}") if world > 1 else partial
+    try:
+        _annotate_share(annotator, store_dir, share, batch_rows, part, fingerprint, progress)
+        if world > 1:
+            dist.barrier()
+            if rank == 0:
+                _concatenate([out.with_name(f"{out.name}.part{r}") for r in range(world)],
+                             partial, fingerprint)
+            dist.barrier()
+        if rank == 0:
+            partial.replace(out)
+    except BaseException:
+        for leftover in {part, partial} if rank == 0 else {part}:
+            leftover.unlink(missing_ok=True)
+        raise
+    seconds = time.perf_counter() - start
+    return AnnotateReport(n, seconds, n / seconds if seconds > 0 else float("inf"),
+                          peak_memory_bytes(torch.device("cpu")), str(out))
+
+
+def _annotate_share(annotator: Annotator, store_dir: Path, share: Share, batch_rows: int,
+                    part: Path, fingerprint: str | None, progress: bool) -> None:
+    """Encode this rank's share, propagate over the whole graph, write the share's rows."""
+    rank, world = _rank_and_world()
+    store = store_dir / DOCUMENTS_FILE
     bar = tqdm(total=2 * (share.stop - share.start), desc="annotate", unit="doc",
                disable=not progress or rank != 0)
     with bar:
         h0 = _full_h0(encode_corpus(annotator, store, batch_rows, bar, share.row_groups),
-                      share, n, world)
-        z = model.propagate(h0, annotator.graph(store_dir, corpus_ids(store_dir)))
+                      share, share.total, world)
+        z = annotator.model.eval().propagate(h0, annotator.graph(store_dir,
+                                                                 corpus_ids(store_dir)))
         del h0
-        part = out.with_name(f"{out.name}.part{rank}") if world > 1 else \
-            out.with_name(out.name + ".partial")
-        _write_share(annotator, store, z, share, batch_rows, part, bar)
-    if world > 1:
-        dist.barrier()
-        if rank == 0:
-            _concatenate([out.with_name(f"{out.name}.part{r}") for r in range(world)],
-                         out.with_name(out.name + ".partial"))
-        dist.barrier()
-    if rank == 0:
-        out.with_name(out.name + ".partial").replace(out)
-    seconds = time.perf_counter() - start
-    return AnnotateReport(n, seconds, n / seconds if seconds > 0 else float("inf"),
-                          peak_memory_bytes(torch.device("cpu")), str(out))
+        _write_share(annotator, store, z, share, batch_rows, part, bar, fingerprint)
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -149,7 +175,7 @@ def _full_h0(local: torch.Tensor, share: Share, n: int, world: int) -> torch.Ten
 
 
 def _write_share(annotator: Annotator, store: Path, z: torch.Tensor, share: Share,
-                 batch_rows: int, path: Path, bar: tqdm) -> None:
+                 batch_rows: int, path: Path, bar: tqdm, fingerprint: str | None) -> None:
     """Classify this share's rows of ``z`` and write them, one row group per batch (an
     empty share writes nothing)."""
     pq = require("pyarrow.parquet")
@@ -165,10 +191,17 @@ def _write_share(annotator: Annotator, store: Path, z: torch.Tensor, share: Shar
         row += len(ids)
         bar.update(len(ids))
     if writer is not None:
-        writer.close()
+        _close(writer, fingerprint)
 
 
-def _concatenate(parts: list[Path], out: Path) -> None:
+def _close(writer: Any, fingerprint: str | None) -> None:
+    """Finish a Parquet file, recording which documents it annotates (when they say)."""
+    if fingerprint is not None:
+        writer.add_key_value_metadata({DOCUMENTS_FINGERPRINT_KEY: fingerprint})
+    writer.close()
+
+
+def _concatenate(parts: list[Path], out: Path, fingerprint: str | None) -> None:
     """The ranks' part files, in rank order, as one file (row group by row group); the
     parts are removed."""
     pq = require("pyarrow.parquet")
@@ -184,4 +217,4 @@ def _concatenate(parts: list[Path], out: Path) -> None:
             writer.write_table(table)
         part.unlink()
     if writer is not None:
-        writer.close()
+        _close(writer, fingerprint)

@@ -23,19 +23,14 @@ import torch
 from torch.nn import functional as F
 from tqdm.auto import trange
 
-from sparsegnn.curation.ingest import (
-    DOCUMENTS_FILE,
-    GRAPH_FILE,
-    edge_kinds,
-    iter_ids,
-    iter_texts,
-    load_graph_edges,
-)
+from sparsegnn.curation.ingest import edge_kinds, iter_ids, iter_texts, load_graph_edges
 from sparsegnn.curation.labels import CategoryLabels, LabelSet
 from sparsegnn.curation.schema import Schema
+from sparsegnn.curation.store import DOCUMENTS_FILE, GRAPH_FILE, check_store
 from sparsegnn.curation.student import DocumentGraph, GraphStudent, StudentConfig
 from sparsegnn.data.edges import undirected_edge_index
 from sparsegnn.data.embed import SentenceEmbedder
+from sparsegnn.data.io import atomic_write
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
 from sparsegnn.sampling import ShadowSampler, batch_generator, epoch_permutation
@@ -44,6 +39,8 @@ from sparsegnn.train import EpochStats, TrainConfig, fit
 
 Split = Literal["train", "val", "test"]
 Featurizer = HashedTfidf | SentenceEmbedder
+# Layout of a saved annotator; files from before the field was written have this layout.
+ANNOTATOR_FORMAT = 1
 
 
 @dataclass
@@ -58,7 +55,9 @@ class Annotator:
     known: LabelSet | None = None  # teacher labels, read by students with label_inputs
 
     def save(self, path: str | Path) -> None:
-        torch.save({
+        """Write the annotator via a temporary file, so a crash never leaves half a file."""
+        state = {
+            "format_version": ANNOTATOR_FORMAT,
             "config": self.config.to_dict(),
             "schema": self.schema.to_dict(),
             "classes": self.classes,
@@ -66,11 +65,35 @@ class Annotator:
                     if isinstance(self.featurizer, HashedTfidf) else None),
             "state": self.model.state_dict(),
             "known": None if self.known is None else _known_to_dict(self.known),
-        }, Path(path))
+        }
+        atomic_write(path, lambda f: torch.save(state, f))
 
     @classmethod
     def load(cls, path: str | Path) -> Annotator:
-        ckpt = torch.load(Path(path), map_location="cpu", weights_only=True)
+        """Read an annotator with ``weights_only=True`` (a file can hold no code); any file
+        that is not one of ours, or of another format version, is one clear error."""
+        path = Path(path)
+        if not path.is_file():
+            raise DataFormatError(f"{path}: no such annotator file; train one with "
+                                  "`sparsegnn curate distil`")
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises a zoo of types for foreign or broken files
+            raise DataFormatError(f"{path}: not an annotator saved by `curate distil` "
+                                  f"({type(err).__name__}: {_first_line(err)})") from None
+        version = ckpt.get("format_version", ANNOTATOR_FORMAT) if isinstance(ckpt, dict) else None
+        if version != ANNOTATOR_FORMAT:
+            raise DataFormatError(f"{path}: annotator format version {version}, but this "
+                                  f"sparsegnn reads version {ANNOTATOR_FORMAT}; re-run "
+                                  "`sparsegnn curate distil`")
+        try:
+            return cls._from_checkpoint(ckpt)
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
+            raise DataFormatError(f"{path}: not a complete annotator ({type(err).__name__}: "
+                                  f"{_first_line(err)})") from None
+
+    @classmethod
+    def _from_checkpoint(cls, ckpt: dict[str, Any]) -> Annotator:
         cfg = StudentConfig(**ckpt["config"])
         featurizer = _featurizer(cfg)
         if isinstance(featurizer, HashedTfidf):
@@ -90,6 +113,11 @@ class Annotator:
             row_of = {d: i for i, d in enumerate(ids)}
             graph.labels = label_matrix(row_of, self.known, self.classes, len(ids))
         return graph
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"
 
 
 def _known_to_dict(labels: LabelSet) -> dict[str, Any]:
@@ -274,6 +302,7 @@ def distil(
     ``val_fraction`` of the labelled documents.
     """
     start = time.perf_counter()
+    check_store(store_dir)
     cfg = resolve_knn_hops(cfg or StudentConfig(), store_dir)
     ids = corpus_ids(store_dir)
     row_of = {d: i for i, d in enumerate(ids)}

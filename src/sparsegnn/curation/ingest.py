@@ -4,7 +4,14 @@ Everything streams in batches of ``batch_rows`` documents (one Parquet row group
 so the text of a corpus larger than memory never sits in memory at once; what grows with
 the corpus is the id index (to find duplicates and resolve links) and the edge arrays.
 Bad input is an error that names the file and row, never a silently dropped row:
-missing or empty ids, repeated ids and empty texts are all refused.
+missing or empty ids, repeated ids, texts that are empty or not strings, links and URLs
+of the wrong type and bytes that are not UTF-8 are all refused.
+
+The store is written whole or not at all: documents and graph go to hidden temporary
+files beside their final names and are renamed into place only after both are complete,
+the graph last. The graph records the fingerprint of the documents it was built from
+(see :mod:`sparsegnn.curation.store`), so a crash between the two renames, or an older
+graph beside newer documents, is refused by every reader instead of being used.
 
 The document graph has three kinds of edges: explicit links (``links``: ids of other
 documents; links that leave the corpus are counted and dropped), same-site edges (each
@@ -15,9 +22,13 @@ corpus size: for corpora up to some ten thousand documents).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import tempfile
 from collections import defaultdict, deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice, repeat
 from pathlib import Path
@@ -28,11 +39,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsegnn.curation._optional import require
+from sparsegnn.curation.store import DOCUMENTS_FILE, FINGERPRINT_KEY, GRAPH_FILE
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
 
-DOCUMENTS_FILE = "documents.parquet"
-GRAPH_FILE = "graph.npz"
 EDGE_KINDS = ("link", "site", "knn")
 _MAX_REPORTED = 5
 
@@ -70,19 +80,30 @@ def read_batches(path: str | Path, batch_rows: int) -> Iterator[list[dict[str, A
     if not path.is_file():
         raise DataFormatError(f"{path}: input file is missing")
     if path.suffix == ".parquet":
-        pq = require("pyarrow.parquet")
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows):
-            yield batch.to_pylist()
+        yield from _parquet_batches(path, batch_rows)
         return
-    with path.open(encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         lines = enumerate(fh, start=1)
         while chunk := list(islice(lines, batch_rows)):
             yield [_json_row(path, n, line) for n, line in chunk if line.strip()]
 
 
-def _json_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
+def _parquet_batches(path: Path, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
+    pq = require("pyarrow.parquet")
     try:
-        row = json.loads(line)
+        batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows)
+        for batch in batches:
+            yield batch.to_pylist()
+    except (OSError, ValueError) as err:  # ArrowInvalid is a ValueError
+        raise DataFormatError(f"{path}: not a readable Parquet file ({err})") from None
+
+
+def _json_row(path: Path, lineno: int, raw: bytes) -> dict[str, Any]:
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise DataFormatError(f"{path}:{lineno}: not valid UTF-8 (byte {err.start} of the "
+                              f"line is {raw[err.start]:#04x})") from None
     except json.JSONDecodeError as err:
         raise DataFormatError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
     if not isinstance(row, dict):
@@ -110,20 +131,35 @@ class _Validator:
     def check(self, rows: list[dict[str, Any]], start: int) -> None:
         for offset, row in enumerate(rows):
             n = start + offset
-            doc_id, text = row.get("id"), row.get("text")
-            problem = None
-            if doc_id is None or str(doc_id).strip() == "":
-                problem = "missing id"
-            elif str(doc_id) in self.row_of:
-                problem = f"duplicate id {str(doc_id)!r} (first at row {self.row_of[str(doc_id)]})"
-            elif not isinstance(text, str) or not text.strip():
-                problem = f"empty text for id {str(doc_id)!r}"
+            problem = self._problem(row)
             if problem is None:
-                self.row_of[str(doc_id)] = n
+                self.row_of[str(row["id"])] = n
                 continue
             self.num_bad += 1
             if len(self.problems) < _MAX_REPORTED:
                 self.problems.append(f"row {n}: {problem}")
+
+    def _problem(self, row: dict[str, Any]) -> str | None:
+        """What is wrong with one row (the first thing found), or None."""
+        doc_id, text = row.get("id"), row.get("text")
+        if doc_id is None or str(doc_id).strip() == "":
+            return "missing id"
+        if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
+            return f"id must be a string or an integer, got {_json_type(doc_id)}"
+        if str(doc_id) in self.row_of:
+            return f"duplicate id {str(doc_id)!r} (first at row {self.row_of[str(doc_id)]})"
+        if text is not None and not isinstance(text, str):
+            return f"text for id {str(doc_id)!r} must be a string, got {_json_type(text)}"
+        if text is None or not text.strip():
+            return f"empty text for id {str(doc_id)!r}"
+        url, links = row.get("url"), row.get("links")
+        if url is not None and not isinstance(url, str):
+            return f"url for id {str(doc_id)!r} must be a string, got {_json_type(url)}"
+        if links is not None and not isinstance(links, str) and not (
+                isinstance(links, list) and all(_is_id(x) for x in links)):
+            return (f"links for id {str(doc_id)!r} must be a list of ids, got "
+                    f"{_json_type(links)}")
+        return None
 
     def raise_if_bad(self) -> None:
         if self.num_bad:
@@ -134,44 +170,82 @@ class _Validator:
                 f"rerun: {'; '.join(self.problems)}{more}")
 
 
+def _json_type(value: object) -> str:
+    """A value's type in the words of JSON (what the user wrote), not Python's."""
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    names = {dict: "an object", list: "an array", str: "a string", int: "a number",
+             float: "a number"}
+    return next((f"{name} ({value!r:.40})" for kind, name in names.items()
+                 if isinstance(value, kind)), type(value).__name__)
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
 def ingest(
     source: str | Path, out_dir: str | Path, cfg: IngestConfig | None = None
 ) -> IngestReport:
-    """Write ``documents.parquet`` and ``graph.npz`` for the corpus in ``source``."""
+    """Write ``documents.parquet`` and ``graph.npz`` for the corpus in ``source``.
+
+    Both appear together or not at all; on any error the folder is left as it was."""
     cfg = cfg or IngestConfig()
-    pq = require("pyarrow.parquet")
-    pa = require("pyarrow")
-    out = Path(out_dir)
+    source, out = Path(source), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    validator = _Validator(Path(source))
+    store, graph = out / DOCUMENTS_FILE, out / GRAPH_FILE
+    with _temp_beside(store) as docs_tmp, _temp_beside(graph) as graph_tmp:
+        n, fingerprint, row_of, site_edges = _write_documents(source, docs_tmp, cfg)
+        link_src, link_dst, dangling = _link_edges(docs_tmp, row_of, cfg.batch_rows)
+        kinds = {"link": (link_src, link_dst), "site": site_edges.arrays()}
+        if cfg.knn > 0:
+            kinds["knn"] = knn_edges(store_features(docs_tmp, cfg.knn_features,
+                                                    cfg.batch_rows), cfg.knn)
+        save_graph_edges(graph_tmp, n, kinds, fingerprint)
+        os.replace(docs_tmp, store)
+        os.replace(graph_tmp, graph)  # last: until now readers see a mismatched graph
+    return IngestReport(n, {k: int(v[0].size) for k, v in kinds.items()}, dangling,
+                        str(store), str(graph))
+
+
+@contextmanager
+def _temp_beside(path: Path) -> Iterator[Path]:
+    """A hidden temporary file name beside ``path``, removed on the way out unless it was
+    renamed into place."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(name)
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
+def _write_documents(source: Path, dest: Path, cfg: IngestConfig
+                     ) -> tuple[int, str, dict[str, int], _SiteEdges]:
+    """Validate and write every document to ``dest``; returns the count, the documents'
+    fingerprint, the row of each id and the same-site edges."""
+    pa, pq = require("pyarrow"), require("pyarrow.parquet")
+    validator = _Validator(source)
     site_edges = _SiteEdges(cfg.site_neighbors)
-    tmp = out / (DOCUMENTS_FILE + ".partial")
+    digest = hashlib.sha256()
     n = 0
-    with pq.ParquetWriter(tmp, _document_schema()) as writer:
+    with pq.ParquetWriter(dest, _document_schema()) as writer:
         for rows in read_batches(source, cfg.batch_rows):
             validator.check(rows, n)
             n += len(rows)
             if validator.num_bad:
                 continue  # keep scanning to report every problem, write nothing more
             records = [_normalise(r) for r in rows]
+            for r in records:
+                digest.update(json.dumps([r["id"], r["text"], r["url"], r["links"]]).encode())
             site_edges.add([r["site"] for r in records], n - len(rows))
             writer.write_batch(pa.RecordBatch.from_pylist(records, schema=_document_schema()))
-    if validator.num_bad:
-        tmp.unlink()
         validator.raise_if_bad()
-    if n == 0:
-        tmp.unlink()
-        raise DataFormatError(f"{source}: no documents found")
-    store = out / DOCUMENTS_FILE
-    tmp.replace(store)
-    link_src, link_dst, dangling = _link_edges(store, validator.row_of, cfg.batch_rows)
-    kinds = {"link": (link_src, link_dst), "site": site_edges.arrays()}
-    if cfg.knn > 0:
-        kinds["knn"] = knn_edges(store_features(store, cfg.knn_features, cfg.batch_rows), cfg.knn)
-    graph = out / GRAPH_FILE
-    save_graph_edges(graph, n, kinds)
-    return IngestReport(n, {k: int(v[0].size) for k, v in kinds.items()}, dangling,
-                        str(store), str(graph))
+        if n == 0:
+            raise DataFormatError(f"{source}: no documents found")
+        fingerprint = digest.hexdigest()
+        writer.add_key_value_metadata({FINGERPRINT_KEY: fingerprint})
+    return n, fingerprint, validator.row_of, site_edges
 
 
 def _normalise(row: dict[str, Any]) -> dict[str, Any]:
@@ -280,13 +354,18 @@ def knn_edges(features: sp.csr_matrix, k: int, block: int = 1024) -> tuple[np.nd
     return np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
 
 
-def save_graph_edges(path: Path, num_nodes: int, kinds: dict[str, tuple[np.ndarray, np.ndarray]]
-                     ) -> None:
-    """Directed edge lists per kind; readers symmetrise them into one undirected graph."""
-    arrays: dict[str, Any] = {"num_nodes": np.int64(num_nodes)}
+def save_graph_edges(path: Path, num_nodes: int, kinds: dict[str, tuple[np.ndarray, np.ndarray]],
+                     fingerprint: str) -> None:
+    """Directed edge lists per kind, and the fingerprint of the documents they join;
+    readers symmetrise the edges into one undirected graph."""
+    arrays: dict[str, Any] = {"num_nodes": np.int64(num_nodes),
+                              "documents_fingerprint": np.str_(fingerprint)}
     for kind, (s, d) in kinds.items():
         arrays[f"{kind}_src"], arrays[f"{kind}_dst"] = s, d
-    np.savez(path, **arrays)
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def load_graph_edges(path: str | Path, kinds: tuple[str, ...] = EDGE_KINDS
