@@ -14,9 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparsegnn.cli.common import add_json_flag, emit
+from sparsegnn.cli.common import add_json_flag, emit, int_range, output_dir, output_file
 from sparsegnn.data import degree_stats, from_spec, load_any, save_graph
 from sparsegnn.data.graph import GraphData
+from sparsegnn.data.limits import require_memory
+from sparsegnn.errors import DataFormatError, InvalidValueError
+
+# More ranks than any grid sparsegnn runs: a typo (--nprocs 100000000) fails in argparse
+# instead of after the graph was loaded and a grid of 10^8 files was planned.
+_MAX_RANKS = 65536
 
 
 def register(subparsers: Any) -> None:
@@ -41,7 +47,7 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=None,
                         help="folder holding the datasets (default: $SPARSEGNN_DATA, "
                              "else the nearest shared/data)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=int_range(0), default=None,
                         help="seed for generator specs (overrides the spec's seed=)")
 
 
@@ -55,7 +61,8 @@ def _add_info(actions: Any) -> None:
 def _add_convert(actions: Any) -> None:
     p = actions.add_parser("convert", help="save any SOURCE as a sparsegnn .npz graph")
     add_source_args(p)
-    p.add_argument("out", metavar="OUT", help="output .npz path")
+    p.add_argument("out", metavar="OUT", type=output_file,
+                   help="output .npz path (the file is an .npz whatever its name)")
     p.add_argument("--directed", action="store_true",
                    help="keep edge-list direction instead of storing both directions")
     p.add_argument("--compress", action="store_true", help="write a compressed .npz")
@@ -67,8 +74,8 @@ def _add_generate(actions: Any) -> None:
     p = actions.add_parser("generate", help="generate a synthetic graph from a spec")
     p.add_argument("spec", metavar="SPEC",
                    help="generator spec, e.g. rmat:18 or sbm:nodes=262144,blocks=64,degree=16")
-    p.add_argument("--out", required=True, help="output .npz path")
-    p.add_argument("--seed", type=int, default=None, help="overrides the spec's seed=")
+    p.add_argument("--out", required=True, type=output_file, help="output .npz path")
+    p.add_argument("--seed", type=int_range(0), default=None, help="overrides the spec's seed=")
     p.add_argument("--compress", action="store_true", help="write a compressed .npz")
     add_json_flag(p)
     p.set_defaults(func=_run_generate)
@@ -82,10 +89,13 @@ def _add_partition(actions: Any) -> None:
                     "`sparsegnn train --dataset OUT` reads only its own blocks.",
     )
     add_source_args(p)
-    p.add_argument("out", metavar="OUT", help="output directory")
+    p.add_argument("out", metavar="OUT", type=output_dir,
+                   help="output directory (new, empty, or an earlier partition to replace)")
     p.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), required=True)
-    p.add_argument("--nprocs", type=int, required=True, help="number of ranks of the grid")
-    p.add_argument("--replication", type=int, default=1, help="c for 1.5d")
+    p.add_argument("--nprocs", type=int_range(1, _MAX_RANKS), required=True,
+                   help="number of ranks of the grid")
+    p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
+                   help="c for 1.5d")
     p.add_argument("--model", choices=("gcn", "sage"), default="gcn",
                    help="decides the stored operator: gcn_norm (gcn) or row_norm (sage)")
     how = p.add_mutually_exclusive_group()
@@ -103,9 +113,12 @@ def _add_partition(actions: Any) -> None:
 
 def _run_partition(args: argparse.Namespace) -> int:
     # Imported here so that the other data actions never load the training stack.
+    from sparsegnn.distributed.grid import grid_shape
     from sparsegnn.train.distributed import write_partitioned
 
+    blocks = grid_shape(args.algo, args.nprocs, args.replication).row_blocks  # before loading
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
+    _check_partitionable(g, args.source, blocks)
     result = write_partitioned(
         g, Path(args.out), args.algo, args.nprocs, args.replication, args.model,
         args.partitioner or (Path(args.parts) if args.parts else None),
@@ -115,14 +128,55 @@ def _run_partition(args: argparse.Namespace) -> int:
     return emit(args, result, text)
 
 
+def _check_partitionable(g: GraphData, source: str, blocks: int) -> None:
+    """Refuse, before any work, a grid with empty blocks or an operator too large to build.
+
+    The operator is a CSR matrix with one int64 row pointer per vertex (built, then
+    relabelled: two of them) besides its nonzeros, so a sparse id space (ids near 3e9 on
+    a few edges) needs tens of GiB although the edge list is tiny.
+    """
+    if blocks > g.num_nodes:
+        raise InvalidValueError(
+            f"{source}: the grid has {blocks} vertex blocks but the graph only "
+            f"{g.num_nodes} vertices; use fewer ranks"
+        )
+    feature_bytes = 0 if g.x is None else g.x.element_size() * g.x.numel()
+    require_memory(2 * (8 * (g.num_nodes + 1) + 16 * g.num_edges + feature_bytes),
+                   f"partitioning {source} ({g.num_nodes} vertices, {g.num_edges} edges)")
+
+
 _ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate, _add_partition]
 
 
 def _run_info(args: argparse.Namespace) -> int:
+    if Path(args.source).is_dir():
+        return _partition_info(args)
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = {"source": args.source, **g.summary(),
               **degree_stats(g.edge_index, g.num_nodes)}
     return emit(args, result, _describe(g, result))
+
+
+def _partition_info(args: argparse.Namespace) -> int:
+    """``data info`` of a partition folder: its manifest, once every rank file is checked
+    to be present and to belong to it (see :func:`check_partition`)."""
+    from sparsegnn.distributed.shard import MANIFEST, check_partition, is_shard_dir, manifest_shape
+
+    if not is_shard_dir(args.source):
+        raise DataFormatError(
+            f"{args.source}: a folder without {MANIFEST}; give a graph file, a dataset name, "
+            "a generator spec or a folder written by `sparsegnn data partition`"
+        )
+    manifest = check_partition(args.source)
+    shape = manifest_shape(manifest)
+    result = {"source": args.source, "name": manifest["name"], "grid": shape.describe(),
+              "ranks": shape.size, "num_nodes": manifest["offsets"][-1],
+              "num_features": manifest["num_features"],
+              "num_classes": manifest["num_classes"], "operator": manifest["operator"],
+              "fingerprint": manifest["fingerprint"]}
+    text = (f"{manifest['name']}: partition for the {shape.describe()}, "
+            f"{result['num_nodes']} nodes, {shape.size} rank files checked")
+    return emit(args, result, text)
 
 
 def _run_convert(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from sparsegnn.cli.common import add_json_flag, emit
+from sparsegnn.cli.common import add_json_flag, emit, int_range, output_file
 from sparsegnn.data import load_any
 from sparsegnn.data.graph import GraphData
 from sparsegnn.distributed import BlockPartition, GridShape, epoch_volume, grid_shape
@@ -40,6 +40,9 @@ from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.distributed import spmm_schedule
 from sparsegnn.train.fullgraph import TrainConfig, operator_for
 
+# The most ranks a plan is made for: its block-to-block tables grow with the square.
+_MAX_RANKS = 4096
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
@@ -49,17 +52,19 @@ def register(subparsers: Any) -> None:
     p.add_argument("--graph", required=True,
                    help="graph file, dataset name or generator spec (rmat:18, sbm:nodes=...)")
     p.add_argument("--data-dir", default=None, help="folder holding the datasets")
-    p.add_argument("--seed", type=int, default=0, help="generator and partitioner seed")
-    p.add_argument("--parts", type=int, required=True, help="number of ranks P")
+    p.add_argument("--seed", type=int_range(0), default=0, help="generator and partitioner seed")
+    p.add_argument("--parts", type=int_range(1, _MAX_RANKS), required=True,
+                   help="number of ranks P")
     p.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), default="1d")
-    p.add_argument("--replication", type=int, default=1, help="c for 1.5d")
+    p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
+                   help="c for 1.5d")
     p.add_argument("--partitioner", choices=PARTITIONERS, default="block")
     p.add_argument("--comm", choices=("dense", "sparse"), default="sparse")
     p.add_argument("--model", choices=("gcn", "sage"), default="gcn")
-    p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--hidden", type=int_range(1), default=16)
+    p.add_argument("--num-layers", type=int_range(1), default=2)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--plot", default=None, metavar="FILE.png",
+    p.add_argument("--plot", default=None, metavar="FILE.png", type=output_file,
                    help="per-rank volumes and the block heat map (needs matplotlib)")
     add_json_flag(p)
     p.set_defaults(func=run)
@@ -207,8 +212,8 @@ def run(args: argparse.Namespace) -> int:
         **plan_epoch(lay, args.comm, cfg, value_bytes),
     }
     if args.plot:
-        plot(result, lay, args.comm, args.plot)
-        result["plot"] = args.plot
+        plot(result, lay, args.comm, str(args.plot))
+        result["plot"] = str(args.plot)
     vol = result["bytes_per_epoch"]
     text = (f"{shape.describe()}, {args.partitioner} partition, {args.comm} comm: "
             f"{vol['total'] / 2**20:.2f} MiB sent per epoch in all, "

@@ -12,6 +12,7 @@ for free to the very reordering and partitioning code the benchmarks are meant t
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from tqdm import tqdm
 
 from sparsegnn.data.edges import directed_edge_index, undirected_edge_index
 from sparsegnn.data.graph import GraphData
+from sparsegnn.data.limits import require_memory
 from sparsegnn.data.splits import stratified_split
 from sparsegnn.errors import DataFormatError, InvalidValueError
 
@@ -52,17 +54,24 @@ def rmat(
     ``num_features > 0`` adds standard-normal features (no labels).
     """
     d = 1.0 - a - b - c
-    if not 0 <= scale <= 40 or edge_factor < 0 or min(a, b, c, d) < 0:
+    if not 0 <= scale <= 40 or edge_factor < 0 or not all(
+            math.isfinite(p) and p >= 0 for p in (a, b, c, d)):
         raise InvalidValueError(
             f"rmat needs 0 <= scale <= 40, edge_factor >= 0 and non-negative a, b, c with "
             f"a + b + c <= 1; got scale={scale}, edge_factor={edge_factor}, a={a}, b={b}, c={c}"
         )
-    rng = np.random.default_rng(seed)
     num_nodes = 1 << scale
     num_samples = edge_factor * num_nodes
     # int32 ids while they fit: the samples (1 GiB at scale 22 as int64) live through the
     # whole edge build, which reads int32 without widening it.
     ids = np.int32 if scale <= 31 else np.int64
+    id_bytes = np.dtype(ids).itemsize
+    require_memory(
+        num_samples * (2 * id_bytes + _edge_build_bytes(undirected))
+        + num_nodes * (8 + 4 * num_features),
+        f"rmat with scale={scale}, edge_factor={edge_factor}",
+    )
+    rng = _rng(seed)
     src = np.empty(num_samples, dtype=ids)
     dst = np.empty(num_samples, dtype=ids)
     for lo, hi in _chunk_ranges(num_samples, progress, "rmat"):
@@ -111,9 +120,9 @@ def sbm(
     Masks are a stratified random ``split``. ``shuffle`` numbers vertices in random order
     rather than block by block.
     """
-    if num_nodes < 1 or not 1 <= num_blocks <= num_nodes or avg_degree < 0 \
-            or not 0 <= mixing <= 1 or num_features < 0 or feature_noise < 0 \
-            or not (powerlaw == 0 or powerlaw > 1):
+    if num_nodes < 1 or not 1 <= num_blocks <= num_nodes or not 0 <= avg_degree < math.inf \
+            or not 0 <= mixing <= 1 or num_features < 0 or not 0 <= feature_noise < math.inf \
+            or not (powerlaw == 0 or 1 < powerlaw < math.inf):
         raise InvalidValueError(
             f"sbm needs num_nodes >= 1, 1 <= num_blocks <= num_nodes, avg_degree >= 0, "
             f"0 <= mixing <= 1, num_features >= 0, feature_noise >= 0 and powerlaw 0 or "
@@ -121,11 +130,19 @@ def sbm(
             f"avg_degree={avg_degree}, mixing={mixing}, num_features={num_features}, "
             f"feature_noise={feature_noise}, powerlaw={powerlaw}"
         )
-    rng = np.random.default_rng(seed)
+    num_samples = round(num_nodes * avg_degree / 2)
+    # Per vertex: features, their noise and shuffled copy, labels and their copy, the
+    # permutation, propensities and masks; per block: its mean and class name.
+    require_memory(
+        num_samples * (16 + _edge_build_bytes(True)) + num_nodes * (12 * num_features + 43)
+        + num_blocks * (4 * num_features + 64),
+        f"sbm with nodes={num_nodes}, blocks={num_blocks}, degree={avg_degree:g}, "
+        f"features={num_features}",
+    )
+    rng = _rng(seed)
     # Block k holds the ids [starts[k], starts[k + 1]) before shuffling.
     starts = -(-np.arange(num_blocks + 1, dtype=np.int64) * num_nodes // num_blocks)
     sizes = np.diff(starts)
-    num_samples = round(num_nodes * avg_degree / 2)
     src = np.empty(num_samples, dtype=np.int64)
     dst = np.empty(num_samples, dtype=np.int64)
     cum = _propensity_cdf(rng, num_nodes, powerlaw) if powerlaw else None
@@ -173,13 +190,17 @@ def uniform_random(
     reordering and partitioning gains are measured. ``num_features > 0`` adds
     standard-normal features (no labels).
     """
-    if num_nodes < 1 or avg_degree < 0 or num_features < 0:
+    if num_nodes < 1 or not 0 <= avg_degree < math.inf or num_features < 0:
         raise InvalidValueError(
             f"uniform_random needs num_nodes >= 1, avg_degree >= 0 and num_features >= 0; "
             f"got num_nodes={num_nodes}, avg_degree={avg_degree}, num_features={num_features}"
         )
-    rng = np.random.default_rng(seed)
     num_samples = round(num_nodes * avg_degree / 2)
+    require_memory(
+        num_samples * (16 + _edge_build_bytes(True)) + num_nodes * 4 * num_features,
+        f"uniform with nodes={num_nodes}, degree={avg_degree:g}, features={num_features}",
+    )
+    rng = _rng(seed)
     src = np.empty(num_samples, dtype=np.int64)
     dst = np.empty(num_samples, dtype=np.int64)
     for lo, hi in _chunk_ranges(num_samples, progress, "uniform"):
@@ -204,8 +225,10 @@ def _parse_int(text: str) -> int:
     """Integers, also written as powers of two (``2^18``, ``2**18``) or ``1e6``."""
     for op in ("**", "^"):
         if op in text:
-            base, exp = text.split(op, 1)
-            return int(base) ** int(exp)
+            base, exp = (int(part) for part in text.split(op, 1))
+            if not 0 <= exp <= 64:  # 2**1000000000 would take minutes to compute
+                raise ValueError(f"{text}: exponent must lie in [0, 64]")
+            return base**exp
     value = float(text) if any(ch in text for ch in ".eE") else int(text)
     if value != int(value):
         raise ValueError(f"{text} is not an integer")
@@ -308,6 +331,19 @@ def from_spec(spec: str, *, seed: int | None = None, progress: bool = False) -> 
 
 
 # ---------------------------------------------------------------------- internals
+def _edge_build_bytes(undirected: bool) -> int:
+    """Bytes per sampled pair that the edge build holds at its peak: one int64 key and the
+    int64 output columns (both directions when ``undirected``)."""
+    return 8 + (32 if undirected else 16)
+
+
+def _rng(seed: int) -> np.random.Generator:
+    """The generator's random stream; a negative seed is a user error, not numpy's."""
+    if seed < 0:
+        raise InvalidValueError(f"seed must be >= 0, got {seed}")
+    return np.random.default_rng(seed)
+
+
 def _chunk_ranges(total: int, progress: bool, desc: str) -> Iterator[tuple[int, int]]:
     """``[lo, hi)`` slices of ``_CHUNK`` samples, with a progress bar when asked for one."""
     with tqdm(total=total, desc=desc, unit="edge", unit_scale=True,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+
+from sparsegnn.errors import DataFormatError, NonFiniteError
 
 
 @dataclass
@@ -54,3 +57,47 @@ class GraphData:
             if mask is not None:
                 out[f"num_{split}"] = int(mask.sum())
         return out
+
+
+# Rows per step of the finiteness scan: its boolean temporary stays a few MiB.
+_ROWS = 1 << 14
+
+
+def first_nonfinite_row(x: np.ndarray) -> int | None:
+    """Index of the first row of ``x`` holding a NaN or an infinity, or None.
+
+    A loader calls this so that a bad feature is refused, with its row, when the file is
+    read; found later it is a NaN loss whose source is anyone's guess. The scan goes a
+    block of rows at a time rather than building a mask as large as ``x``.
+    """
+    if x.dtype.kind != "f":
+        return None
+    for lo in range(0, x.shape[0], _ROWS):
+        block = x[lo:lo + _ROWS].reshape(min(_ROWS, x.shape[0] - lo), -1)
+        bad = ~np.isfinite(block).all(axis=1)
+        if bad.any():
+            return lo + int(np.argmax(bad))
+    return None
+
+
+def check_features(x: np.ndarray, where: object) -> None:
+    """Refuse features with a NaN or infinity, naming ``where`` (the file) and the row."""
+    row = first_nonfinite_row(x)
+    if row is not None:
+        values = x[row].reshape(-1)
+        col = int(np.argmax(~np.isfinite(values)))
+        raise NonFiniteError(
+            f"{where}: feature row {row} holds {values[col]} (column {col}); features must "
+            "be finite"
+        )
+
+
+def check_labels(y: np.ndarray, where: object) -> None:
+    """Refuse a negative class id (e.g. -1 for "unlabelled"), naming the file and row."""
+    if y.size and int(y.min()) < 0:
+        row = int(np.argmax(y < 0))
+        raise DataFormatError(
+            f"{where}: label of row {row} is {int(y[row])}; labels must be class ids >= 0 "
+            "(mask out unlabelled nodes instead)"
+        )
+

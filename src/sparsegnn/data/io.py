@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
+import warnings
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import pairwise
@@ -29,15 +32,25 @@ from numpy.lib.npyio import NpzFile
 from sparsegnn.data.citeseer import load_citeseer_text
 from sparsegnn.data.edges import directed_edge_index, undirected_edge_index
 from sparsegnn.data.generators import from_spec, is_spec
-from sparsegnn.data.graph import GraphData
+from sparsegnn.data.graph import GraphData, check_features, check_labels
 from sparsegnn.data.planetoid import load_cora
 from sparsegnn.errors import DataFormatError
 
 FORMAT_VERSION = 1
 _MASKS = ("train_mask", "val_mask", "test_mask")
 _STRING_LISTS = ("texts", "node_ids", "class_names")
+# num_nodes is stored as int64, so the largest id is one less than its maximum.
+_MAX_NODES = 2**63 - 1
 
 PathLike = str | os.PathLike[str]
+
+# Every way reading an .npz fails on a damaged or hostile file: a bad zip or deflate
+# stream, a bad .npy header, an unsupported compression method, a header that claims an
+# array larger than memory. Loaders turn these into one DataFormatError naming the file.
+NPZ_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error,
+    NotImplementedError, MemoryError, OverflowError,
+)
 _T = TypeVar("_T")
 
 DATASETS: dict[str, Callable[[PathLike | None], GraphData]] = {
@@ -172,7 +185,7 @@ def _with_npz(path: Path, use: Callable[[NpzFile], _T]) -> _T:
                 return use(npz)
     except DataFormatError:
         raise
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+    except NPZ_ERRORS as err:
         raise DataFormatError(f"{path}: not a readable .npz archive ({err})") from err
 
 
@@ -193,11 +206,13 @@ def _from_arrays(arrays: Mapping[str, np.ndarray], path: Path) -> GraphData:
     if "meta" in arrays:
         g.meta = _unpack_meta(arrays["meta"], path)
     if "x" in arrays:
-        g.x = torch.from_numpy(_check_rows(arrays, "x", num_nodes, path, ndim=2, kind="f"))
+        x = _check_rows(arrays, "x", num_nodes, path, ndim=2, kind="f")
+        check_features(x, path)
+        g.x = torch.from_numpy(x)
     if "y" in arrays:
-        g.y = torch.from_numpy(
-            _check_rows(arrays, "y", num_nodes, path, ndim=1, kind="iu").astype(np.int64)
-        )
+        y = _check_rows(arrays, "y", num_nodes, path, ndim=1, kind="iu").astype(np.int64)
+        check_labels(y, path)
+        g.y = torch.from_numpy(y)
     for key in _MASKS:
         if key in arrays:
             setattr(g, key, torch.from_numpy(_check_rows(arrays, key, num_nodes, path, 1, "b")))
@@ -276,7 +291,7 @@ def _unpack_strings(arrays: Mapping[str, np.ndarray], key: str, path: Path) -> l
 def _unpack_meta(data: np.ndarray, path: Path) -> dict[str, object]:
     try:
         meta = json.loads(data.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise DataFormatError(f"{path}: meta is not UTF-8 JSON ({err})") from err
     if not isinstance(meta, dict):
         raise DataFormatError(f"{path}: meta must be a JSON object")
@@ -289,10 +304,12 @@ def read_edge_list(
 ) -> GraphData:
     """A text edge list: two integer columns (space, tab or comma separated), ``#`` comments.
 
-    Further columns (weights, timestamps) are ignored and a non-numeric first line is
-    taken as a CSV header. Ids are used as given, so ``num_nodes`` defaults to the largest
-    id plus one. ``undirected`` stores both directions; either way self-loops and repeated
-    edges are dropped.
+    Further columns (weights, timestamps) are ignored. The first data line is taken as a
+    CSV header only if one of its first two fields is not a number: a numeric line that is
+    not two integers (``1.5 2``) is a mistake in the data, not a header, and dropping it
+    would lose an edge silently. Ids are used as given, so ``num_nodes`` defaults to the
+    largest id plus one. ``undirected`` stores both directions; either way self-loops and
+    repeated edges are dropped.
     """
     path = Path(path)
     if not path.is_file():
@@ -302,11 +319,13 @@ def read_edge_list(
         return _edges_to_graph(np.zeros(0), np.zeros(0), num_nodes, undirected, path)
     delimiter, skip = sniffed
     try:
-        pairs = np.loadtxt(path, dtype=np.int64, comments="#", delimiter=delimiter,
-                           usecols=(0, 1), skiprows=skip, ndmin=2)
+        with warnings.catch_warnings():  # a header and no data is an empty graph, said once
+            warnings.filterwarnings("ignore", "loadtxt: input contained no data")
+            pairs = np.loadtxt(path, dtype=np.int64, comments="#", delimiter=delimiter,
+                               usecols=(0, 1), skiprows=skip, ndmin=2)
     except (ValueError, OSError, UnicodeDecodeError) as err:
         raise DataFormatError(
-            f"{path}: expected two integer node ids per line ({err})"
+            f"{path}: {_first_bad_line(path, delimiter, skip) or err}"
         ) from err
     return _edges_to_graph(pairs[:, 0], pairs[:, 1], num_nodes, undirected, path)
 
@@ -321,7 +340,7 @@ def read_scipy_npz(
     try:
         with path.open("rb") as f:
             adj = sp.load_npz(f).tocoo()
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as err:
+    except (*NPZ_ERRORS, TypeError, AttributeError) as err:
         raise DataFormatError(f"{path}: not a scipy.sparse .npz matrix ({err})") from err
     if adj.shape[0] != adj.shape[1]:
         raise DataFormatError(f"{path}: adjacency must be square, got shape {adj.shape}")
@@ -329,9 +348,12 @@ def read_scipy_npz(
 
 
 def read_graph(path: PathLike, *, undirected: bool = True) -> GraphData:
-    """Any supported graph file: our ``.npz``, a scipy ``.npz``, or a text edge list."""
+    """Any supported graph file: our ``.npz``, a scipy ``.npz``, or a text edge list.
+
+    An ``.npz`` is recognised by its suffix or by its zip signature, whatever its name.
+    """
     path = Path(path)
-    if path.suffix.lower() != ".npz":
+    if path.suffix.lower() != ".npz" and not _is_zip(path):
         return read_edge_list(path, undirected=undirected)
     keys = _with_npz(path, lambda npz: set(npz.files))
     if "edge_index" in keys:
@@ -342,6 +364,19 @@ def read_graph(path: PathLike, *, undirected: bool = True) -> GraphData:
         f"{path}: .npz holds neither a sparsegnn graph nor a scipy.sparse matrix "
         f"(arrays: {', '.join(sorted(keys)) or 'none'})"
     )
+
+
+def _is_zip(path: Path) -> bool:
+    """Whether ``path`` starts like a zip archive (an ``.npz`` under any name).
+
+    ``data convert g.txt out.graph`` writes an ``.npz`` without the suffix; dispatching on
+    content as well lets every command read that file back instead of parsing it as text.
+    """
+    try:
+        with path.open("rb") as f:
+            return f.read(4) in (b"PK\x03\x04", b"PK\x05\x06")
+    except OSError:
+        return False
 
 
 def load_any(
@@ -388,28 +423,60 @@ def convert(
 
 
 def _sniff_edge_list(path: Path) -> tuple[str | None, int] | None:
-    """Delimiter (comma or whitespace) and lines to skip up to a header; None if no data."""
+    """Delimiter (comma or whitespace) and lines to skip up to a header; None if no data.
+
+    Only a first data line with a non-numeric field among its first two is a header.
+    """
     try:
         with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f):
+            for lineno, line in enumerate(f, 1):
                 data = line.split("#", 1)[0].strip()
                 if not data:
                     continue
                 delimiter = "," if "," in data else None
-                fields = [s.strip() for s in data.split(delimiter)][:2]
-                numeric = len(fields) == 2 and all(_is_int(s) for s in fields)
-                return delimiter, 0 if numeric else lineno + 1
+                fields = _fields(data, delimiter)
+                if not all(_NUMBER.fullmatch(s) for s in fields):
+                    return delimiter, lineno
+                return delimiter, 0
     except (OSError, UnicodeDecodeError) as err:
         raise DataFormatError(f"{path}: not readable as UTF-8 text ({err})") from err
     return None
 
 
-def _is_int(text: str) -> bool:
+def _first_bad_line(path: Path, delimiter: str | None, skip: int) -> str | None:
+    """Which line of an edge list is not two int64 ids, said the way a user fixes it.
+
+    numpy's own message counts rows after comments and the header, not file lines; this
+    rescans the file (only on failure) to name the line as an editor shows it.
+    """
     try:
-        int(text)
-    except ValueError:
-        return False
-    return True
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                data = line.split("#", 1)[0].strip()
+                if lineno <= skip or not data:
+                    continue
+                fields = _fields(data, delimiter)
+                if len(fields) < 2 or not all(_fits_int64(s) for s in fields):
+                    shown = data if len(data) <= 60 else data[:57] + "..."
+                    return (f"line {lineno}: expected two integer node ids below 2**63, "
+                            f"got {shown!r}")
+    except (OSError, UnicodeDecodeError) as err:
+        return f"not readable as UTF-8 text ({err})"
+    return None
+
+
+def _fields(data: str, delimiter: str | None) -> list[str]:
+    """The first two fields of a data line, as numpy's loadtxt splits them."""
+    return [s.strip() for s in data.split(delimiter)][:2]
+
+
+# A decimal number as a data file writes one: 12, -3, 1.5, .5, 2e9 (not "nan" or "0x1f").
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _fits_int64(text: str) -> bool:
+    return bool(_INTEGER.fullmatch(text)) and -(2**63) <= int(text) < 2**63
 
 
 def _edges_to_graph(
@@ -420,6 +487,11 @@ def _edges_to_graph(
     if src.size and min(int(src.min()), int(dst.min())) < 0:
         raise DataFormatError(f"{path}: node ids must be non-negative")
     largest = max(int(src.max()), int(dst.max())) + 1 if src.size else 0
+    if largest > _MAX_NODES:
+        raise DataFormatError(
+            f"{path}: node id {largest - 1} leaves no room for num_nodes in int64; "
+            f"ids must be below {_MAX_NODES}"
+        )
     if num_nodes is None:
         num_nodes = largest
     elif largest > num_nodes:

@@ -1,0 +1,47 @@
+"""Refusing sizes the machine cannot hold, before allocating them.
+
+A generator spec such as ``rmat:40`` or a graph with ids near 3e9 asks for arrays of
+terabytes. numpy would fail part-way with a MemoryError traceback, or the kernel would
+kill the process after minutes of swapping; estimating the bytes first turns both into
+one line that says how much was needed and how much there is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sparsegnn.errors import ResourceError
+
+_MEMINFO = Path("/proc/meminfo")
+
+
+def available_memory() -> int:
+    """Bytes a new allocation can use now: available RAM plus free swap on Linux, else the
+    physical memory (an upper bound, so a size refused against it cannot fit)."""
+    try:
+        fields = dict(line.split(":", 1) for line in _MEMINFO.read_text().splitlines())
+        kib = int(fields["MemAvailable"].split()[0]) + int(fields["SwapFree"].split()[0])
+        return kib * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def require_memory(nbytes: int, what: str) -> None:
+    """Raise :class:`ResourceError` if ``what`` needs more than :func:`available_memory`."""
+    have = available_memory()
+    if nbytes > have:
+        raise ResourceError(
+            f"{what} needs about {format_bytes(nbytes)} of memory but only "
+            f"{format_bytes(have)} is available; choose a smaller size"
+        )
+
+
+def format_bytes(nbytes: float) -> str:
+    """``1.5 GiB``-style size for messages."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    step = 0
+    while abs(nbytes) >= 1024 and step < len(units) - 1:
+        nbytes /= 1024
+        step += 1
+    return f"{nbytes:.0f} B" if step == 0 else f"{nbytes:.1f} {units[step]}"
