@@ -133,8 +133,8 @@ def test_load_graph_mutated_bytes(scratch: Path, data: st.DataObject, g: GraphDa
 _DTYPES = st.sampled_from(["int64", "int32", "uint8", "uint64", "float32", "float64", "bool",
                            "complex64", "<U3", "|S2"])
 _ARRAYS = hnp.arrays(_DTYPES, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
-_KEYS = ["edge_index", "num_nodes", "x", "y", "train_mask", "val_mask", "name", "meta",
-         "format_version", "texts_utf8", "texts_offsets", "class_names_utf8",
+_KEYS = ["edge_index", "num_nodes", "x", "y", "train_mask", "val_mask", "name", "name_utf8",
+         "meta", "format_version", "texts_utf8", "texts_offsets", "class_names_utf8",
          "class_names_offsets"]
 
 

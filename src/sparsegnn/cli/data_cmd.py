@@ -129,20 +129,28 @@ def _run_partition(args: argparse.Namespace) -> int:
 
 
 def _check_partitionable(g: GraphData, source: str, blocks: int) -> None:
-    """Refuse, before any work, a grid with empty blocks or an operator too large to build.
+    """Refuse, before any work, a graph that cannot be trained, a grid with empty blocks
+    or an operator too large to build.
 
     The operator is a CSR matrix with one int64 row pointer per vertex (built, then
     relabelled: two of them) besides its nonzeros, so a sparse id space (ids near 3e9 on
     a few edges) needs tens of GiB although the edge list is tiny.
     """
+    feature_bytes = 0 if g.x is None else g.x.element_size() * g.x.numel()
+    require_memory(2 * (8 * (g.num_nodes + 1) + 16 * g.num_edges + feature_bytes),
+                   f"partitioning {source} ({g.num_nodes} vertices, {g.num_edges} edges)")
+    missing = [name for name, value in (("features", g.x), ("labels", g.y),
+                                         ("a train mask", g.train_mask)) if value is None]
+    if missing:
+        raise InvalidValueError(
+            f"{source}: has no {', '.join(missing)}; distributed training needs features, "
+            "labels and split masks (an sbm spec or a converted dataset has them)"
+        )
     if blocks > g.num_nodes:
         raise InvalidValueError(
             f"{source}: the grid has {blocks} vertex blocks but the graph only "
             f"{g.num_nodes} vertices; use fewer ranks"
         )
-    feature_bytes = 0 if g.x is None else g.x.element_size() * g.x.numel()
-    require_memory(2 * (8 * (g.num_nodes + 1) + 16 * g.num_edges + feature_bytes),
-                   f"partitioning {source} ({g.num_nodes} vertices, {g.num_edges} edges)")
 
 
 _ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate, _add_partition]

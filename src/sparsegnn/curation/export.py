@@ -43,13 +43,18 @@ def export(batches: Iterable[Any], path: str | Path, protected: Iterable[Path] =
 def _parquet(batches: Iterable[Any], f: BinaryIO) -> int:
     pq = require("pyarrow.parquet")
     writer, rows = None, 0
-    for batch in batches:
-        writer = writer or pq.ParquetWriter(f, batch.schema)
-        writer.write_batch(batch)
-        rows += batch.num_rows
+    try:
+        for batch in batches:
+            writer = writer or pq.ParquetWriter(f, batch.schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    finally:
+        # Closed here, while the file is still open: a writer left to the garbage
+        # collector after a failed query would print a traceback from ``__del__``.
+        if writer is not None:
+            writer.close()
     if writer is None:
         raise QueryError("the query returned no batches; nothing to export")
-    writer.close()
     return rows
 
 

@@ -258,16 +258,23 @@ class Sandbox:
         self._stuck = worker.is_alive()
 
     def _translate(self, err: BaseException) -> BaseException:
-        """DuckDB's error as ours: permission -> SandboxError, memory -> a limit message."""
+        """DuckDB's error as ours: permission -> SandboxError, memory -> a limit message.
+
+        Errors met while streaming rows arrive through Arrow's reader as Arrow errors
+        (or a bare OSError, Arrow's IO error) carrying DuckDB's message, so all are read
+        the same way."""
+        pa = require("pyarrow")
+        if not isinstance(err, self._duckdb.Error | pa.ArrowException | OSError):
+            return err
+        message = _first_line(err)
         if isinstance(err, self._duckdb.PermissionException):
-            return SandboxError(f"refused by the sandbox: {_first_line(err)}")
-        if isinstance(err, self._duckdb.OutOfMemoryException):
+            return SandboxError(f"refused by the sandbox: {message}")
+        if (isinstance(err, self._duckdb.OutOfMemoryException)
+                or message.startswith("Out of Memory Error")):
             return QueryError(f"query ran out of its memory limit of "
                               f"{self.limits.memory_bytes / 2**20:.0f} MiB (raise it with "
-                              f"--memory-limit): {_first_line(err)}")
-        if isinstance(err, self._duckdb.Error):
-            return QueryError(f"query failed: {_first_line(err)}")
-        return err
+                              f"--memory-limit): {message}")
+        return QueryError(f"query failed: {message}")
 
 
 def _check_tree(node: Any, reserved: frozenset[str]) -> None:

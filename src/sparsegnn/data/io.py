@@ -145,7 +145,8 @@ def _to_arrays(g: GraphData) -> dict[str, np.ndarray]:
         "format_version": np.asarray(FORMAT_VERSION, dtype=np.int64),
         "edge_index": g.edge_index.detach().cpu().numpy().astype(np.int64, copy=False),
         "num_nodes": np.asarray(g.num_nodes, dtype=np.int64),
-        "name": np.asarray(g.name),
+        # Bytes, not a numpy string: numpy drops a string's trailing NUL characters.
+        "name_utf8": np.frombuffer(g.name.encode("utf-8"), dtype=np.uint8),
         "meta": np.frombuffer(json.dumps(g.meta, default=str).encode(), dtype=np.uint8),
     }
     if g.x is not None:
@@ -199,7 +200,9 @@ def _from_arrays(arrays: Mapping[str, np.ndarray], path: Path) -> GraphData:
     num_nodes = _scalar_int(arrays, "num_nodes", path)
     edge_index = _check_edge_index(arrays["edge_index"], num_nodes, path)
     g = GraphData(edge_index=torch.from_numpy(edge_index), num_nodes=num_nodes)
-    if "name" in arrays:
+    if "name_utf8" in arrays:
+        g.name = _unpack_name(arrays["name_utf8"], path)
+    elif "name" in arrays:  # files written before names were stored as bytes
         if arrays["name"].shape != () or arrays["name"].dtype.kind != "U":
             raise DataFormatError(f"{path}: name must be a single string")
         g.name = str(arrays["name"])
@@ -286,6 +289,15 @@ def _unpack_strings(arrays: Mapping[str, np.ndarray], key: str, path: Path) -> l
         return [raw[lo:hi].decode("utf-8") for lo, hi in pairwise(offsets.tolist())]
     except UnicodeDecodeError as err:
         raise DataFormatError(f"{path}: {key} is not valid UTF-8 ({err})") from err
+
+
+def _unpack_name(data: np.ndarray, path: Path) -> str:
+    if data.dtype != np.uint8 or data.ndim != 1:
+        raise DataFormatError(f"{path}: name_utf8 must be a 1-D uint8 array")
+    try:
+        return data.tobytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataFormatError(f"{path}: name is not valid UTF-8 ({err})") from err
 
 
 def _unpack_meta(data: np.ndarray, path: Path) -> dict[str, object]:
