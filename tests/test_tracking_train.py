@@ -119,7 +119,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path: Path) -> None:
     with pytest.raises(DataFormatError, match="finished model"):
         train(graphs, cfg, checkpoint=tmp_path / "final.pt", resume=True)
     other = TrackTrainConfig(INConfig(hidden=16, iterations=2), epochs=2)
-    with pytest.raises(InvalidValueError, match="sizes"):
+    with pytest.raises(InvalidValueError, match="hidden 8 in the file, 16 in this run"):
         train(graphs, other, checkpoint=tmp_path / "run.ckpt", resume=True)
 
 

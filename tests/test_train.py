@@ -40,7 +40,7 @@ def test_interrupted_run_resumes_to_identical_weights(small_graph, tmp_path):
     ckpt = tmp_path / "run.ckpt"
     part_cfg = TrainConfig(epochs=7, progress=False, seed=5, checkpoint=ckpt, checkpoint_every=3)
     _run(small_graph, part_cfg)  # "interrupted" after epoch 7; last checkpoint at epoch 7
-    assert load_checkpoint(ckpt)["loop"].epoch == 7
+    assert load_checkpoint(ckpt)["loop"]["epoch"] == 7
     resume_cfg = TrainConfig(epochs=12, progress=False, seed=999, checkpoint=ckpt, resume=True)
     resumed_model, resumed = _run(small_graph, resume_cfg)
 

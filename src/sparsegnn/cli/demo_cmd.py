@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
+from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, int_range, resolve_device
 from sparsegnn.data import load_any
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train import TrainConfig, train_single
@@ -20,13 +20,14 @@ _FALLBACK = "sbm:nodes=3000,blocks=7,degree=8"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train a GCN on Cora and report accuracy, time, memory")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_range(0), default=0)
     add_device_flag(p)
     add_json_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)
     try:
         graph = load_any("cora", args.data_dir)
     except DataFormatError as err:
@@ -34,7 +35,6 @@ def run(args: argparse.Namespace) -> int:
         graph = load_any(_FALLBACK, seed=args.seed)
     if graph.x is not None:
         graph.x = row_normalize(graph.x)
-    device = resolve_device(args.device)
     cfg = TrainConfig(model="gcn", seed=args.seed)
     print(
         f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges // 2} undirected edges, "

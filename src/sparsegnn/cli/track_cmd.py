@@ -13,14 +13,28 @@ simulated events and scores it with the same metrics.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, resolve_device
+from sparsegnn.cli.common import (
+    add_device_flag,
+    add_json_flag,
+    emit,
+    float_range,
+    int_list,
+    int_range,
+    output_dir,
+    output_file,
+    resolve_device,
+)
+from sparsegnn.data.io import atomic_dir
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph, truth_graph
@@ -44,14 +58,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _events_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", type=Path, required=True, help="directory of TrackML CSV events")
-    p.add_argument("--limit", type=int, default=None, help="read only the first N events")
+    p.add_argument("--limit", type=int_range(1), default=None,
+                   help="read only the first N events")
 
 
 def _target_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("target / reconstructable particles")
-    g.add_argument("--min-pt", type=float, default=1.0, help="GeV (default 1)")
-    g.add_argument("--min-hits", type=int, default=3)
-    g.add_argument("--max-eta", type=float, default=4.0, help="|eta| bound (default 4)")
+    g.add_argument("--min-pt", type=float_range(0.0), default=1.0, help="GeV (default 1)")
+    g.add_argument("--min-hits", type=int_range(1), default=3)
+    g.add_argument("--max-eta", type=float_range(0.0, lo_open=True), default=4.0,
+                   help="|eta| bound (default 4)")
 
 
 def _graph_flags(p: argparse.ArgumentParser, default: str) -> None:
@@ -67,8 +83,9 @@ def _graph_flags(p: argparse.ArgumentParser, default: str) -> None:
                         "makes graph efficiency optimistic)")
     for cut, unit in (("dphi", "rad"), ("dz", "mm"), ("deta", ""), ("phi-slope", "rad/mm"),
                       ("z0", "mm")):
-        g.add_argument(f"--{cut}", type=float, default=None, help=f"max |{cut}| {unit}".strip())
-    g.add_argument("--min-dr", type=float, default=1.0,
+        g.add_argument(f"--{cut}", type=float_range(0.0, lo_open=True), default=None,
+                       help=f"max |{cut}| {unit}".strip())
+    g.add_argument("--min-dr", type=float_range(0.0), default=1.0,
                    help="pairs closer than this in r (mm) skip the phi-slope and z0 cuts "
                         "(default 1; 10 keeps overlapping-module pairs in dense events)")
 
@@ -96,6 +113,39 @@ def _build_graphs(args: argparse.Namespace, events: list[Event]) -> tuple[list[H
     return [module_map_graph(ev, mm, _cuts(args), targets) for ev in events], len(mm)
 
 
+MANIFEST = "manifest.json"
+
+
+@contextmanager
+def _output_folder(out: Path, kind: str) -> Iterator[tuple[Path, Callable[[list[str]], None]]]:
+    """A temp folder that replaces ``out`` whole once the stage has written every file.
+
+    Yields the folder and a function that writes the manifest (call it last, with the
+    files written). A failure part-way leaves ``out`` as it was and no partial files.
+    Because ``out`` is replaced, a non-empty folder that is not an earlier output of this
+    stage is refused rather than deleted.
+    """
+    _check_replaceable(out, kind)
+    with atomic_dir(out) as tmp:
+        def manifest(files: list[str]) -> None:
+            text = json.dumps({"format": kind, "version": 1, "files": files}, indent=1)
+            (tmp / MANIFEST).write_text(text, encoding="utf-8")
+
+        yield tmp, manifest
+
+
+def _check_replaceable(out: Path, kind: str) -> None:
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        written = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        written = None
+    if written != kind:
+        raise DataFormatError(f"{out} is not empty and is not an earlier {kind} output; "
+                              "the output replaces the folder whole, so name a new one")
+
+
 def _mean(values: list[float]) -> float | None:
     finite = [v for v in values if not math.isnan(v)]
     return float(np.mean(finite)) if finite else None
@@ -117,16 +167,20 @@ def _register_simulate(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("simulate", help="simulate events with ACTS (particle gun, or "
                           "Pythia8 ttbar + pileup)")
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--gun", type=int, metavar="N", help="muons per event (particle gun)")
+    source.add_argument("--gun", type=int_range(1), metavar="N",
+                        help="muons per event (particle gun)")
     source.add_argument("--ttbar", action="store_true",
                         help="Pythia8 ttbar events (needs pythia8mc and pyhepmc)")
-    p.add_argument("--pileup", type=int, default=0, metavar="MU",
+    p.add_argument("--pileup", type=int_range(0), default=0, metavar="MU",
                    help="with --ttbar: minimum-bias interactions per event (fixed, default 0)")
-    p.add_argument("--events", "--num-events", dest="num_events", type=int, default=10)
-    p.add_argument("--pt-min", type=float, default=0.5, help="GeV (particle gun)")
-    p.add_argument("--pt-max", type=float, default=10.0, help="GeV (particle gun)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--events", "--num-events", dest="num_events", type=int_range(1),
+                   default=10)
+    p.add_argument("--pt-min", type=float_range(0.0, lo_open=True), default=0.5,
+                   help="GeV (particle gun)")
+    p.add_argument("--pt-max", type=float_range(0.0, lo_open=True), default=10.0,
+                   help="GeV (particle gun)")
+    p.add_argument("--seed", type=int_range(0), default=42)
+    p.add_argument("--out", type=output_dir, required=True)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_json_flag(p)
     p.set_defaults(func=_simulate)
@@ -136,6 +190,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.simulate import GunConfig, simulate_gun
 
     progress = not args.no_progress
+    if args.pt_min > args.pt_max:
+        raise InvalidValueError(f"--pt-min {args.pt_min} is above --pt-max {args.pt_max}")
     if args.ttbar:
         from sparsegnn.tracking.ttbar import TtbarConfig, simulate_ttbar
 
@@ -160,7 +216,8 @@ def _register_build(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--filter", type=Path, default=None,
                    help="doublet filter from 'track train-filter': keep only the edges it "
                         "passes (dropped target segments count against graph efficiency)")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--out", type=output_dir, required=True,
+                   help="output directory (replaced whole: graphs and a manifest)")
     add_json_flag(p)
     p.set_defaults(func=_build)
 
@@ -173,11 +230,12 @@ def _build(args: argparse.Namespace) -> int:
 
         edge_filter = load_filter(args.filter)
         graphs = [edge_filter.prune(g) for g in graphs]
-    args.out.mkdir(parents=True, exist_ok=True)
     per_event = []
-    for g in graphs:
-        g.save(args.out / f"{g.name}.npz")
-        per_event.append({"event": g.name, **g.stats().as_dict()})
+    with _output_folder(args.out, "sparsegnn-track-graphs") as (tmp, manifest):
+        for g in graphs:
+            g.save(tmp / f"{g.name}.npz")
+            per_event.append({"event": g.name, **g.stats().as_dict()})
+        manifest([f"{g.name}.npz" for g in graphs])
     keys = ("num_nodes", "num_edges", "efficiency", "true_efficiency", "purity")
     result = {"out": str(args.out), "graph": args.graph, "module_map_pairs": map_size,
               **{f"mean_{k}": _mean([e[k] for e in per_event]) for k in keys},
@@ -193,12 +251,12 @@ def _register_train_filter(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("train-filter", help="train a doublet filter (per-edge MLP that "
                           "prunes fake candidates before the GNN) on built graphs")
     p.add_argument("--graphs", type=Path, required=True, help="directory of graph .npz files")
-    p.add_argument("--out", type=Path, required=True, help="filter checkpoint to write")
-    p.add_argument("--keep", type=float, default=0.999,
+    p.add_argument("--out", type=output_file, required=True, help="filter checkpoint to write")
+    p.add_argument("--keep", type=float_range(0.0, 1.0, lo_open=True), default=0.999,
                    help="fraction of the training graphs' target edges to keep (default 0.999)")
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=int_range(1), default=6)
+    p.add_argument("--hidden", type=int_range(1), default=64)
+    p.add_argument("--seed", type=int_range(0), default=0)
     add_json_flag(p)
     p.set_defaults(func=_train_filter)
 
@@ -227,35 +285,37 @@ def _train_filter(args: argparse.Namespace) -> int:
 def _register_train(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("train", help="train the Interaction Network edge classifier")
     p.add_argument("--graphs", type=Path, required=True, help="directory of graph .npz files")
-    p.add_argument("--out", type=Path, required=True, help="model checkpoint to write")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--iterations", type=int, default=6, help="message-passing iterations")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--pos-weight", type=float, default=None,
+    p.add_argument("--out", type=output_file, required=True, help="model checkpoint to write")
+    p.add_argument("--hidden", type=int_range(1), default=64)
+    p.add_argument("--iterations", type=int_range(1), default=6,
+                   help="message-passing iterations")
+    p.add_argument("--epochs", type=int_range(1), default=10)
+    p.add_argument("--lr", type=float_range(0.0, lo_open=True), default=1e-3)
+    p.add_argument("--pos-weight", type=float_range(0.0, lo_open=True), default=None,
                    help="BCE weight of target edges (default: negatives per positive)")
-    p.add_argument("--max-sample-nodes", type=int, default=None,
+    p.add_argument("--max-sample-nodes", type=int_range(1), default=None,
                    help="train on ShaDow subgraphs of at most this many hits (every event used)")
-    p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop")
+    p.add_argument("--fanouts", type=int_list(1), default=[4, 2],
+                   help="ShaDow fan-outs per hop (default 4,2)")
     p.add_argument("--seed-order", choices=SEED_ORDERS, default="random",
                    help="which seeds share a ShaDow minibatch: random, or wedges in azimuth "
                         "(whole-event neighbourhoods for most seeds; see docs/tracking.md)")
-    p.add_argument("--skip-larger-than", type=int, default=None,
+    p.add_argument("--skip-larger-than", type=int_range(1), default=None,
                    help="whole-event baseline: skip graphs with more hits than this")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_range(0), default=0)
     p.add_argument("--init", type=Path, default=None,
                    help="fine-tune this trained model (its --hidden/--iterations win), e.g. "
                         "a pileup-50 model on pileup-200 events")
-    p.add_argument("--checkpoint", type=Path, default=None,
+    p.add_argument("--checkpoint", type=output_file, default=None,
                    help="rewrite this training checkpoint after every epoch")
     p.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint up to --epochs (optimiser state kept; "
                         "--lr may differ)")
     dist = p.add_argument_group("data-parallel (each rank loads its share of the events)")
-    dist.add_argument("--nprocs", type=int, default=1,
+    dist.add_argument("--nprocs", type=int_range(1), default=1,
                       help="spawn this many local gloo ranks (under torchrun: its ranks)")
     dist.add_argument("--backend", default=None, help="gloo or nccl (default: nccl on CUDA)")
-    dist.add_argument("--timeout", type=float, default=60.0,
+    dist.add_argument("--timeout", type=float_range(0.0, lo_open=True), default=60.0,
                       help="seconds before ranks give up on a failed peer")
     add_device_flag(p)
     add_json_flag(p)
@@ -278,10 +338,11 @@ def _train(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.model import INConfig
     from sparsegnn.tracking.train import TrackTrainConfig, save_model
 
+    resolve_device(args.device)  # a bogus --device is refused before any graph is read
     cfg = TrackTrainConfig(
         model=INConfig(hidden=args.hidden, iterations=args.iterations), epochs=args.epochs,
         lr=args.lr, pos_weight=args.pos_weight, max_sample_nodes=args.max_sample_nodes,
-        fanouts=tuple(int(f) for f in args.fanouts.split(",")), seed_order=args.seed_order,
+        fanouts=tuple(args.fanouts), seed_order=args.seed_order,
         skip_larger_than=args.skip_larger_than, seed=args.seed,
     )
     parallel = args.nprocs > 1 or in_torchrun()
@@ -343,7 +404,8 @@ def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
     _events_flags(p)
     p.add_argument("--graphs", type=Path, required=True)
     p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True, help="directory for {event}-tracks.csv")
+    p.add_argument("--out", type=output_dir, required=True,
+                   help="directory for {event}-tracks.csv (replaced whole, with a manifest)")
     _reco_flags(p)
     add_device_flag(p)
     add_json_flag(p)
@@ -351,12 +413,12 @@ def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
 
 
 def _reco_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cut", type=float, default=0.5, help="edge score cut")
+    p.add_argument("--cut", type=float_range(0.0, 1.0), default=0.5, help="edge score cut")
     p.add_argument("--method", choices=("components", "walkthrough"), default="components")
-    p.add_argument("--min-track-hits", type=int, default=1,
+    p.add_argument("--min-track-hits", type=int_range(1), default=1,
                    help="drop built tracks with fewer hits (default 1: keep all; 5 cuts most "
                         "fragments of split particles, which count as fakes)")
-    p.add_argument("--max-sample-nodes", type=int, default=None,
+    p.add_argument("--max-sample-nodes", type=int_range(1), default=None,
                    help="score ShaDow subgraphs of at most this many hits instead of whole "
                         "events: bounded memory, many times slower (default: whole events)")
 
@@ -369,15 +431,16 @@ def _reconstruct(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     model = load_model(args.model, device)
     graphs = {g.name: g for g in _load_graphs(args.graphs)}
-    args.out.mkdir(parents=True, exist_ok=True)
     counts = []
-    for ev in read_events(args.events, args.limit):
-        if ev.name not in graphs:
-            raise DataFormatError(f"{args.graphs}: no graph for event {ev.name}")
-        scores = score_edges(graphs[ev.name], model, device, args.max_sample_nodes)
-        tracks = build_tracks(scores, args.cut, args.method, args.min_track_hits)
-        write_tracks(args.out / f"{ev.name}-tracks.csv", ev, tracks)
-        counts.append({"event": ev.name, "num_tracks": int((tracks.sizes() >= 3).sum())})
+    with _output_folder(args.out, "sparsegnn-track-tracks") as (tmp, manifest):
+        for ev in read_events(args.events, args.limit):
+            if ev.name not in graphs:
+                raise DataFormatError(f"{args.graphs}: no graph for event {ev.name}")
+            scores = score_edges(graphs[ev.name], model, device, args.max_sample_nodes)
+            tracks = build_tracks(scores, args.cut, args.method, args.min_track_hits)
+            write_tracks(tmp / f"{ev.name}-tracks.csv", ev, tracks)
+            counts.append({"event": ev.name, "num_tracks": int((tracks.sizes() >= 3).sum())})
+        manifest([f"{c['event']}-tracks.csv" for c in counts])
     result = {"out": str(args.out), "events": counts}
     return emit(args, result, f"tracks of {len(counts)} events -> {args.out}")
 
@@ -390,7 +453,7 @@ def _register_evaluate(stages: argparse._SubParsersAction) -> None:
                    help="saved graphs (default: build them with the graph flags)")
     p.add_argument("--model", type=Path, default=None,
                    help="trained model (default: oracle scores from the truth labels)")
-    p.add_argument("--plots", type=Path, default=None, help="write PNG plots here")
+    p.add_argument("--plots", type=output_dir, default=None, help="write PNG plots here")
     _reco_flags(p)
     _graph_flags(p, "truth")
     _target_flags(p)
@@ -411,6 +474,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.train import load_model
 
     device = resolve_device(args.device)
+    # The model first: a bad --model is refused before minutes of reading and building.
+    model = load_model(args.model, device) if args.model is not None else None
     events = read_events(args.events, args.limit)
     if args.graphs is not None:
         saved = {g.name: g for g in _load_graphs(args.graphs)}
@@ -420,7 +485,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         graphs = [saved[ev.name] for ev in events]
     else:
         graphs = _build_graphs(args, events)[0]
-    model = load_model(args.model, device) if args.model is not None else None
     results = [evaluate_event(ev, g, score_edges(g, model, device, args.max_sample_nodes),
                               args.cut, args.method, _targets(args), args.min_track_hits)[0]
                for ev, g in zip(events, graphs, strict=True)]
@@ -460,7 +524,7 @@ def _register_ckf(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("ckf", help="ACTS seeding + combinatorial Kalman filter (the peer)")
     _events_flags(p)
     _target_flags(p)
-    p.add_argument("--max-seeds-per-spm", type=int, default=1,
+    p.add_argument("--max-seeds-per-spm", type=int_range(1), default=1,
                    help="seeds kept per middle space point (more: slower, better in dense "
                         "events)")
     add_json_flag(p)
@@ -486,17 +550,18 @@ def _ckf(args: argparse.Namespace) -> int:
 def _register_demo(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("demo", help="small end to end run: simulate -> train -> evaluate, "
                           "next to the CKF on the same events (a few minutes; needs pyacts)")
-    p.add_argument("--out", type=Path, default=Path("out/track_demo"),
+    p.add_argument("--out", type=output_dir, default=Path("out/track_demo"),
                    help="working directory for events, model and plots (default "
                         "out/track_demo; must be empty or absent)")
     # None = the DemoConfig default (not imported here: it would load torch for every command)
-    for flag, kind, what in (("particles", int, "muons per event (default 200)"),
-                             ("train-events", int, "default 8"), ("test-events", int, "default 2"),
-                             ("epochs", int, "default 6"),
-                             ("max-sample-nodes", int, "hits per ShaDow training subgraph "
-                                                       "(default 1000)"),
-                             ("cut", float, "edge score cut (default 0.5)"),
-                             ("min-track-hits", int, "default 5"), ("seed", int, "default 7")):
+    count, seed, cut = int_range(1), int_range(0), float_range(0.0, 1.0)
+    for flag, kind, what in (("particles", count, "muons per event (default 200)"),
+                             ("train-events", count, "default 8"),
+                             ("test-events", count, "default 2"), ("epochs", count, "default 6"),
+                             ("max-sample-nodes", count, "hits per ShaDow training subgraph "
+                                                         "(default 1000)"),
+                             ("cut", cut, "edge score cut (default 0.5)"),
+                             ("min-track-hits", count, "default 5"), ("seed", seed, "default 7")):
         p.add_argument(f"--{flag}", type=kind, default=None, help=what)
     p.add_argument("--no-ckf", action="store_true", help="skip the ACTS CKF comparison")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

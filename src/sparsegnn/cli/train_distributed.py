@@ -102,7 +102,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     if is_shard_dir(args.dataset):
         check_manifest(args.dataset, shape, job.cfg.model)
     threads = max(1, (os.cpu_count() or 1) // shape.size)
-    return _emit(args, job, spawn(_run_job, shape.size, (job,), threads=threads)[0])
+    return _emit(args, job, spawn(_run_job, shape.size, (job,), threads=threads,
+                                   heartbeat_timeout_s=job.dcfg.timeout_s)[0])
 
 
 def _partition_arg(value: str | None) -> Path | str | None:

@@ -23,8 +23,7 @@ from sparsegnn.train.minibatch import (
 
 
 def minibatch_config_from_args(args: argparse.Namespace) -> MinibatchConfig:
-    fanouts = tuple(int(f) for f in str(args.fanouts).split(",") if f.strip())
-    return MinibatchConfig(args.sampler, fanouts, args.batch_size, args.bulk)
+    return MinibatchConfig(args.sampler, tuple(args.fanouts), args.batch_size, args.bulk)
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -5,41 +5,62 @@
 one worker function serves both launchers. gloo on the CPU; NCCL (one GPU per local
 rank) when CUDA is present.
 
-Faults: :func:`spawn` polls its ranks; the moment one exits with an error or is killed,
-it stops the others and raises :class:`RankFailedError` naming that rank, so a dead rank
-never leaves the run hanging. Every collective also carries the ``timeout`` given to
-:func:`init_session` (``--timeout``, default 60 s), which bounds how long any rank waits
-for a peer that stopped answering (under torchrun the elastic agent stops the others).
+Faults: :func:`spawn` watches its ranks; the moment one exits with an error or is
+killed, or stops beating its heartbeat for ``heartbeat_timeout_s`` (``--timeout``), it
+stops the others and raises :class:`RankFailedError` naming that rank, so neither a dead
+nor a stalled rank leaves the run hanging. Ranks die with their launcher, and a rank's
+user error (a :class:`~sparsegnn.errors.SparseGNNError`) comes back as that error, one
+line, without the rank's traceback. Under torchrun, the collectives' ``timeout`` given to
+:func:`init_session` and the elastic agent play these parts.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import io
+import json
 import os
+import select
 import signal
 import socket
 import sys
-import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import tqdm
 
 from sparsegnn.errors import SparseGNNError
 
 # Seconds a stopped rank gets to exit after SIGTERM before it is killed.
 _STOP_GRACE_S = 5.0
 _POLL_S = 0.05
+# Seconds between a rank's heartbeats, and the silence after which a rank reads as
+# stalled when another rank has failed (a rank waiting on a failed peer keeps beating).
+_BEAT_S = 1.0
+_STALLED_S = 3 * _BEAT_S
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 class RankFailedError(SparseGNNError, RuntimeError):
-    """A rank raised or died; the message names it and says how."""
+    """A rank raised, died or stopped responding; the message names it and says how."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached a launcher: raised in its main thread like Ctrl-C, so the paths
+    that stop the ranks on Ctrl-C (and the CLI's one-line exit 130) run for it too."""
 
 
 @dataclass(frozen=True)
@@ -108,14 +129,22 @@ def free_port() -> int:
 
 def spawn(
     fn: Callable[..., Any], nprocs: int, args: tuple[Any, ...] = (), *,
-    threads: int = 1, wall_timeout_s: float | None = None,
+    threads: int = 1, wall_timeout_s: float | None = None, heartbeat_timeout_s: float = 60.0,
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``nprocs`` fresh local ranks; return each rank's result.
 
     ``fn`` must be importable (a module-level function) and should call
     :func:`init_session`. Raises :class:`RankFailedError` naming the first rank that
-    failed, or the ranks still running after ``wall_timeout_s``. Ranks fork from this
-    process's fork server, so they see the environment of its first :func:`spawn`.
+    died or failed, the rank that beat no heartbeat for ``heartbeat_timeout_s`` (a rank
+    waiting in a collective keeps beating, so this names a stopped or stuck rank, not its
+    peers), or the ranks still running after ``wall_timeout_s``. A
+    :class:`~sparsegnn.errors.SparseGNNError` raised by ``fn`` comes back as the same
+    error class, its message prefixed with the rank. Ranks fork from this process's fork
+    server, so they see the environment of its first :func:`spawn`.
+
+    Results travel back through a pipe as plain data (dataclasses, numpy values and paths
+    are rebuilt here) and load with ``weights_only=True``, so a rank's reply cannot run
+    code in the launcher; nothing is written to disk, so no exit path leaves files behind.
     """
     port = free_port()
     # A fork server imports torch and ``fn``'s module once and forks every rank from that
@@ -123,84 +152,369 @@ def spawn(
     # safe where forking this possibly multi-threaded process would not be.
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", fn.__module__])
-    with tempfile.TemporaryDirectory(prefix="sparsegnn-ranks-") as tmp:
-        procs = [
-            ctx.Process(target=_child, args=(rank, nprocs, port, threads, fn, args, tmp))
-            for rank in range(nprocs)
-        ]
+    beats = ctx.Array("Q", nprocs, lock=False)  # shared memory: one counter per rank
+    pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]
+    ranks = [
+        _Rank(rank, ctx.Process(
+            target=_child, args=(rank, nprocs, port, threads, fn, args, beats, writer),
+        ), reader)
+        for rank, (reader, writer) in enumerate(pipes)
+    ]
+    with _sigterm_raises():
         try:
-            for p in procs:
-                p.start()
-            _watch(procs, Path(tmp), wall_timeout_s)
+            for r, (_, writer) in zip(ranks, pipes, strict=True):
+                r.proc.start()
+                writer.close()  # the rank holds the only write end: its exit reads as EOF
+            _watch(ranks, _Heartbeats(beats, heartbeat_timeout_s), wall_timeout_s)
         except BaseException:
-            _stop(procs)  # Ctrl-C or a failed start must not leave ranks behind
+            _stop([r.proc for r in ranks])  # Ctrl-C, SIGTERM or a failed start
             raise
-        return [torch.load(Path(tmp) / f"rank{r}.pt", weights_only=False) for r in range(nprocs)]
+        finally:
+            for reader, _ in pipes:
+                reader.close()
+    return [_load_result(r) for r in ranks]
 
 
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While ranks run, SIGTERM raises :class:`Terminated` in the main thread.
+
+    By default SIGTERM ends a process without running ``finally`` blocks, which would
+    leave the ranks running. Only where SIGTERM still has its default action (an
+    application's own handler wins) and only in the main thread (where Python runs
+    handlers).
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated("terminated by SIGTERM")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# ---------------------------------------------------------------------- the rank's side
 def _child(
-    rank: int, world: int, port: int, threads: int,
-    fn: Callable[..., Any], args: tuple[Any, ...], outdir: str,
+    rank: int, world: int, port: int, threads: int, fn: Callable[..., Any],
+    args: tuple[Any, ...], beats: Any, report: Connection,
 ) -> None:
+    """One rank: beat, run ``fn``, and send its result or its error through ``report``."""
+    _die_with_parent()
+    threading.Thread(
+        target=_lifeline, args=(rank, beats, report.fileno()), daemon=True,
+        name="sparsegnn-heartbeat",
+    ).start()
     os.environ.update({
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
         "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
     })
     torch.set_num_threads(threads)
+    # tqdm guards its bars with a multiprocessing lock: a named semaphore that a killed rank
+    # leaks, and that the resource tracker then reports on the launcher's stderr. One
+    # rank's bars need only a thread lock.
+    tqdm.tqdm.set_lock(threading.RLock())
     try:
-        result = fn(*args)
-        torch.save(result, Path(outdir) / f"rank{rank}.pt")
+        reply = b"R" + _dump_result(fn(*args))
     except BaseException as err:
-        (Path(outdir) / f"rank{rank}.err").write_text(f"{type(err).__name__}: {err}")
-        traceback.print_exc()
-        sys.stderr.flush()
+        _send(report, b"E" + json.dumps(_error_report(err)).encode())
         # Skip interpreter shutdown: the process group's teardown could wait on peers.
         os._exit(1)
+    _send(report, reply)
 
 
-def _watch(procs: list[Any], outdir: Path, wall_timeout_s: float | None) -> None:
-    deadline = None if wall_timeout_s is None else time.monotonic() + wall_timeout_s
+def _die_with_parent() -> None:
+    """Have the kernel SIGKILL this rank when its parent exits (Linux).
+
+    A rank's parent is the fork server, not the launcher; the fork server exits as soon
+    as the launcher is gone (it reads EOF on a pipe only the launcher holds), so the
+    signal follows the launcher's death however it died, even to a stopped rank.
+    :func:`_lifeline` also watches the launcher directly, which covers the launcher dying
+    before this call and platforms without ``prctl``.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _lifeline(rank: int, beats: Any, report_fd: int) -> None:
+    """Beat every :data:`_BEAT_S`; exit the moment the launcher is gone.
+
+    A thread, so a rank blocked in a collective (which releases the GIL) keeps beating
+    while a stopped rank does not. The launcher holds the only read end of the rank's
+    report pipe, and a pipe's write end reports an error once no reader is left.
+    """
+    poller = select.poll()
+    poller.register(report_fd, select.POLLERR)
     while True:
+        beats[rank] += 1
+        if any(event & (select.POLLERR | select.POLLHUP)
+               for _, event in poller.poll(_BEAT_S * 1000)):
+            os._exit(1)
+
+
+def _send(report: Connection, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(report.fileno(), view):]
+
+
+def _error_report(err: BaseException) -> dict[str, Any]:
+    """What the launcher needs to tell the rank's error as one process would.
+
+    A user error (a :class:`SparseGNNError`, or an ``OSError`` about a named file) and
+    Ctrl-C carry no traceback; anything else is a bug and carries it.
+    """
+    kind = type(err)
+    report = {
+        "at": time.monotonic(), "class": f"{kind.__module__}.{kind.__qualname__}",
+        "kind": "bug", "message": f"{kind.__name__}: {err}", "traceback": "",
+    }
+    if isinstance(err, SparseGNNError):
+        report.update(kind="user", message=str(err))
+    elif isinstance(err, OSError) and err.filename is not None:
+        report.update(kind="user", message=f"{err.filename}: {err.strerror or err}")
+    elif isinstance(err, KeyboardInterrupt):
+        report.update(kind="interrupted", message="interrupted")
+    else:
+        report["traceback"] = traceback.format_exc()
+    return report
+
+
+# ---------------------------------------------------------------------- plain results
+_TAG = "__sparsegnn_plain__"
+
+
+def _dump_result(result: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(_to_plain(result), buffer)
+    return buffer.getvalue()
+
+
+def _to_plain(obj: Any) -> Any:
+    """``obj`` as data that ``torch.load(weights_only=True)`` accepts.
+
+    Dataclasses, numpy arrays and paths become tagged dicts that :func:`_from_plain`
+    rebuilds; numpy scalars become Python numbers.
+    """
+    if type(obj) in (type(None), bool, int, float, complex, str, bytes):
+        return obj
+    if isinstance(obj, (torch.Tensor, torch.dtype, torch.device, torch.Size)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if type(obj) is dict:
+        if _TAG in obj:
+            raise TypeError(f"a rank result may not use the key {_TAG!r}")
+        return {_to_plain(k): _to_plain(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_to_plain(v) for v in obj)
+    if isinstance(obj, np.ndarray):
+        return {_TAG: "ndarray", "data": torch.from_numpy(np.ascontiguousarray(obj))}
+    if isinstance(obj, Path):
+        return {_TAG: "path", "path": str(obj)}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        kind = type(obj)
+        fields = {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {_TAG: "dataclass", "class": f"{kind.__module__}:{kind.__qualname__}",
+                "fields": fields}
+    raise TypeError(f"a rank returned a {type(obj).__qualname__}, which cannot travel back "
+                    "safely; return plain data, tensors, numpy arrays or dataclasses")
+
+
+def _from_plain(obj: Any) -> Any:
+    if type(obj) is dict:
+        plain = {k: _from_plain(v) for k, v in obj.items()}
+        if _TAG not in plain:
+            return plain
+        if plain[_TAG] == "ndarray":
+            return plain["data"].numpy()
+        if plain[_TAG] == "path":
+            return Path(plain["path"])
+        return _rebuild(plain["class"], plain["fields"])
+    if type(obj) in (list, tuple):
+        return type(obj)(_from_plain(v) for v in obj)
+    return obj
+
+
+def _rebuild(name: str, fields: dict[str, Any]) -> Any:
+    """A dataclass instance as pickle would restore it (no ``__init__``).
+
+    Only a dataclass of a module this process has already imported qualifies: the reply
+    names a class, it never makes this process import or run anything else.
+    """
+    module, _, qualname = name.partition(":")
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+        raise RankFailedError(f"a rank returned a {name}, which is not a dataclass here")
+    obj = found.__new__(found)
+    for key, value in fields.items():
+        object.__setattr__(obj, key, value)
+    return obj
+
+
+# ---------------------------------------------------------------------- the launcher's side
+@dataclass
+class _Rank:
+    """A started rank and what it has sent so far (its reply or its error report)."""
+
+    rank: int
+    proc: Any
+    reader: Connection
+    received: bytearray = dataclasses.field(default_factory=bytearray)
+    eof: bool = False
+
+    def drain(self) -> None:
+        """Read what the pipe holds now (the reader is made non-blocking on first use)."""
+        if self.eof:
+            return
+        fd = self.reader.fileno()
+        os.set_blocking(fd, False)
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.eof = True
+                return
+            self.received += chunk
+
+    def error(self) -> dict[str, Any] | None:
+        if self.received[:1] != b"E":
+            return None
+        return dict(json.loads(self.received[1:].decode()))
+
+
+class _Heartbeats:
+    """When each rank last beat, by this process's clock (a rank only bumps a counter)."""
+
+    def __init__(self, beats: Any, timeout_s: float) -> None:
+        self.beats, self.timeout_s = beats, timeout_s
+        now = time.monotonic()
+        self.seen = list(beats)
+        # A rank that never beats (stuck starting up) counts from when all had started.
+        self.last = [now] * len(self.seen)
+
+    def update(self, now: float) -> None:
+        for rank, count in enumerate(self.beats):
+            if count != self.seen[rank]:
+                self.seen[rank], self.last[rank] = count, now
+
+    def silent(self, now: float, ranks: list[int], at_least_s: float) -> list[int]:
+        """Those of ``ranks`` that have not beaten for ``at_least_s``, longest silent first."""
+        quiet = [r for r in ranks if now - self.last[r] >= at_least_s]
+        return sorted(quiet, key=lambda r: self.last[r])
+
+
+def _watch(ranks: list[_Rank], heart: _Heartbeats, wall_timeout_s: float | None) -> None:
+    deadline = None if wall_timeout_s is None else time.monotonic() + wall_timeout_s
+    procs = [r.proc for r in ranks]
+    while True:
+        wait([r.reader for r in ranks if not r.eof] + [p.sentinel for p in procs], _POLL_S)
+        for r in ranks:
+            r.drain()
+        now = time.monotonic()
+        heart.update(now)
         codes = [p.exitcode for p in procs]
+        running = [r for r, c in enumerate(codes) if c is None]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
-            culprit = _first_failure(failed, codes, outdir)
-            _stop(procs)
-            how = _describe(culprit, codes[culprit], outdir)
-            raise RankFailedError(
-                f"rank {culprit} of {len(procs)} failed ({how}); stopped the other ranks"
-            )
-        if all(c == 0 for c in codes):
+            stalled = heart.silent(now, running, _STALLED_S)
+            _stop(procs, stalled)
+            raise _failure(ranks, failed, codes, stalled, now - heart.last[stalled[0]]
+                           if stalled else 0.0)
+        if not running:
             return
-        if deadline is not None and time.monotonic() > deadline:
-            running = [r for r, c in enumerate(codes) if c is None]
+        stalled = heart.silent(now, running, heart.timeout_s)
+        if stalled:
+            _stop(procs, stalled)
+            raise _stalled_error(stalled[0], len(ranks), heart.timeout_s)
+        if deadline is not None and now > deadline:
             _stop(procs)
             raise RankFailedError(
                 f"ranks {running} still running after {wall_timeout_s:.0f} s; stopped them"
             )
-        time.sleep(_POLL_S)
 
 
-def _first_failure(failed: list[int], codes: list[int | None], outdir: Path) -> int:
-    """The rank that failed first: a killed one, else the oldest error report."""
+def _stalled_error(rank: int, world: int, silence_s: float) -> RankFailedError:
+    return RankFailedError(
+        f"rank {rank} of {world} stopped responding (no heartbeat for {silence_s:.0f} s); "
+        "stopped the other ranks"
+    )
+
+
+def _failure(
+    ranks: list[_Rank], failed: list[int], codes: list[int | None], stalled: list[int],
+    silence_s: float,
+) -> BaseException:
+    """The error that names the rank at fault, as that rank would have said it.
+
+    A killed rank comes first, then a rank that had stopped beating (the errors of its
+    peers, which kept beating while they waited for it, are the consequence), then the
+    earliest error report. Only the culprit's traceback is shown, and only for a bug.
+    """
+    world = len(ranks)
+    for r in ranks:
+        r.drain()
     killed = [r for r in failed if (codes[r] or 0) < 0]
     if killed:
-        return killed[0]
-    reports = [(outdir / f"rank{r}.err", r) for r in failed]
-    dated = [(path.stat().st_mtime, r) for path, r in reports if path.exists()]
-    return min(dated)[1] if dated else failed[0]
+        name = signal.Signals(-(codes[killed[0]] or 0)).name
+        return RankFailedError(
+            f"rank {killed[0]} of {world} failed (killed by {name}); stopped the other ranks"
+        )
+    if stalled:
+        return _stalled_error(stalled[0], world, silence_s)
+    reports = [(report["at"], r, report) for r in failed if (report := ranks[r].error())]
+    if not reports:
+        return RankFailedError(
+            f"rank {failed[0]} of {world} failed (exit code {codes[failed[0]]}); "
+            "stopped the other ranks"
+        )
+    _, culprit, report = min(reports, key=lambda item: item[:2])
+    if report["kind"] == "user":
+        return _user_error(report["class"], f"rank {culprit} of {world}: {report['message']}")
+    sys.stderr.write(report["traceback"])
+    return RankFailedError(
+        f"rank {culprit} of {world} failed ({report['message']}); stopped the other ranks"
+    )
 
 
-def _describe(rank: int, code: int | None, outdir: Path) -> str:
-    if code is not None and code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    report = outdir / f"rank{rank}.err"
-    lines = report.read_text().strip().splitlines() if report.exists() else []
-    return lines[0] if lines else f"exit code {code}"
+def _user_error(name: str, message: str) -> SparseGNNError:
+    """The rank's own error class (when this process knows it) carrying ``message``."""
+    pending: list[type[SparseGNNError]] = [SparseGNNError]
+    while pending:
+        kind = pending.pop()
+        if f"{kind.__module__}.{kind.__qualname__}" == name:
+            try:
+                return kind(message)
+            except TypeError:  # a constructor that wants more than a message
+                break
+        pending.extend(kind.__subclasses__())
+    return RankFailedError(message)
 
 
-def _stop(procs: list[Any]) -> None:
+def _load_result(rank: _Rank) -> Any:
+    rank.drain()
+    if rank.received[:1] != b"R":
+        raise RankFailedError(f"rank {rank.rank} exited without sending its result")
+    plain = torch.load(io.BytesIO(bytes(rank.received[1:])), weights_only=True)
+    return _from_plain(plain)
+
+
+def _stop(procs: list[Any], stalled: list[int] | tuple[int, ...] = ()) -> None:
+    """End every rank: SIGKILL to stalled ones (a stopped process cannot act on SIGTERM),
+    SIGTERM to the rest, then SIGKILL to any still running after the grace period."""
     started = [p for p in procs if p.pid is not None]
+    for rank in stalled:
+        if procs[rank].exitcode is None:
+            procs[rank].kill()
     for p in started:
         if p.exitcode is None:
             p.terminate()

@@ -24,13 +24,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
 from sparsegnn.tracking.graph import EDGE_SCALE, NODE_SCALE, HitGraph
 from sparsegnn.tracking.model import mlp
-from sparsegnn.train import load_checkpoint, save_checkpoint, seed_everything
+from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint, seed_everything
 
 NUM_FEATURES = 10  # r, z of both hits; dr, dphi, dz, deta; phi slope; z0
 _CHUNK = 65536  # edges per chunk when scoring without autograd
+FILTER_KIND = "track-filter"  # the kind in a filter file's checkpoint fingerprint
 
 
 @dataclass(frozen=True)
@@ -131,13 +132,16 @@ def train_filter(graphs: list[HitGraph], cfg: FilterConfig = FilterConfig()) -> 
     seed_everything(cfg.seed)
     filt = EdgeFilter(cfg.hidden, cfg.layers)
     optim = torch.optim.Adam(filt.parameters(), lr=cfg.lr)
-    for _ in range(cfg.epochs):
+    for epoch in range(cfg.epochs):
         for batch in torch.randperm(feats.shape[0]).split(cfg.batch_edges):
             loss = F.binary_cross_entropy_with_logits(
                 filt(feats[batch]), target[batch].float(), weight[batch], pos_weight=pos_weight)
             optim.zero_grad()
             loss.backward()
             optim.step()
+        if not torch.isfinite(loss):  # NaN weights make every later loss NaN too
+            raise NonFiniteError(f"filter epoch {epoch}: the training loss is {float(loss)}; "
+                                 "training stopped (try a lower learning rate)")
     filt.threshold.fill_(keep_threshold(torch.cat([filt.logits(g) for g in graphs]), target,
                                         cfg.keep))
     return filt
@@ -151,15 +155,21 @@ def keep_threshold(logits: torch.Tensor, target: torch.Tensor, keep: float) -> f
 
 
 def save_filter(path: str | Path, filt: EdgeFilter) -> None:
-    save_checkpoint(path, {"filter": {"hidden": filt.hidden, "layers": filt.layers},
-                           "state_dict": filt.state_dict()})
+    sizes = {"hidden": filt.hidden, "layers": filt.layers}
+    save_checkpoint(path, {"filter": sizes, "state_dict": filt.state_dict()},
+                    {"kind": FILTER_KIND, **sizes})
 
 
 def load_filter(path: str | Path) -> EdgeFilter:
-    state = load_checkpoint(path)
-    if "filter" not in state:
-        raise DataFormatError(f"{path} is not an edge filter (see save_filter)")
-    filt = EdgeFilter(**state["filter"])
-    filt.load_state_dict(state["state_dict"])
+    """A filter written by :func:`save_filter` (plain data only: no code runs on load)."""
+    ckpt = read_checkpoint(path)
+    if ckpt.fingerprint.get("kind") != FILTER_KIND:
+        raise DataFormatError(f"{path} is not an edge filter (write one with 'track "
+                              "train-filter')")
+    try:
+        filt = EdgeFilter(**ckpt.state["filter"])
+        filt.load_state_dict(ckpt.state["state_dict"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise DataFormatError(f"{path} holds no usable edge filter ({err})") from err
     return filt.eval()
 

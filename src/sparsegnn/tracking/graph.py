@@ -14,11 +14,13 @@ construction when evaluating on a single event.
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from sparsegnn.data.io import atomic_write
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event, module_key
 from sparsegnn.tracking.truth import (
@@ -94,14 +96,14 @@ class ModuleMap:
                          self.level)
 
     def save(self, path: str | Path) -> None:
-        np.savez_compressed(Path(path), pairs=self.pairs, level=np.array(self.level))
+        """Written whole (temp file + rename) to exactly ``path``."""
+        atomic_write(path, lambda f: np.savez_compressed(f, pairs=self.pairs,
+                                                         level=np.array(self.level)))
 
     @classmethod
     def load(cls, path: str | Path) -> ModuleMap:
-        with np.load(Path(path)) as data:
-            if "pairs" not in data or "level" not in data:
-                raise DataFormatError(f"{path}: not a module map (needs 'pairs' and 'level')")
-            return cls(data["pairs"].astype(np.int64), str(data["level"]))
+        data = _read_arrays(path, ("pairs", "level"), "module map")
+        return cls(data["pairs"].astype(np.int64), str(data["level"]))
 
 
 def element_keys(event: Event, level: str) -> np.ndarray:
@@ -152,24 +154,35 @@ class HitGraph:
         )
 
     def save(self, path: str | Path) -> None:
-        np.savez_compressed(
-            Path(path), name=np.array(self.name), edge_index=self.edge_index,
+        """Written whole (temp file + rename) to exactly ``path``."""
+        atomic_write(path, lambda f: np.savez_compressed(
+            f, name=np.array(self.name), edge_index=self.edge_index,
             node_features=self.node_features, edge_features=self.edge_features, y=self.y,
             target=self.target,
             counts=np.array([self.num_true_segments, self.num_target_segments]),
-        )
+        ))
 
     @classmethod
     def load(cls, path: str | Path) -> HitGraph:
         names = ("name", "edge_index", "node_features", "edge_features", "y", "target", "counts")
-        with np.load(Path(path)) as data:
-            missing = [n for n in names if n not in data]
-            if missing:
-                raise DataFormatError(f"{path}: not a hit graph, missing arrays {missing}")
-            d = {n: data[n] for n in names}
+        d = _read_arrays(path, names, "hit graph")
         return cls(str(d["name"]), d["edge_index"].astype(np.int64), d["node_features"],
                    d["edge_features"], d["y"].astype(bool), d["target"].astype(bool),
                    int(d["counts"][0]), int(d["counts"][1]))
+
+
+def _read_arrays(path: str | Path, names: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
+    """The named arrays of an ``.npz`` (no pickles), or one error naming the file."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as data:
+            missing = [n for n in names if n not in data]
+            if missing:
+                raise DataFormatError(f"{path}: not a {what}, missing arrays {missing}")
+            return {n: data[n] for n in names}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        if isinstance(err, DataFormatError):
+            raise
+        raise DataFormatError(f"{path}: not a readable {what} file ({err})") from err
 
 
 @dataclass(frozen=True)

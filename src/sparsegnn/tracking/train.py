@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -35,15 +36,24 @@ from torch import nn
 from sparsegnn.distributed.comm import Communicator, Counts, Group
 from sparsegnn.distributed.launch import close_session, init_session, spawn
 from sparsegnn.distributed.sampled import GradientSum
-from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
 from sparsegnn.tracking.graph import HitGraph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
 from sparsegnn.tracking.reco import EdgeScores
 from sparsegnn.tracking.sampling import shadow_subgraphs
-from sparsegnn.train import load_checkpoint, save_checkpoint, seed_everything
-from sparsegnn.train.checkpoint import rng_state, set_rng_state
+from sparsegnn.train.checkpoint import (
+    content_hash,
+    prepare_checkpoint,
+    read_checkpoint,
+    rng_state,
+    save_checkpoint,
+    seed_everything,
+    set_rng_state,
+)
 
 log = logging.getLogger(__name__)
+# Checkpoint kinds: a finished model, and a training checkpoint (also usable as a model).
+MODEL_KIND, TRAIN_KIND = "track-model", "track-train"
 
 
 @dataclass(frozen=True)
@@ -161,41 +171,60 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
         graphs, parallel)
     report = TrainReport(pos_weight)
     first = 0
+    saving = checkpoint is not None and (parallel is None or parallel.group.me == 0)
+    stamp = _train_fingerprint(model, graphs, parallel) if checkpoint is not None else {}
+    if saving:
+        prepare_checkpoint(checkpoint)
     if resume:
         if checkpoint is None:
             raise InvalidValueError("resume needs the checkpoint to resume from")
-        first = _restore(Path(checkpoint), model, optim, report, cfg.lr)
+        first = _restore(Path(checkpoint), model, optim, report, cfg.lr, stamp)
     for epoch in range(first, cfg.epochs):
         stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device, parallel)
         report.epochs.append(stats)
         log.info("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
                  stats.loss, stats.steps, stats.events_used, stats.events_skipped, stats.seconds)
-        if checkpoint is not None and (parallel is None or parallel.group.me == 0):
+        if saving:
             save_checkpoint(checkpoint, {**_model_state(model, report), "epoch": epoch,
-                                         "optimizer": optim.state_dict(), "rng": rng_state()})
+                                         "optimizer": optim.state_dict(), "rng": rng_state()},
+                            stamp)
     return model, report
 
 
+def _train_fingerprint(model: InteractionNetwork, graphs: list[HitGraph],
+                       parallel: DataParallel | None) -> dict[str, str | int]:
+    """What a training checkpoint must match to resume: the model's sizes and dtype, the
+    training graphs (names and sizes, hashed) and the number of ranks."""
+    world = 1 if parallel is None else parallel.group.size
+    events = [[g.name, g.num_nodes, g.num_edges] for g in graphs]
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return {"kind": TRAIN_KIND, **asdict(model.cfg), "dtype": dtype,
+            "graphs": content_hash(events)[:16], "world_size": world}
+
+
 def _restore(path: Path, model: InteractionNetwork, optim: torch.optim.Optimizer,
-             report: TrainReport, lr: float) -> int:
+             report: TrainReport, lr: float, stamp: dict[str, str | int]) -> int:
     """Load a training checkpoint into ``model``, ``optim`` and ``report``; the next epoch.
 
     The learning rate is this run's, so a run can resume with a lower one."""
-    state = load_checkpoint(path)
-    if "optimizer" not in state:
+    ckpt = read_checkpoint(path)
+    if ckpt.fingerprint.get("kind") == MODEL_KIND:
         raise DataFormatError(f"{path} is a finished model, not a training checkpoint "
                               "(fine-tune it with init instead)")
-    if state["config"] != asdict(model.cfg):
-        raise InvalidValueError(f"{path} holds a model of sizes {state['config']}, this run "
-                                f"builds {asdict(model.cfg)}")
-    model.load_state_dict(state["state_dict"])
-    optim.load_state_dict(state["optimizer"])
+    state = ckpt.require(stamp)
+    try:
+        model.load_state_dict(state["state_dict"])
+        optim.load_state_dict(state["optimizer"])
+        report.pos_weight = state["report"]["pos_weight"]
+        report.epochs = [EpochReport(**e) for e in state["report"]["epochs"]]
+        set_rng_state(state["rng"])
+        first = int(state["epoch"]) + 1
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise DataFormatError(f"checkpoint {path} holds no usable training state ({err})"
+                              ) from err
     for group in optim.param_groups:  # the saved moments, this run's learning rate
         group["lr"] = lr
-    report.pos_weight = state["report"]["pos_weight"]
-    report.epochs = [EpochReport(**e) for e in state["report"]["epochs"]]
-    set_rng_state(state["rng"])
-    return int(state["epoch"]) + 1
+    return first
 
 
 @dataclass
@@ -269,6 +298,9 @@ def _report(t: _Tally, updates: int, epoch: int, seconds: float,
         sums = parallel.sum([t.loss, t.steps, t.used, t.skipped, t.covered, t.total_edges])
         t = _Tally(sums[0], *(round(v) for v in sums[1:]))
         max_nodes = parallel.max(max_nodes)
+    if not math.isfinite(t.loss):  # summed over ranks: every rank stops at the same epoch
+        raise NonFiniteError(f"epoch {epoch}: the training loss is {t.loss}; training "
+                             "stopped before saving (try a lower --lr)")
     return EpochReport(
         epoch=epoch, loss=t.loss / t.steps if t.steps else float("nan"), steps=updates,
         events_used=t.used, events_skipped=t.skipped, max_step_nodes=max_nodes,
@@ -362,7 +394,7 @@ def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
         raise InvalidValueError(f"{nprocs} ranks for {len(paths)} graphs: every rank needs "
                                 "at least one event")
     results = spawn(train_rank, nprocs, (paths, cfg, init, checkpoint, backend, timeout_s),
-                    wall_timeout_s=wall_timeout_s)
+                    wall_timeout_s=wall_timeout_s, heartbeat_timeout_s=timeout_s)
     return results[0].model(), results[0].report, results
 
 
@@ -419,7 +451,7 @@ def predict_sampled(model: InteractionNetwork, graph: HitGraph, max_nodes: int,
 
 def save_model(path: str | Path, model: InteractionNetwork, report: TrainReport) -> None:
     """Weights, sizes and the training report in one atomic checkpoint file."""
-    save_checkpoint(path, _model_state(model, report))
+    save_checkpoint(path, _model_state(model, report), {"kind": MODEL_KIND, **asdict(model.cfg)})
 
 
 def _model_state(model: InteractionNetwork, report: TrainReport) -> dict:
@@ -428,8 +460,16 @@ def _model_state(model: InteractionNetwork, report: TrainReport) -> dict:
 
 
 def load_model(path: str | Path, device: torch.device | str = "cpu") -> InteractionNetwork:
-    state = load_checkpoint(path)
-    return _model_from(state["config"], state["state_dict"]).to(device)
+    """A model written by :func:`save_model`, or the model of a training checkpoint."""
+    ckpt = read_checkpoint(path)
+    kind = ckpt.fingerprint.get("kind")
+    if kind not in (MODEL_KIND, TRAIN_KIND):
+        raise DataFormatError(f"{path} is a {kind or 'untyped'} file, not an Interaction "
+                              "Network model (write one with 'track train')")
+    try:
+        return _model_from(ckpt.state["config"], ckpt.state["state_dict"]).to(device)
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise DataFormatError(f"{path} holds no usable model ({err})") from err
 
 
 def _model_from(config: dict, state_dict: dict[str, torch.Tensor]) -> InteractionNetwork:

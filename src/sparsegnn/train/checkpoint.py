@@ -1,14 +1,31 @@
-"""Atomic checkpoints that make a resumed run bit-identical to an uninterrupted one.
+"""Checkpoints that resume bit-identically and that cannot run code or resume the wrong run.
 
 A checkpoint holds the model, the optimiser, the epoch, the early-stopping state and
-every RNG stream the loop draws from (torch CPU and CUDA, numpy, Python). It is written
-to a temporary file in the same directory and moved into place with ``os.replace``, so
-a crash mid-write leaves the previous checkpoint intact, never a truncated one.
+every RNG stream the loop draws from (torch CPU and CUDA, numpy, Python), all as
+tensors and plain Python data, so it loads with ``torch.load(weights_only=True)``: a
+crafted file cannot run code when it is resumed. Around that state the file carries
+
+* a format name and version, so a file of another kind or an older layout is named as such;
+* a fingerprint of what must match to continue (model kind and sizes, dtype, a hash of the
+  graph, world size and algorithm), so resuming another run is one clear line naming the
+  field and both values, not a shape error deep in ``load_state_dict`` or, worse, a run
+  that silently trains a float64 checkpoint as float32;
+* a sha256 of the state's content, so flipped bytes are refused before anything resumes.
+
+It is written to a temporary file in the same directory and moved into place with
+``os.replace``, so a crash mid-write leaves the previous checkpoint intact; the temporary
+file of a run killed while saving is removed by :func:`prepare_checkpoint` next time.
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import os
 import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +33,24 @@ import numpy as np
 import torch
 
 from sparsegnn.data.io import atomic_write
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
+
+FORMAT = "sparsegnn-checkpoint"
+FORMAT_VERSION = 1
+
+Fingerprint = Mapping[str, str | int | float | bool | None]
 
 
 def rng_state() -> dict[str, Any]:
-    """Every RNG stream training may draw from."""
+    """Every RNG stream training may draw from, as tensors and numbers (no numpy objects)."""
+    _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "python": {"version": int(version), "internal": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss_next},
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -32,9 +58,14 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    np_state = state["numpy"]
+    np.random.set_state(("MT19937", np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["cached_gaussian"]))
+    py_state = state["python"]
+    random.setstate((py_state["version"], tuple(py_state["internal"].tolist()),
+                     py_state["gauss_next"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -46,18 +77,140 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (temp file + fsync + rename)."""
-    atomic_write(path, lambda fh: torch.save(state, fh))
+def content_hash(obj: Any) -> str:
+    """sha256 of nested dicts, lists and tuples of tensors and plain values.
+
+    Tensors contribute their dtype, shape and bytes; other leaves their ``repr`` (exact for
+    ints, floats and strings). Containers keep their order, which pickling preserves.
+    """
+    digest = hashlib.sha256()
+    _feed(digest, obj)
+    return digest.hexdigest()
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, with a clear error if unusable."""
+def _feed(digest: Any, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu().contiguous()
+        digest.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy())
+    elif isinstance(obj, Mapping):
+        digest.update(b"{")
+        for key, value in obj.items():
+            _feed(digest, key)
+            _feed(digest, value)
+        digest.update(b"}")
+    elif isinstance(obj, list | tuple):
+        digest.update(b"[")
+        for value in obj:
+            _feed(digest, value)
+        digest.update(b"]")
+    else:
+        digest.update(f"{type(obj).__name__}:{obj!r};".encode())
+
+
+def graph_hash(num_nodes: int, edge_index: torch.Tensor, feature_shape: tuple[int, ...]) -> str:
+    """A short hash of a graph's structure and feature shape, for checkpoint fingerprints.
+
+    One pass over the edge list: cheap next to a single epoch, and it tells Cora from
+    CiteSeer or from a regenerated random graph, which sizes alone may not.
+    """
+    return content_hash([int(num_nodes), edge_index.to(torch.int64), list(feature_shape)])[:16]
+
+
+def prepare_checkpoint(path: str | Path) -> Path:
+    """Check that ``path`` can hold a checkpoint and remove temp files of killed saves.
+
+    Called when a run starts, before any training: a directory or an unwritable place is
+    one clear line now rather than a failure after the first epochs; ``.{name}.*.tmp``
+    siblings are what :func:`~sparsegnn.data.io.atomic_write` leaves when a process is
+    killed mid-save, and nothing else writes that pattern.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidValueError(f"checkpoint {path} is a directory; name a file inside it")
+    parent = path.absolute().parent
+    if parent.exists() and not parent.is_dir():
+        raise InvalidValueError(f"checkpoint {path}: {parent} is not a directory")
+    if parent.is_dir():
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InvalidValueError(f"checkpoint {path}: cannot write in {parent}")
+        for stale in parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            stale.unlink(missing_ok=True)
+    return path
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any],
+                    fingerprint: Fingerprint | None = None) -> None:
+    """Write ``state`` with its format, fingerprint and checksum to ``path`` atomically."""
+    payload = {"format": FORMAT, "version": FORMAT_VERSION,
+               "fingerprint": dict(fingerprint or {}), "checksum": content_hash(state),
+               "state": state}
+    atomic_write(path, lambda fh: torch.save(payload, fh))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint file as read: its fingerprint and its (checksum-verified) state."""
+
+    path: Path
+    fingerprint: dict[str, Any]
+    state: dict[str, Any]
+
+    def require(self, expected: Fingerprint) -> dict[str, Any]:
+        """The state, if every field of ``expected`` matches; else one line naming them."""
+        wrong = [f"{key} {self.fingerprint.get(key, 'unset')} in the file, {value} in this run"
+                 for key, value in expected.items() if self.fingerprint.get(key) != value]
+        if wrong:
+            raise InvalidValueError(
+                f"checkpoint {self.path} does not match this run: {'; '.join(wrong)} "
+                "(resume with the settings it was written with, or start without --resume)"
+            )
+        return self.state
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint`, refusing anything else.
+
+    Only tensors and plain data are unpickled (``weights_only=True``); a file that needs
+    any other object is refused without running it.
+    """
     path = Path(path)
     if not path.is_file():
         raise DataFormatError(f"checkpoint {path} does not exist")
     try:
-        # The RNG states include numpy's tuple; everything else is tensors and builtins.
-        return torch.load(path, map_location="cpu", weights_only=False)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several unrelated types for corrupt files
-        raise DataFormatError(f"checkpoint {path} is corrupt or truncated: {err}") from err
+        raise DataFormatError(f"checkpoint {path}: {_load_failure(err)}") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise DataFormatError(f"{path} is not a sparsegnn checkpoint (no '{FORMAT}' header)")
+    if payload.get("version") != FORMAT_VERSION:
+        raise DataFormatError(
+            f"checkpoint {path} has format version {payload.get('version')}; this sparsegnn "
+            f"reads version {FORMAT_VERSION} (start without --resume)"
+        )
+    state, fingerprint = payload.get("state"), payload.get("fingerprint")
+    if not isinstance(state, dict) or not isinstance(fingerprint, dict):
+        raise DataFormatError(f"checkpoint {path} is corrupt (no state or fingerprint)")
+    found = content_hash(state)
+    if found != payload.get("checksum"):
+        raise DataFormatError(
+            f"checkpoint {path} is corrupt: its content hashes to {found[:16]}, the file "
+            f"recorded {str(payload.get('checksum'))[:16]}; it was not resumed"
+        )
+    return Checkpoint(path, fingerprint, state)
+
+
+def _load_failure(err: Exception) -> str:
+    """torch's many-line reasons, cut to what a user needs to know."""
+    unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+    if unsafe or "Weights only load failed" in str(err):
+        what = unsafe.group(1) if unsafe else "objects other than tensors and plain data"
+        return (f"refused: it needs {what}, which could run code when loaded; only "
+                "checkpoints written by sparsegnn load")
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"corrupt or truncated ({first})"
+
+
+def load_checkpoint(path: str | Path, expected: Fingerprint | None = None) -> dict[str, Any]:
+    """The state of a checkpoint whose fingerprint matches ``expected`` (every field given)."""
+    return read_checkpoint(path).require(expected or {})

@@ -52,12 +52,16 @@ from sparsegnn.distributed.shard import (
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
 from sparsegnn.partition import PARTITIONERS, Adjacency, partition
 from sparsegnn.sparse import CSRMatrix
+from sparsegnn.train.checkpoint import content_hash
 from sparsegnn.train.fullgraph import (
     EpochStats,
     TrainConfig,
     TrainResult,
     build_model,
+    check_trainable,
+    fingerprint,
     fit,
+    graph_fingerprint,
     operator_for,
     row_normalize,
 )
@@ -179,8 +183,7 @@ def load_shard(
         check_manifest(source, shape, cfg.model)
         return read_shard(source, rank)
     graph = source
-    if graph.x is None or graph.y is None or graph.train_mask is None:
-        raise ValueError(f"graph {graph.name!r} needs features, labels and split masks")
+    check_trainable(graph)
     part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, cfg.seed)
     adj = operator_for(cfg.model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
     rows = {"x": graph.x, "y": graph.y}
@@ -200,8 +203,7 @@ def write_partitioned(
     partitioner, its vector in ``OUT/parts.npy`` so other grids can reuse it.
     """
     shape = grid_shape(algo, nprocs, replication)
-    if graph.x is None or graph.y is None or graph.train_mask is None:
-        raise ValueError(f"graph {graph.name!r} needs features, labels and split masks")
+    check_trainable(graph)
     part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, seed)
     adj = operator_for(model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
     rows = {"x": row_normalize(graph.x) if normalize_features else graph.x, "y": graph.y}
@@ -285,7 +287,8 @@ def train_rank(
         checkpoint=_rank_checkpoint(cfg, shape, grid.rank),
     )
     meter = _EpochMeter(comm)
-    result = fit(model, task, rank_cfg, is_main=True, on_epoch=meter.on_epoch)
+    stamp = _rank_fingerprint(source, shard, rank_cfg, shape, grid.rank)
+    result = fit(model, task, rank_cfg, is_main=True, on_epoch=meter.on_epoch, stamp=stamp)
     calls = spmm_schedule(cfg, shard.num_features, shard.num_classes)
     predicted = predict(
         shape, shard.part, grid.rank, [] if sparse else calls,
@@ -296,6 +299,22 @@ def train_rank(
         predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))
     report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted)
     return model, result, report
+
+
+def _rank_fingerprint(source: Any, shard: Shard, cfg: TrainConfig, shape: GridShape,
+                      rank: int) -> dict[str, str | int]:
+    """What this rank's checkpoint must match: the whole graph's hash when it is in memory,
+    else the hash of this rank's own tiles and features (all a rank reads of a partitioned
+    directory); plus the grid, so a checkpoint of another grid or rank is refused."""
+    if cfg.checkpoint is None:
+        return fingerprint(cfg)
+    grid = f"{shape.algo} {shape.rows}x{shape.cols}x{shape.layers}"
+    if not isinstance(source, str | Path):
+        return {**graph_fingerprint(source, cfg, shape.size, grid), "rank": rank}
+    tiles = [[t.crow, t.col] for t in shard.blocks.forward.values()]
+    local = content_hash([shard.part.num_nodes, list(shard.x.shape), tiles])[:16]
+    return fingerprint(cfg, graph=local, classes=shard.num_classes, world_size=shape.size,
+                       algo=grid, rank=rank)
 
 
 def _planned_spmm_bytes(

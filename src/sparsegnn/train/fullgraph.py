@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -22,10 +23,14 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
+from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
 from sparsegnn.nn import GCN, GraphSAGE, Operator
 from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
 from sparsegnn.train.checkpoint import (
+    Fingerprint,
+    graph_hash,
     load_checkpoint,
+    prepare_checkpoint,
     rng_state,
     save_checkpoint,
     seed_everything,
@@ -136,7 +141,7 @@ def build_model(cfg: TrainConfig, in_channels: int, out_channels: int) -> nn.Mod
         return GCN(in_channels, cfg.hidden, out_channels, cfg.num_layers, cfg.dropout)
     if cfg.model == "sage":
         return GraphSAGE(in_channels, cfg.hidden, out_channels, cfg.num_layers, cfg.dropout)
-    raise ValueError(f"unknown model {cfg.model!r}; choose 'gcn' or 'sage'")
+    raise InvalidValueError(f"unknown model {cfg.model!r}; choose 'gcn' or 'sage'")
 
 
 @dataclass
@@ -150,6 +155,26 @@ class _State:
     bad_epochs: int = 0
     history: list[EpochStats] = field(default_factory=list)
 
+    def plain(self) -> dict[str, Any]:
+        """Numbers, tensors and lists only: what ``torch.load(weights_only=True)`` reads."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**plain, "history": [asdict(h) for h in self.history]}
+
+    @classmethod
+    def from_plain(cls, d: dict[str, Any]) -> _State:
+        return cls(**{**d, "history": [EpochStats(**h) for h in d["history"]]})
+
+
+def fingerprint(cfg: TrainConfig, **data: str | int) -> dict[str, str | int]:
+    """What a checkpoint of a run with ``cfg`` on ``data`` must match to be resumed.
+
+    ``data`` names the graph (its hash and sizes) and how the run is distributed; the
+    model's kind, sizes and dtype come from ``cfg``. Epochs, learning rate and seed may
+    change on resume, so they are not part of it.
+    """
+    return {"kind": "fullgraph", "model": cfg.model, "hidden": cfg.hidden,
+            "layers": cfg.num_layers, "dtype": cfg.dtype, **data}
+
 
 def fit(
     model: nn.Module,
@@ -158,12 +183,22 @@ def fit(
     *,
     is_main: bool = True,
     on_epoch: Callable[[EpochStats], None] | None = None,
+    stamp: Fingerprint | None = None,
 ) -> TrainResult:
-    """Train ``model`` on ``task``; only the main rank writes checkpoints and progress."""
+    """Train ``model`` on ``task``; only the main rank writes checkpoints and progress.
+
+    ``stamp`` is the checkpoint fingerprint (default: :func:`fingerprint` of ``cfg``
+    alone); a checkpoint resumes only if its own matches it field for field. A
+    non-finite loss stops the run before anything is saved, so the last checkpoint
+    stays the last good state.
+    """
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    stamp = fingerprint(cfg) if stamp is None else stamp
     state = _State()
+    if cfg.checkpoint is not None and is_main:
+        prepare_checkpoint(cfg.checkpoint)
     if cfg.resume and cfg.checkpoint is not None and Path(cfg.checkpoint).exists():
-        state = _restore(cfg.checkpoint, model, optimizer)
+        state = _restore(cfg.checkpoint, model, optimizer, stamp)
         log.info("resumed from %s at epoch %d", cfg.checkpoint, state.epoch)
     else:
         seed_everything(cfg.seed)
@@ -178,6 +213,7 @@ def fit(
     stopped = False
     while state.epoch < cfg.epochs:
         stats = _epoch(model, task, optimizer, state.epoch)
+        _check_loss(stats, cfg.checkpoint)
         state.history.append(stats)
         state.epoch += 1
         if stats.val_accuracy > state.best_val:
@@ -190,14 +226,24 @@ def fit(
         if on_epoch is not None:
             on_epoch(stats)
         if cfg.checkpoint is not None and is_main and state.epoch % cfg.checkpoint_every == 0:
-            _save(cfg.checkpoint, model, optimizer, state)
+            _save(cfg.checkpoint, model, optimizer, state, stamp)
         if state.bad_epochs >= cfg.patience:
             stopped = True
             break
     bar.close()
     if cfg.checkpoint is not None and is_main:
-        _save(cfg.checkpoint, model, optimizer, state)
+        _save(cfg.checkpoint, model, optimizer, state, stamp)
     return _finish(model, task, state, stopped)
+
+
+def _check_loss(stats: EpochStats, checkpoint: Path | None) -> None:
+    """Stop at the first NaN or infinite loss: every later epoch would train on it."""
+    if not math.isfinite(stats.loss):
+        kept = f"; checkpoint {checkpoint} keeps the last good state" if checkpoint else ""
+        raise NonFiniteError(
+            f"epoch {stats.epoch}: the training loss is {stats.loss}; training stopped{kept} "
+            "(try a lower --lr)"
+        )
 
 
 def _epoch(
@@ -240,30 +286,68 @@ def _finish(model: nn.Module, task: Task, state: _State, stopped: bool) -> Train
     )
 
 
-def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: _State) -> None:
+def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: _State,
+          stamp: Fingerprint) -> None:
     save_checkpoint(
         path,
         {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
-            "loop": state,
+            "loop": state.plain(),
             "rng": rng_state(),
         },
+        stamp,
     )
 
 
-def _restore(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> _State:
-    ckpt = load_checkpoint(path)
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    set_rng_state(ckpt["rng"])
-    return ckpt["loop"]
+def _restore(
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, stamp: Fingerprint
+) -> _State:
+    ckpt = load_checkpoint(path, stamp)
+    try:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        set_rng_state(ckpt["rng"])
+        return _State.from_plain(ckpt["loop"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a well-formed file of
+        # matching fingerprint whose content is not a training state (hand-made)
+        raise DataFormatError(f"checkpoint {path} holds no usable training state ({err})"
+                              ) from err
+
+
+def check_trainable(graph: Any) -> None:
+    """Refuse a graph the loop would train on NaN, with one line naming the graph.
+
+    Features, labels and a train/val/test split must exist; labels must be class ids
+    >= 0; features must be finite; no split may be empty (an empty train split is a NaN
+    loss, an empty validation split a NaN accuracy that early stopping cannot compare).
+    """
+    name = f"graph {graph.name!r}"
+    missing = [what for what, v in (("features", graph.x), ("labels", graph.y),
+                                    ("train_mask", graph.train_mask),
+                                    ("val_mask", graph.val_mask),
+                                    ("test_mask", graph.test_mask)) if v is None]
+    if missing:
+        raise InvalidValueError(f"{name} has no {', '.join(missing)}; training needs "
+                                "features, labels and train/val/test masks")
+    if graph.y.numel() and int(graph.y.min()) < 0:
+        row = int((graph.y < 0).nonzero()[0, 0])
+        raise InvalidValueError(f"{name}: label of node {row} is {int(graph.y[row])}; labels "
+                                "must be class ids >= 0 (mask out unlabelled nodes instead)")
+    if graph.x.is_floating_point():
+        bad = ~torch.isfinite(graph.x).all(dim=1)
+        if bool(bad.any()):
+            raise NonFiniteError(f"{name}: feature row {int(bad.nonzero()[0, 0])} holds a NaN "
+                                 "or infinity; features must be finite")
+    for split in ("train", "val", "test"):
+        if not bool(getattr(graph, f"{split}_mask").any()):
+            raise InvalidValueError(f"{name}: the {split} split is empty ({split}_mask is all "
+                                    "false); training needs nodes in every split")
 
 
 def local_task(graph: Any, model: str, device: torch.device, dtype: torch.dtype) -> LocalTask:
     """The single-process task of a :class:`~sparsegnn.data.GraphData` with labels and masks."""
-    if graph.x is None or graph.y is None or graph.train_mask is None:
-        raise ValueError(f"graph {graph.name!r} needs features, labels and split masks to train on")
+    check_trainable(graph)
     adj = CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes)
     op = operator_for(model, adj).to(device=device, dtype=dtype)
     masks = {
@@ -283,7 +367,18 @@ def train_single(
     model = build_model(cfg, graph.num_features, graph.num_classes).to(
         device=device, dtype=cfg.torch_dtype
     )
-    return model, fit(model, task, cfg)
+    return model, fit(model, task, cfg, stamp=graph_fingerprint(graph, cfg))
+
+
+def graph_fingerprint(graph: Any, cfg: TrainConfig, world_size: int = 1,
+                      algo: str = "single") -> dict[str, str | int]:
+    """:func:`fingerprint` of a run on a whole in-memory graph (hashed only when saving)."""
+    if cfg.checkpoint is None:
+        return fingerprint(cfg)
+    return fingerprint(
+        cfg, graph=graph_hash(graph.num_nodes, graph.edge_index, tuple(graph.x.shape)),
+        classes=graph.num_classes, world_size=world_size, algo=algo,
+    )
 
 
 def row_normalize(x: torch.Tensor) -> torch.Tensor:

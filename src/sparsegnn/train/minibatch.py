@@ -12,6 +12,7 @@ all-reduce there and a no-op on one process.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,14 +23,14 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm.auto import tqdm
 
-from sparsegnn.errors import InvalidValueError
+from sparsegnn.errors import InvalidValueError, NonFiniteError
 from sparsegnn.nn import GraphSAGE
 from sparsegnn.sampling import LadiesSampler, NodeWiseSampler, ShadowSampler
 from sparsegnn.sampling.loader import MinibatchLoader
 from sparsegnn.sampling.samplers import Sampler
 from sparsegnn.sparse import CSRMatrix, row_norm
 from sparsegnn.train.checkpoint import seed_everything
-from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.fullgraph import TrainConfig, check_trainable
 from sparsegnn.train.memory import peak_memory_bytes
 
 SamplerKind = Literal["sage", "ladies", "shadow"]
@@ -104,10 +105,7 @@ class MinibatchData:
 
     @classmethod
     def from_graph(cls, graph: Any, dtype: torch.dtype = torch.float32) -> MinibatchData:
-        if graph.x is None or graph.y is None or graph.train_mask is None:
-            raise ValueError(
-                f"graph {graph.name!r} needs features, labels and split masks to train on"
-            )
+        check_trainable(graph)
         adj = CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes).to(dtype=dtype)
         masks = {"train": graph.train_mask, "val": graph.val_mask, "test": graph.test_mask}
         return cls(adj, graph.x.to(dtype), graph.y, masks)
@@ -237,6 +235,9 @@ def _train_epoch(
         optimizer.step()
         total_loss += float(loss.detach()) * item.global_seeds
         seeds += b
+    if not math.isfinite(total_loss):
+        raise NonFiniteError(f"epoch {epoch}: the training loss is {total_loss}; training "
+                             "stopped (try a lower --lr)")
     return MinibatchEpoch(
         epoch, total_loss / max(seeds, 1), 0.0, time.perf_counter() - start, seeds
     )

@@ -74,4 +74,5 @@ def train_replicated(
         nprocs,
         (data, cfg, mb, backend, timeout_s),
         wall_timeout_s=wall_timeout_s,
+        heartbeat_timeout_s=timeout_s,
     )
