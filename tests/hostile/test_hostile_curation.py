@@ -29,6 +29,7 @@ from sparsegnn.curation.distil import ANNOTATOR_FORMAT, Annotator, distil
 from sparsegnn.curation.ingest import IngestConfig, ingest
 from sparsegnn.curation.student import StudentConfig
 from sparsegnn.curation.synthetic import SyntheticConfig, write_corpus
+from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint
 
 pytest.importorskip("duckdb")
 pytest.importorskip("pyarrow")
@@ -228,8 +229,9 @@ def test_bad_input_after_good_batches_changes_nothing(tmp_path: Path, bad: list[
 
 # ------------------------------------------------------------------ annotator files
 def test_annotator_of_another_format_version_is_named(built: Path, tmp_path: Path):
-    state = torch.load(built / "model.pt", weights_only=True)
-    torch.save({**state, "format_version": 99}, tmp_path / "future.pt")
+    saved = read_checkpoint(built / "model.pt")
+    save_checkpoint(tmp_path / "future.pt", saved.state, {**saved.fingerprint,
+                                                          "annotator_format": 99})
     (tmp_path / "junk.pt").write_bytes(os.urandom(300))
     before = snapshot(built)
     for model, named in (("future.pt", f"version 99, but this sparsegnn reads version "

@@ -30,17 +30,18 @@ from sparsegnn.curation.store import DOCUMENTS_FILE, GRAPH_FILE, check_store
 from sparsegnn.curation.student import DocumentGraph, GraphStudent, StudentConfig
 from sparsegnn.data.edges import undirected_edge_index
 from sparsegnn.data.embed import SentenceEmbedder
-from sparsegnn.data.io import atomic_write
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
 from sparsegnn.sampling import ShadowSampler, batch_generator, epoch_permutation
 from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
 from sparsegnn.train import EpochStats, TrainConfig, fit
+from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint
 
 Split = Literal["train", "val", "test"]
 Featurizer = HashedTfidf | SentenceEmbedder
-# Layout of a saved annotator; files from before the field was written have this layout.
-ANNOTATOR_FORMAT = 1
+# Layout of a saved annotator's state (2: inside a checksummed sparsegnn checkpoint).
+ANNOTATOR_FORMAT = 2
+_KIND = "annotator"
 
 
 @dataclass
@@ -55,9 +56,9 @@ class Annotator:
     known: LabelSet | None = None  # teacher labels, read by students with label_inputs
 
     def save(self, path: str | Path) -> None:
-        """Write the annotator via a temporary file, so a crash never leaves half a file."""
+        """Write the annotator as a checkpoint (format header, fingerprint, checksum) via a
+        temporary file, so a crash never leaves half a file."""
         state = {
-            "format_version": ANNOTATOR_FORMAT,
             "config": self.config.to_dict(),
             "schema": self.schema.to_dict(),
             "classes": self.classes,
@@ -66,7 +67,7 @@ class Annotator:
             "state": self.model.state_dict(),
             "known": None if self.known is None else _known_to_dict(self.known),
         }
-        atomic_write(path, lambda f: torch.save(state, f))
+        save_checkpoint(path, state, {"kind": _KIND, "annotator_format": ANNOTATOR_FORMAT})
 
     @classmethod
     def load(cls, path: str | Path) -> Annotator:
@@ -76,16 +77,17 @@ class Annotator:
         if not path.is_file():
             raise DataFormatError(f"{path}: no such annotator file; train one with "
                                   "`sparsegnn curate distil`")
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises a zoo of types for foreign or broken files
-            raise DataFormatError(f"{path}: not an annotator saved by `curate distil` "
-                                  f"({type(err).__name__}: {_first_line(err)})") from None
-        version = ckpt.get("format_version", ANNOTATOR_FORMAT) if isinstance(ckpt, dict) else None
+        saved = read_checkpoint(path)
+        kind = saved.fingerprint.get("kind")
+        if kind != _KIND:
+            raise DataFormatError(f"{path}: not an annotator saved by `curate distil` (a "
+                                  f"{kind or 'sparsegnn'} checkpoint)")
+        version = saved.fingerprint.get("annotator_format")
         if version != ANNOTATOR_FORMAT:
             raise DataFormatError(f"{path}: annotator format version {version}, but this "
                                   f"sparsegnn reads version {ANNOTATOR_FORMAT}; re-run "
                                   "`sparsegnn curate distil`")
+        ckpt = saved.state
         try:
             return cls._from_checkpoint(ckpt)
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
