@@ -33,18 +33,19 @@ from sparsegnn.distributed import (
     local_blocks,
     predict,
     spawn,
+    spmm_schedule,
     tile_nnz,
 )
 from sparsegnn.distributed.partition import split_range, stage_blocks
 from sparsegnn.distributed.shard import read_shard
+from sparsegnn.nn import operator_for
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.distributed import (
     DistributedConfig,
-    spmm_schedule,
     train_rank,
     write_partitioned,
 )
-from sparsegnn.train.fullgraph import TrainConfig, operator_for, train_single
+from sparsegnn.train.fullgraph import TrainConfig, train_single
 
 GRAPH_SPEC = "sbm:nodes=150,blocks=3,degree=6"
 RTOL = 1e-6

@@ -16,7 +16,6 @@ import scipy.sparse as sp
 import torch
 
 from sparsegnn.cli.main import main
-from sparsegnn.cli.plan_cmd import PlanGraph, adjacency
 from sparsegnn.data import load_any
 from sparsegnn.distributed import (
     BlockPartition,
@@ -28,10 +27,11 @@ from sparsegnn.distributed import (
     tile_nnz,
 )
 from sparsegnn.distributed.plan import Pattern, phase_pairs, relabelled
+from sparsegnn.distributed.planner import PlanGraph, adjacency
+from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, pair_rows
 from sparsegnn.partition.volume import column_pairs
 from sparsegnn.sparse import CSRMatrix
-from sparsegnn.train.fullgraph import operator_for
 
 SPEC = "sbm:nodes=200,blocks=4,degree=6"
 CALLS = [SpmmCall(5, "forward_spmm"), SpmmCall(3, "forward_spmm"), SpmmCall(3, "backward_spmm")]

@@ -1,44 +1,16 @@
 """``sparsegnn plan``: exact per-rank communication volume of a distributed epoch, no ranks.
 
-The graph is partitioned into the grid's vertex blocks, relabelled, and the volume of
-every SpMM of one training epoch (the same schedule ``sparsegnn train`` runs) is computed
-per rank by :func:`sparsegnn.distributed.epoch_volume`: rows and bytes sent and received,
-for sparsity-aware (``--comm sparse``, 1d/1.5d) or oblivious (``--comm dense``)
-communication. The numbers equal what a real run's counters measure; ``--plot`` draws
-the per-rank volumes and the block-to-block heat map.
-
-Only the operator's nonzero pattern is kept once the graph is loaded (:class:`PlanGraph`):
-at 1e8 edges the edge list, the partitioners' adjacency and a float operator were a GiB
-or more each, while the pattern is one int32 per nonzero and serves as the adjacency of
-an undirected graph too.
+Parses the options, calls :mod:`sparsegnn.distributed.planner` and prints its result;
+``--plot`` draws the per-rank volumes and the block-to-block heat map.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
-import torch
-
 from sparsegnn.cli.common import add_json_flag, emit, int_range, output_file
-from sparsegnn.data import load_any
-from sparsegnn.data.graph import GraphData
-from sparsegnn.distributed import BlockPartition, GridShape, epoch_volume, grid_shape
-from sparsegnn.distributed.plan import (
-    Pattern,
-    RankVolume,
-    phase_pairs,
-    row_volume,
-    rowwise_volume,
-)
-from sparsegnn.partition import PARTITIONERS, Adjacency, partition
-from sparsegnn.sparse import CSRMatrix
-from sparsegnn.train.distributed import spmm_schedule
-from sparsegnn.train.fullgraph import TrainConfig, operator_for
+from sparsegnn.names import ALGORITHMS, PARTITIONERS
 
 # The most ranks a plan is made for: its block-to-block tables grow with the square.
 _MAX_RANKS = 4096
@@ -55,7 +27,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int_range(0), default=0, help="generator and partitioner seed")
     p.add_argument("--parts", type=int_range(1, _MAX_RANKS), required=True,
                    help="number of ranks P")
-    p.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), default="1d")
+    p.add_argument("--algo", choices=ALGORITHMS, default="1d")
     p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
                    help="c for 1.5d")
     p.add_argument("--partitioner", choices=PARTITIONERS, default="block")
@@ -70,188 +42,25 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-@dataclass
-class PlanGraph:
-    """What the planner keeps of a graph: its sizes and the operator's nonzero pattern.
-
-    The edge list and the operator's values are not kept. 2D/3D, whose volumes count the
-    nonzeros of the operator's tiles (GCN's self loops included), get the operator from
-    :meth:`operator`.
-    """
-
-    num_nodes: int
-    num_edges: int
-    num_features: int
-    num_classes: int
-    model: str
-    pattern: Pattern
-    built: CSRMatrix | None = field(default=None, repr=False)  # operator(), once made
-
-    @classmethod
-    def of(cls, graph: GraphData, model: str = "gcn",
-           operator: CSRMatrix | None = None) -> PlanGraph:
-        """The pattern of ``operator``, or of ``graph``'s adjacency when not given."""
-        if operator is None:
-            pattern = Pattern.from_edge_index(graph.edge_index, graph.num_nodes)
-        else:
-            pattern = Pattern.of(operator)
-        return cls(graph.num_nodes, graph.num_edges, graph.num_features, graph.num_classes,
-                   model, pattern, operator)
-
-    def operator(self) -> CSRMatrix:
-        """The model's operator, built from the pattern on first use. Its values are those
-        of an unweighted graph without repeated edges; the volumes never read them."""
-        if self.built is None:
-            by_row = self.pattern.transposed()
-            adj = CSRMatrix.from_csr(
-                torch.from_numpy(by_row.indptr), torch.from_numpy(by_row.rows), None,
-                (self.num_nodes, self.num_nodes), check=False, symmetric=by_row.symmetric,
-            )
-            self.built = operator_for(self.model, adj)
-        return self.built
-
-
-def adjacency(pattern: Pattern) -> Adjacency:
-    """The partitioners' symmetric, loop-free adjacency. An undirected graph's pattern is
-    already that (the usual case), and its arrays are used as they are."""
-    m = pattern.matrix()
-    if not pattern.symmetric:
-        m = (m + m.T).tocsr()
-    if m.diagonal().any():
-        coo = m.tocoo()
-        off = coo.row != coo.col
-        m = sp.csr_matrix((coo.data[off], (coo.row[off], coo.col[off])), shape=m.shape)
-    return Adjacency(m.indptr, m.indices)
-
-
-@dataclass
-class Layout:
-    """A graph cut into a grid's vertex blocks."""
-
-    graph: PlanGraph
-    shape: GridShape
-    part: BlockPartition
-    partition_seconds: float
-    pairs: dict[str, np.ndarray] = field(default_factory=dict)  # phase_pairs, on demand
-
-    def phase_pairs(self) -> dict[str, np.ndarray]:
-        """Block-to-block rows of both SpMM directions, computed once per layout."""
-        if not self.pairs:
-            self.pairs.update(phase_pairs(self.graph.pattern, self.part))
-        return self.pairs
-
-
-def layout(
-    graph: GraphData, shape: GridShape, partitioner: str, model: str = "gcn", seed: int = 0,
-    *, adj: Adjacency | None = None, operator: CSRMatrix | None = None,
-) -> Layout:
-    """Partition ``graph`` into ``shape.row_blocks`` blocks. ``adj`` and ``operator``
-    (derived from ``graph`` when not given) can be shared by many layouts of one graph."""
-    return partitioned(PlanGraph.of(graph, model, operator), shape, partitioner, seed, adj=adj)
-
-
-def partitioned(
-    graph: PlanGraph, shape: GridShape, partitioner: str, seed: int = 0,
-    *, adj: Adjacency | None = None,
-) -> Layout:
-    """:func:`layout` of a graph already reduced to its pattern."""
-    start = time.perf_counter()
-    parts = partition(adj or adjacency(graph.pattern), partitioner, shape.row_blocks,
-                      seed=seed)
-    part = BlockPartition.from_parts(torch.from_numpy(parts), shape.row_blocks)
-    return Layout(graph, shape, part, time.perf_counter() - start)
-
-
-def plan_epoch(
-    lay: Layout, comm: str, cfg: TrainConfig, value_bytes: int
-) -> dict[str, Any]:
-    """Per-rank bytes of one epoch (all SpMMs) and, for 1d/1.5d, rows of one SpMM.
-
-    A graph without features or labels (R-MAT) is planned with ``cfg.hidden`` as its
-    input and output widths, so its bytes are those of a model of that width."""
-    g = lay.graph
-    calls = spmm_schedule(cfg, g.num_features or cfg.hidden, g.num_classes or cfg.hidden)
-    start = time.perf_counter()
-    rowwise = lay.shape.algo in ("1d", "1.5d")
-    pairs = lay.phase_pairs() if rowwise and comm == "sparse" else None
-    if rowwise:
-        phases = rowwise_volume(lay.shape, lay.part, calls, value_bytes, pairs)
-    else:
-        phases = epoch_volume(lay.shape, lay.part, g.operator(), calls,
-                              value_bytes=value_bytes, comm=comm)  # type: ignore[arg-type]
-    total = RankVolume(np.zeros(lay.shape.size, np.int64), np.zeros(lay.shape.size, np.int64))
-    for vol in phases.values():
-        total = total + vol
-    out: dict[str, Any] = {
-        "bytes_per_epoch": {"total": total.total, "max_per_rank": total.max_per_rank,
-                            "sent": total.sent.tolist(), "recv": total.recv.tolist()},
-        "phases": {p: {"total": v.total, "max_per_rank": v.max_per_rank}
-                   for p, v in phases.items()},
-    }
-    if rowwise:
-        rows = row_volume(lay.shape, lay.part, pairs["forward_spmm"] if pairs else None)
-        out["rows_per_spmm"] = {"total": rows.total, "max_per_rank": rows.max_per_rank,
-                                "sent": rows.sent.tolist(), "recv": rows.recv.tolist()}
-    out["plan_seconds"] = round(time.perf_counter() - start, 3)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
+    from sparsegnn.data import load_any
+    from sparsegnn.distributed.planner import PlanConfig, PlanGraph, plan, plot
+
+    cfg = PlanConfig(
+        parts=args.parts, algo=args.algo, replication=args.replication,
+        partitioner=args.partitioner, comm=args.comm, model=args.model, hidden=args.hidden,
+        num_layers=args.num_layers, dtype=args.dtype, seed=args.seed,
+    )
     loaded = load_any(args.graph, args.data_dir, seed=args.seed, progress=True)
     graph = PlanGraph.of(loaded, args.model)
     del loaded  # the edge list (1.9 GiB at rmat:22): nothing reads it past the pattern
-    shape = grid_shape(args.algo, args.parts, args.replication)
-    lay = partitioned(graph, shape, args.partitioner, args.seed)
-    cfg = TrainConfig(model=args.model, hidden=args.hidden, num_layers=args.num_layers)
-    value_bytes = 4 if args.dtype == "float32" else 8
-    result = {
-        "graph": args.graph, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-        "algo": args.algo, "grid": [shape.rows, shape.cols, shape.layers], "ranks": shape.size,
-        "partitioner": args.partitioner, "comm": args.comm, "value_bytes": value_bytes,
-        "partition_seconds": round(lay.partition_seconds, 3),
-        **plan_epoch(lay, args.comm, cfg, value_bytes),
-    }
+    planned, lay = plan(graph, cfg)
+    result = {"graph": args.graph, **planned}
     if args.plot:
         plot(result, lay, args.comm, str(args.plot))
         result["plot"] = str(args.plot)
     vol = result["bytes_per_epoch"]
-    text = (f"{shape.describe()}, {args.partitioner} partition, {args.comm} comm: "
+    text = (f"{lay.shape.describe()}, {args.partitioner} partition, {args.comm} comm: "
             f"{vol['total'] / 2**20:.2f} MiB sent per epoch in all, "
             f"{vol['max_per_rank'] / 2**20:.2f} MiB at the busiest rank")
     return emit(args, result, text)
-
-
-def plot(result: dict[str, Any], lay: Layout, comm: str, path: str) -> None:
-    """Per-rank sent/received bytes and, for 1d/1.5d, the block-to-block row counts."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise SystemExit("--plot needs matplotlib: pip install 'sparsegnn[plot]'") from err
-    rowwise = lay.shape.algo in ("1d", "1.5d")
-    fig, axes = plt.subplots(1, 2 if rowwise else 1, figsize=(12 if rowwise else 6, 4.5),
-                             squeeze=False)
-    vol = result["bytes_per_epoch"]
-    ranks = np.arange(len(vol["sent"]))
-    ax = axes[0, 0]
-    ax.plot(ranks, np.asarray(vol["sent"]) / 2**20, label="sent", drawstyle="steps-mid")
-    ax.plot(ranks, np.asarray(vol["recv"]) / 2**20, label="received", drawstyle="steps-mid")
-    ax.set(xlabel="rank", ylabel="MiB per epoch",
-           title=f"{lay.shape.describe()}, {result['partitioner']}, {comm}")
-    ax.legend()
-    if rowwise:
-        pair = lay.phase_pairs()["forward_spmm"] if comm == "sparse" else _dense_pairs(lay)
-        im = axes[0, 1].imshow(pair, cmap="viridis", interpolation="nearest")
-        axes[0, 1].set(xlabel="sending block j", ylabel="receiving block i",
-                       title="rows of H per SpMM")
-        fig.colorbar(im, ax=axes[0, 1])
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _dense_pairs(lay: Layout) -> np.ndarray:
-    sizes = np.diff(np.asarray(lay.part.offsets, dtype=np.int64))
-    return np.broadcast_to(sizes[None, :], (len(sizes), len(sizes))) - np.diag(sizes)

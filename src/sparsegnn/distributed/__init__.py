@@ -12,7 +12,7 @@ See docs/distributed.md.
 """
 
 from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
-from sparsegnn.distributed.comm_model import SpmmCall, predict, tile_nnz
+from sparsegnn.distributed.comm_model import SpmmCall, predict, spmm_schedule, tile_nnz
 from sparsegnn.distributed.grid import ALGORITHMS, GridError, GridShape, grid_shape
 from sparsegnn.distributed.launch import (
     RankFailedError,
@@ -60,5 +60,6 @@ __all__ = [
     "predict",
     "row_volume",
     "spawn",
+    "spmm_schedule",
     "tile_nnz",
 ]

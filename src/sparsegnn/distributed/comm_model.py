@@ -24,7 +24,9 @@ for 1.5D and ``~ (nnz + n f) / sqrt(p) + n f / sqrt(p)`` for 2D; 3D's SUMMA part
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -43,6 +45,38 @@ class SpmmCall:
 
     width: int
     phase: str  # "forward_spmm" or "backward_spmm"
+
+
+class ModelShape(Protocol):
+    """The layer widths a model's SpMMs depend on (a ``TrainConfig`` is one)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def hidden(self) -> int: ...
+
+    @property
+    def num_layers(self) -> int: ...
+
+
+def spmm_schedule(cfg: ModelShape, in_dim: int, out_dim: int) -> list[SpmmCall]:
+    """The distributed SpMMs of one epoch (training forward, evaluation forward, backward).
+
+    Mirrors the layers: GCNConv multiplies the narrower side (``out <= in``: after its
+    linear map), SAGEConv likewise when ``out < in``; only the first layer's SpMM on raw
+    features needs no backward pass.
+    """
+    widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
+    forward, backward = [], []
+    for layer, (a, b) in enumerate(itertools.pairwise(widths)):
+        shrink = b <= a if cfg.model == "gcn" else b < a
+        width = b if shrink else a
+        forward.append(width)
+        if shrink or layer > 0:
+            backward.append(width)
+    calls = [SpmmCall(w, "forward_spmm") for w in forward] * 2
+    return calls + [SpmmCall(w, "backward_spmm") for w in backward]
 
 
 def tile_nnz(a: CSRMatrix, part: BlockPartition, shape: GridShape) -> NnzTable:

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from sparsegnn.errors import SparseGNNError
-
-Algorithm = Literal["1d", "1.5d", "2d", "3d"]
-ALGORITHMS: tuple[Algorithm, ...] = ("1d", "1.5d", "2d", "3d")
+from sparsegnn.names import ALGORITHMS, Algorithm
 
 
 class GridError(SparseGNNError, ValueError):

@@ -2,6 +2,13 @@
 
 from sparsegnn.nn.conv import GCNConv, SAGEConv
 from sparsegnn.nn.models import GCN, GraphSAGE
-from sparsegnn.nn.operator import Operator, as_operator, normalize
+from sparsegnn.nn.operator import (
+    Operator,
+    as_operator,
+    graph_operator,
+    normalize,
+    operator_for,
+)
 
-__all__ = ["GCN", "GCNConv", "GraphSAGE", "Operator", "SAGEConv", "as_operator", "normalize"]
+__all__ = ["GCN", "GCNConv", "GraphSAGE", "Operator", "SAGEConv", "as_operator",
+           "graph_operator", "normalize", "operator_for"]

@@ -35,6 +35,17 @@ def normalize(adj: CSRMatrix, norm: Norm) -> CSRMatrix:
     return adj
 
 
+def operator_for(model: str, adj: CSRMatrix) -> CSRMatrix:
+    """The operator a model kind multiplies by: ``gcn_norm`` for GCN, the row-normalised
+    mean for GraphSAGE. Every path from a graph to a model's operator goes through here."""
+    return normalize(adj, "gcn" if model == "gcn" else "mean")
+
+
+def graph_operator(edge_index: torch.Tensor, num_nodes: int, model: str) -> CSRMatrix:
+    """:func:`operator_for` of the graph an ``edge_index`` describes."""
+    return operator_for(model, CSRMatrix.from_edge_index(edge_index, num_nodes))
+
+
 def as_operator(
     adj: Operator | torch.Tensor, num_nodes: int, norm: Norm, dtype: torch.dtype
 ) -> Operator:

@@ -21,11 +21,10 @@ from collections.abc import Callable
 import numpy as np
 
 from sparsegnn.errors import SparseGNNError
+from sparsegnn.names import PARTITIONERS
 from sparsegnn.partition.balance import refine_max_volume
 from sparsegnn.partition.graph import Adjacency
 from sparsegnn.partition.volume import part_volume
-
-PARTITIONERS = ("block", "random", "metis", "kahip", "balanced")
 
 
 class PartitionError(SparseGNNError, ValueError):

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from sparsegnn.errors import InvalidValueError
+from sparsegnn.names import SEED_ORDERS
 from sparsegnn.sampling import ShadowSampler, batch_generator, epoch_permutation
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.tracking.graph import HitGraph
@@ -59,7 +60,6 @@ def max_nodes_per_seed(fanouts: Sequence[int]) -> int:
     return total
 
 
-SEED_ORDERS = ("random", "phi")
 
 
 def seed_order(graph: HitGraph, order: str, seed: int, epoch: int,

@@ -10,7 +10,6 @@ from sparsegnn.train.fullgraph import (
     build_model,
     fit,
     local_task,
-    operator_for,
     train_single,
 )
 
@@ -24,7 +23,6 @@ __all__ = [
     "fit",
     "load_checkpoint",
     "local_task",
-    "operator_for",
     "save_checkpoint",
     "seed_everything",
     "train_single",

@@ -14,7 +14,6 @@ same grid only; a checkpoint of another grid is refused with a clear error.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from sparsegnn.distributed import (
     grid_shape,
     predict,
 )
+from sparsegnn.distributed.comm_model import spmm_schedule
 from sparsegnn.distributed.grid import Algorithm
 from sparsegnn.distributed.shard import (
     Shard,
@@ -50,8 +50,8 @@ from sparsegnn.distributed.shard import (
     write_shards,
 )
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
+from sparsegnn.nn import graph_operator
 from sparsegnn.partition import PARTITIONERS, Adjacency, partition
-from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.checkpoint import content_hash
 from sparsegnn.train.fullgraph import (
     EpochStats,
@@ -62,7 +62,6 @@ from sparsegnn.train.fullgraph import (
     fingerprint,
     fit,
     graph_fingerprint,
-    operator_for,
     row_normalize,
 )
 
@@ -105,25 +104,6 @@ class RankReport:
             for p, v in self.epoch_bytes.items()
         }
         return measured == self.predicted
-
-
-def spmm_schedule(cfg: TrainConfig, in_dim: int, out_dim: int) -> list[SpmmCall]:
-    """The distributed SpMMs of one epoch (training forward, evaluation forward, backward).
-
-    Mirrors the layers: GCNConv multiplies the narrower side (``out <= in``: after its
-    linear map), SAGEConv likewise when ``out < in``; only the first layer's SpMM on raw
-    features needs no backward pass.
-    """
-    widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
-    forward, backward = [], []
-    for layer, (a, b) in enumerate(itertools.pairwise(widths)):
-        shrink = b <= a if cfg.model == "gcn" else b < a
-        width = b if shrink else a
-        forward.append(width)
-        if shrink or layer > 0:
-            backward.append(width)
-    calls = [SpmmCall(w, "forward_spmm") for w in forward] * 2
-    return calls + [SpmmCall(w, "backward_spmm") for w in backward]
 
 
 def partition_for(
@@ -185,7 +165,7 @@ def load_shard(
     graph = source
     check_trainable(graph)
     part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, cfg.seed)
-    adj = operator_for(cfg.model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
+    adj = graph_operator(graph.edge_index, graph.num_nodes, cfg.model)
     rows = {"x": graph.x, "y": graph.y}
     rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
     adj, rows = relabel(adj.to(dtype=cfg.torch_dtype), rows, part.order)
@@ -205,7 +185,7 @@ def write_partitioned(
     shape = grid_shape(algo, nprocs, replication)
     check_trainable(graph)
     part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, seed)
-    adj = operator_for(model, CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
+    adj = graph_operator(graph.edge_index, graph.num_nodes, model)
     rows = {"x": row_normalize(graph.x) if normalize_features else graph.x, "y": graph.y}
     rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
     adj, rows = relabel(adj, rows, part.order)

@@ -24,8 +24,7 @@ from torch.nn import functional as F
 from tqdm.auto import tqdm
 
 from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
-from sparsegnn.nn import GCN, GraphSAGE, Operator
-from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
+from sparsegnn.nn import GCN, GraphSAGE, Operator, graph_operator
 from sparsegnn.train.checkpoint import (
     Fingerprint,
     graph_hash,
@@ -127,11 +126,6 @@ class TrainResult:
         out["losses"] = [h.loss for h in self.history]
         del out["history"]
         return out
-
-
-def operator_for(model: str, adj: CSRMatrix) -> CSRMatrix:
-    """The aggregation operator a model kind multiplies by."""
-    return gcn_norm(adj) if model == "gcn" else row_norm(adj)
 
 
 def build_model(cfg: TrainConfig, in_channels: int, out_channels: int) -> nn.Module:
@@ -348,8 +342,7 @@ def check_trainable(graph: Any) -> None:
 def local_task(graph: Any, model: str, device: torch.device, dtype: torch.dtype) -> LocalTask:
     """The single-process task of a :class:`~sparsegnn.data.GraphData` with labels and masks."""
     check_trainable(graph)
-    adj = CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes)
-    op = operator_for(model, adj).to(device=device, dtype=dtype)
+    op = graph_operator(graph.edge_index, graph.num_nodes, model).to(device=device, dtype=dtype)
     masks = {
         "train": graph.train_mask.to(device),
         "val": graph.val_mask.to(device),

@@ -1,0 +1,15 @@
+"""The names users choose among (algorithms, partitioners, seed orders), defined once.
+
+A module without imports, so the command line can offer these choices in ``--help``
+without loading torch; the library modules that implement each choice import their
+tuple from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Algorithm = Literal["1d", "1.5d", "2d", "3d"]
+ALGORITHMS: tuple[Algorithm, ...] = ("1d", "1.5d", "2d", "3d")
+PARTITIONERS = ("block", "random", "metis", "kahip", "balanced")
+SEED_ORDERS = ("random", "phi")
