@@ -9,9 +9,10 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +37,8 @@ def resolve_device(name: str | None) -> torch.device:
     A name torch does not know, or a CUDA device on a machine without one, is a user
     error (one line), not torch's traceback.
     """
+    import torch
+
     from sparsegnn.errors import InvalidValueError
 
     if not name:
@@ -176,7 +179,7 @@ def _plain(obj: Any) -> Any:
         return {str(k): _plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_plain(v) for v in obj]
-    if isinstance(obj, torch.Tensor):
+    if hasattr(obj, "tolist") and getattr(obj, "ndim", 0):  # tensors and numpy arrays
         return obj.tolist()
     if hasattr(obj, "item") and callable(obj.item):
         return obj.item()

@@ -12,13 +12,14 @@ import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparsegnn.cli.common import add_json_flag, emit, int_range, output_dir, output_file
-from sparsegnn.data import degree_stats, from_spec, load_any, save_graph
-from sparsegnn.data.graph import GraphData
-from sparsegnn.data.limits import require_memory
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.names import ALGORITHMS, PARTITIONERS
+
+if TYPE_CHECKING:
+    from sparsegnn.data.graph import GraphData
 
 # More ranks than any grid sparsegnn runs: a typo (--nprocs 100000000) fails in argparse
 # instead of after the graph was loaded and a grid of 10^8 files was planned.
@@ -91,7 +92,7 @@ def _add_partition(actions: Any) -> None:
     add_source_args(p)
     p.add_argument("out", metavar="OUT", type=output_dir,
                    help="output directory (new, empty, or an earlier partition to replace)")
-    p.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), required=True)
+    p.add_argument("--algo", choices=ALGORITHMS, required=True)
     p.add_argument("--nprocs", type=int_range(1, _MAX_RANKS), required=True,
                    help="number of ranks of the grid")
     p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
@@ -102,7 +103,7 @@ def _add_partition(actions: Any) -> None:
     how.add_argument("--parts", default=None,
                      help="partition vector file (.npy or text, one block id per vertex)")
     how.add_argument("--partitioner", default=None,
-                     choices=("block", "random", "metis", "kahip", "balanced"),
+                     choices=PARTITIONERS,
                      help="compute the blocks with this partitioner (one part per vertex "
                           "block of the grid; the vector is saved as OUT/parts.npy)")
     p.add_argument("--no-normalize-features", action="store_true",
@@ -112,7 +113,7 @@ def _add_partition(actions: Any) -> None:
 
 
 def _run_partition(args: argparse.Namespace) -> int:
-    # Imported here so that the other data actions never load the training stack.
+    from sparsegnn.data import load_any
     from sparsegnn.distributed.grid import grid_shape
     from sparsegnn.train.distributed import write_partitioned
 
@@ -136,6 +137,8 @@ def _check_partitionable(g: GraphData, source: str, blocks: int) -> None:
     relabelled: two of them) besides its nonzeros, so a sparse id space (ids near 3e9 on
     a few edges) needs tens of GiB although the edge list is tiny.
     """
+    from sparsegnn.data.limits import require_memory
+
     feature_bytes = 0 if g.x is None else g.x.element_size() * g.x.numel()
     require_memory(2 * (8 * (g.num_nodes + 1) + 16 * g.num_edges + feature_bytes),
                    f"partitioning {source} ({g.num_nodes} vertices, {g.num_edges} edges)")
@@ -159,6 +162,8 @@ _ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate,
 def _run_info(args: argparse.Namespace) -> int:
     if Path(args.source).is_dir():
         return _partition_info(args)
+    from sparsegnn.data import degree_stats, load_any
+
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = {"source": args.source, **g.summary(),
               **degree_stats(g.edge_index, g.num_nodes)}
@@ -188,6 +193,8 @@ def _partition_info(args: argparse.Namespace) -> int:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
+    from sparsegnn.data import load_any, save_graph
+
     g = load_any(args.source, args.data_dir, seed=args.seed, undirected=not args.directed,
                  progress=True)
     out = save_graph(g, args.out, compress=args.compress)
@@ -197,6 +204,8 @@ def _run_convert(args: argparse.Namespace) -> int:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
+    from sparsegnn.data import from_spec, save_graph
+
     start = time.perf_counter()
     g = from_spec(args.spec, seed=args.seed, progress=True)
     seconds = time.perf_counter() - start
