@@ -148,7 +148,7 @@ def _register_annotate(cmds: argparse._SubParsersAction) -> None:
 def _annotate(args: argparse.Namespace) -> int:
     from sparsegnn.curation.annotate import annotate
     from sparsegnn.curation.distil import Annotator
-    from sparsegnn.distributed.launch import close_session, in_torchrun, init_session
+    from sparsegnn.distributed import close_session, in_torchrun, init_session
 
     # Under torchrun every rank annotates a share; annotation runs on the CPU, so gloo.
     rank = init_session("gloo").rank if in_torchrun() else 0

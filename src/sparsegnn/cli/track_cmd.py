@@ -334,7 +334,7 @@ def _load_graphs(directory: Path) -> list[HitGraph]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from sparsegnn.distributed.launch import in_torchrun
+    from sparsegnn.distributed import in_torchrun
     from sparsegnn.tracking.model import INConfig
     from sparsegnn.tracking.train import TrackTrainConfig, save_model
 
@@ -378,7 +378,7 @@ def _train_here(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any]:
 def _train_ranks(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any, dict[str, Any] | None]:
     """Spawned ranks (``--nprocs``), or this process's rank of a torchrun job; the model
     and report on rank 0 (``None`` elsewhere) and what every rank sent."""
-    from sparsegnn.distributed.launch import in_torchrun
+    from sparsegnn.distributed import in_torchrun
     from sparsegnn.tracking.train import train_data_parallel, train_rank
 
     paths = [str(p) for p in _graph_paths(args.graphs)]

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from sparsegnn.curation._optional import require
@@ -41,6 +40,7 @@ from sparsegnn.curation.store import (
     parquet_metadata,
     refuse_overwrite,
 )
+from sparsegnn.distributed import all_reduce_sum, barrier, rank_and_world
 from sparsegnn.train.memory import peak_memory_bytes
 
 
@@ -118,7 +118,7 @@ def annotate(
     refuse_overwrite(out, store, store_dir / GRAPH_FILE)
     check_store(store_dir)
     fingerprint = parquet_metadata(store, FINGERPRINT_KEY)
-    rank, world = _rank_and_world()
+    rank, world = rank_and_world()
     share = share_of(store, rank, world)
     n = share.total
     partial = out.with_name(out.name + ".partial")
@@ -126,11 +126,11 @@ def annotate(
     try:
         _annotate_share(annotator, store_dir, share, batch_rows, part, fingerprint, progress)
         if world > 1:
-            dist.barrier()
+            barrier()
             if rank == 0:
                 _concatenate([out.with_name(f"{out.name}.part{r}") for r in range(world)],
                              partial, fingerprint)
-            dist.barrier()
+            barrier()
         if rank == 0:
             partial.replace(out)
     except BaseException:
@@ -145,7 +145,7 @@ def annotate(
 def _annotate_share(annotator: Annotator, store_dir: Path, share: Share, batch_rows: int,
                     part: Path, fingerprint: str | None, progress: bool) -> None:
     """Encode this rank's share, propagate over the whole graph, write the share's rows."""
-    rank, world = _rank_and_world()
+    rank, world = rank_and_world()
     store = store_dir / DOCUMENTS_FILE
     bar = tqdm(total=2 * (share.stop - share.start), desc="annotate", unit="doc",
                disable=not progress or rank != 0)
@@ -158,20 +158,13 @@ def _annotate_share(annotator: Annotator, store_dir: Path, share: Share, batch_r
         _write_share(annotator, store, z, share, batch_rows, part, bar, fingerprint)
 
 
-def _rank_and_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def _full_h0(local: torch.Tensor, share: Share, n: int, world: int) -> torch.Tensor:
     """Every document's ``H0`` from each rank's share (an all-reduce of zero-padded rows)."""
     if world == 1:
         return local
     h0 = local.new_zeros(n, local.shape[1])
     h0[share.start:share.stop] = local
-    dist.all_reduce(h0)
-    return h0
+    return all_reduce_sum(h0)
 
 
 def _write_share(annotator: Annotator, store: Path, z: torch.Tensor, share: Share,

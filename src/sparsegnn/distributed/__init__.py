@@ -14,18 +14,19 @@ See docs/distributed.md.
 from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
 from sparsegnn.distributed.comm_model import SpmmCall, predict, spmm_schedule, tile_nnz
 from sparsegnn.distributed.grid import ALGORITHMS, GridError, GridShape, grid_shape
-from sparsegnn.distributed.launch import (
-    RankFailedError,
+from sparsegnn.distributed.launch import RankFailedError, spawn
+from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
+from sparsegnn.distributed.plan import RankVolume, block_pairs, epoch_volume, row_volume
+from sparsegnn.distributed.session import (
     Session,
+    all_reduce_sum,
     barrier,
     close_session,
     gather_objects,
     in_torchrun,
     init_session,
-    spawn,
+    rank_and_world,
 )
-from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
-from sparsegnn.distributed.plan import RankVolume, block_pairs, epoch_volume, row_volume
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
 from sparsegnn.distributed.spmm import DistributedOperator, build_operator
 from sparsegnn.distributed.task import DistributedTask
@@ -47,6 +48,7 @@ __all__ = [
     "SparseCommunicator",
     "SparseRowOperator",
     "SpmmCall",
+    "all_reduce_sum",
     "barrier",
     "block_pairs",
     "build_operator",
@@ -58,6 +60,7 @@ __all__ = [
     "init_session",
     "local_blocks",
     "predict",
+    "rank_and_world",
     "row_volume",
     "spawn",
     "spmm_schedule",

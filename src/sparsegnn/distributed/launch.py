@@ -31,14 +31,12 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 import tqdm
 
@@ -61,63 +59,6 @@ class RankFailedError(SparseGNNError, RuntimeError):
 class Terminated(KeyboardInterrupt):
     """SIGTERM reached a launcher: raised in its main thread like Ctrl-C, so the paths
     that stop the ranks on Ctrl-C (and the CLI's one-line exit 130) run for it too."""
-
-
-@dataclass(frozen=True)
-class Session:
-    """This process's place in the job."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    backend: str
-    device: torch.device
-
-
-def in_torchrun() -> bool:
-    """Whether the environment describes a multi-rank job (torchrun or :func:`spawn`)."""
-    return "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
-def default_backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
-
-
-def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session:
-    """Join the process group the environment describes; every collective times out."""
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    backend = backend or default_backend()
-    if backend == "nccl":
-        device = torch.device("cuda", local)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if not dist.is_initialized():
-        dist.init_process_group(
-            backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
-        )
-    return Session(rank, world, local, backend, device)
-
-
-def close_session() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def gather_objects(obj: Any) -> list[Any]:
-    """Every rank's ``obj`` on every rank (small reports only: it pickles)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return [obj]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def barrier() -> None:
-    """Wait for every rank of the job (e.g. between benchmark cases, to time them apart)."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def free_port() -> int:

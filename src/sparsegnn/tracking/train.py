@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.comm import Communicator, Counts, Group
-from sparsegnn.distributed.launch import close_session, init_session, spawn
 from sparsegnn.distributed.sampled import GradientSum
 from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
 from sparsegnn.tracking.graph import HitGraph

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.comm import Communicator, Counts, Group
-from sparsegnn.distributed.launch import close_session, init_session, spawn
 from sparsegnn.distributed.sampled import GradientSum
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch

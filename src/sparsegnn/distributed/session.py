@@ -1,0 +1,90 @@
+"""This process's place in a multi-rank job, and the few collectives applications need.
+
+One rank session for every multi-rank path (``train --nprocs``, minibatch and tracking
+data-parallel training, bulk annotation): :func:`init_session` joins the process group
+that torchrun or :func:`~sparsegnn.distributed.launch.spawn` describes in the
+environment, with a timeout on every collective; :func:`close_session` leaves it. Code
+outside :mod:`sparsegnn.distributed` calls these helpers and never ``torch.distributed``
+itself (ruff enforces it), so a single process needs no process group at all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Session:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+
+
+def in_torchrun() -> bool:
+    """Whether the environment describes a multi-rank job (torchrun or :func:`spawn`)."""
+    return "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session:
+    """Join the process group the environment describes; every collective times out."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    backend = backend or default_backend()
+    if backend == "nccl":
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
+        )
+    return Session(rank, world, local, backend, device)
+
+
+def close_session() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` on every rank (small reports only: it pickles)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    """Wait for every rank of the job (e.g. between benchmark cases, to time them apart)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This rank and the number of ranks; ``(0, 1)`` outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` over the ranks in place (a no-op on one process); returns it."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor)
+    return tensor
