@@ -24,7 +24,12 @@ from sparsegnn.cli.common import (
 )
 from sparsegnn.data import load_any
 from sparsegnn.train import train_single
-from sparsegnn.train.fullgraph import config_from_args, human_summary, row_normalize
+from sparsegnn.train.fullgraph import (
+    check_trainable,
+    config_from_args,
+    human_summary,
+    row_normalize,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -115,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
         return run_from_args(args)
     graph = load_any(args.dataset, args.data_dir, seed=args.seed)
+    check_trainable(graph, args.dataset)  # a refusal names the --dataset given, not the
+    # name stored in the file (often just 'graph')
     if not args.no_normalize_features and graph.x is not None:
         graph.x = row_normalize(graph.x)
     cfg = config_from_args(args)

@@ -13,7 +13,12 @@ from typing import Any
 
 from sparsegnn.cli.common import emit, resolve_device
 from sparsegnn.data import load_any
-from sparsegnn.train.fullgraph import TrainConfig, config_from_args, row_normalize
+from sparsegnn.train.fullgraph import (
+    TrainConfig,
+    check_trainable,
+    config_from_args,
+    row_normalize,
+)
 from sparsegnn.train.minibatch import (
     MinibatchConfig,
     MinibatchData,
@@ -29,6 +34,7 @@ def minibatch_config_from_args(args: argparse.Namespace) -> MinibatchConfig:
 def run_from_args(args: argparse.Namespace) -> int:
     """``sparsegnn train --mode minibatch``: load, train, print a summary (and JSON)."""
     graph = load_any(args.dataset, args.data_dir, seed=args.seed)
+    check_trainable(graph, args.dataset)  # named as given, not as stored in the file
     if not args.no_normalize_features and graph.x is not None:
         graph.x = row_normalize(graph.x)
     cfg = config_from_args(args)

@@ -192,7 +192,7 @@ def fit(
     if cfg.checkpoint is not None and is_main:
         prepare_checkpoint(cfg.checkpoint)
     if cfg.resume and cfg.checkpoint is not None and Path(cfg.checkpoint).exists():
-        state = _restore(cfg.checkpoint, model, optimizer, stamp)
+        state = _restore(cfg.checkpoint, model, optimizer, stamp, cfg)
         log.info("resumed from %s at epoch %d", cfg.checkpoint, state.epoch)
     else:
         seed_everything(cfg.seed)
@@ -295,28 +295,41 @@ def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state:
 
 
 def _restore(
-    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, stamp: Fingerprint
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, stamp: Fingerprint,
+    cfg: TrainConfig,
 ) -> _State:
+    """Load a checkpoint into ``model`` and ``optimizer``; the loop state to continue from.
+
+    The optimiser keeps its saved moments but takes this run's learning rate and weight
+    decay: ``load_state_dict`` would otherwise bring back the saved ones, silently
+    ignoring ``--lr``/``--weight-decay`` on resume (which :func:`fingerprint` allows to
+    change).
+    """
     ckpt = load_checkpoint(path, stamp)
     try:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         set_rng_state(ckpt["rng"])
-        return _State.from_plain(ckpt["loop"])
+        state = _State.from_plain(ckpt["loop"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a well-formed file of
         # matching fingerprint whose content is not a training state (hand-made)
         raise DataFormatError(f"checkpoint {path} holds no usable training state ({err})"
                               ) from err
+    for group in optimizer.param_groups:
+        group["lr"], group["weight_decay"] = cfg.lr, cfg.weight_decay
+    return state
 
 
-def check_trainable(graph: Any) -> None:
+def check_trainable(graph: Any, source: object = None) -> None:
     """Refuse a graph the loop would train on NaN, with one line naming the graph.
 
     Features, labels and a train/val/test split must exist; labels must be class ids
     >= 0; features must be finite; no split may be empty (an empty train split is a NaN
     loss, an empty validation split a NaN accuracy that early stopping cannot compare).
+    ``source`` is what the user named (``--dataset``), used in the message when given: a
+    file's stored name is often just ``'graph'``, which tells nobody which file it was.
     """
-    name = f"graph {graph.name!r}"
+    name = f"graph {source}" if source is not None else f"graph {graph.name!r}"
     missing = [what for what, v in (("features", graph.x), ("labels", graph.y),
                                     ("train_mask", graph.train_mask),
                                     ("val_mask", graph.val_mask),
