@@ -166,6 +166,7 @@ class HitGraph:
     def load(cls, path: str | Path) -> HitGraph:
         names = ("name", "edge_index", "node_features", "edge_features", "y", "target", "counts")
         d = _read_arrays(path, names, "hit graph")
+        _check_hit_graph(path, d)
         return cls(str(d["name"]), d["edge_index"].astype(np.int64), d["node_features"],
                    d["edge_features"], d["y"].astype(bool), d["target"].astype(bool),
                    int(d["counts"][0]), int(d["counts"][1]))
@@ -183,6 +184,44 @@ def _read_arrays(path: str | Path, names: tuple[str, ...], what: str) -> dict[st
         if isinstance(err, DataFormatError):
             raise
         raise DataFormatError(f"{path}: not a readable {what} file ({err})") from err
+
+
+def _check_hit_graph(path: str | Path, d: dict[str, np.ndarray]) -> None:
+    """Refuse a graph file whose arrays do not fit together, naming the file.
+
+    The arrays are only indexed deep inside training and scoring, where an edge pointing
+    past the last hit or a short label array is a torch traceback (or a silently wrong
+    loss) rather than a message about the file that caused it.
+    """
+    edges, nodes, feats = d["edge_index"], d["node_features"], d["edge_features"]
+
+    def bad(why: str) -> DataFormatError:
+        return DataFormatError(f"{path}: not a valid hit graph ({why})")
+
+    if d["name"].ndim != 0 or d["name"].dtype.kind != "U":
+        raise bad("'name' is not a string")
+    if edges.ndim != 2 or edges.shape[0] != 2 or edges.dtype.kind not in "iu":
+        raise bad(f"edge_index has shape {edges.shape} and dtype {edges.dtype}, "
+                  "expected integers of shape (2, E)")
+    num_edges = edges.shape[1]
+    for key, width in (("node_features", NODE_SCALE.size), ("edge_features", EDGE_SCALE.size)):
+        a = d[key]
+        if a.ndim != 2 or a.shape[1] != width or a.dtype.kind != "f":
+            raise bad(f"{key} has shape {a.shape} and dtype {a.dtype}, expected floats "
+                      f"with {width} columns")
+        if not np.isfinite(a).all():
+            raise bad(f"{key} holds NaN or infinite values")
+    if feats.shape[0] != num_edges:
+        raise bad(f"{feats.shape[0]} edge_features rows for {num_edges} edges")
+    for key in ("y", "target"):
+        if d[key].shape != (num_edges,) or d[key].dtype.kind not in "biu":
+            raise bad(f"{key} has shape {d[key].shape}, expected ({num_edges},) labels")
+    if num_edges and (edges.min() < 0 or edges.max() >= nodes.shape[0]):
+        raise bad(f"edge_index values span {edges.min()}..{edges.max()}, but there are "
+                  f"{nodes.shape[0]} hits")
+    counts = d["counts"]
+    if counts.shape != (2,) or counts.dtype.kind not in "iu" or (counts < 0).any():
+        raise bad(f"counts is {counts.tolist()}, expected two segment counts >= 0")
 
 
 @dataclass(frozen=True)
