@@ -10,6 +10,7 @@ import torch
 
 from sparsegnn.cli.main import main
 from sparsegnn.data import sbm
+from sparsegnn.errors import InvalidValueError
 from sparsegnn.sampling import NodeWiseSampler, ShadowSampler
 from sparsegnn.sampling.loader import MinibatchLoader
 from sparsegnn.sparse import CSRMatrix
@@ -141,3 +142,27 @@ def test_cli_reports_a_fanout_depth_mismatch(capsys: pytest.CaptureFixture[str])
     ]  # fmt: skip
     assert main(argv) == 2
     assert "fan-outs" in capsys.readouterr().err
+
+
+def test_interrupted_minibatch_run_resumes_bit_identically(data: MinibatchData,
+                                                           tmp_path) -> None:
+    """Stopped after 3 of 6 epochs and resumed: the same losses and the same weights as a
+    run that never stopped (dropout's stream restored, minibatches drawn from (seed,
+    epoch, batch) alone)."""
+    mb = MinibatchConfig("sage", (4, 3), 64, 2)
+    base = {"model": "sage", "hidden": 8, "num_layers": 2, "lr": 0.02, "progress": False,
+            "seed": 3, "patience": 100}
+    full_model, full = fit_minibatch(data, TrainConfig(epochs=6, **base), mb)
+    ckpt = tmp_path / "mb.pt"
+    fit_minibatch(data, TrainConfig(epochs=3, checkpoint=ckpt, **base), mb)
+    resumed_model, resumed = fit_minibatch(
+        data, TrainConfig(epochs=6, checkpoint=ckpt, resume=True, **base), mb)
+    assert [h.loss for h in resumed.history] == [h.loss for h in full.history]
+    assert resumed.best_epoch == full.best_epoch
+    for a, b in zip(full_model.state_dict().values(), resumed_model.state_dict().values(),
+                    strict=True):
+        assert torch.equal(a, b)
+    # the seed draws the minibatches, so another one cannot continue this run
+    with pytest.raises(InvalidValueError, match="seed 3 in the file, 4 in this run"):
+        fit_minibatch(data, TrainConfig(epochs=7, checkpoint=ckpt, resume=True,
+                                        **{**base, "seed": 4}), mb)

@@ -139,6 +139,23 @@ def prepare_checkpoint(path: str | Path) -> Path:
     return path
 
 
+def rank_checkpoint(path: str | Path | None, rank: int, world_size: int,
+                    tag: str = "") -> Path | None:
+    """The file rank ``rank`` of ``world_size`` keeps its checkpoint in.
+
+    One process uses ``path`` itself; ranks each write their own file
+    (``run.rank3.pt``, or ``run.TAG.rank3.pt``), because every rank must resume its own
+    RNG streams (dropout, sampling) to continue bit-identically.
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    if world_size == 1 and not tag:
+        return path
+    middle = f".{tag}" if tag else ""
+    return path.with_name(f"{path.stem}{middle}.rank{rank}{path.suffix}")
+
+
 def save_checkpoint(path: str | Path, state: dict[str, Any],
                     fingerprint: Fingerprint | None = None) -> None:
     """Write ``state`` with its format, fingerprint and checksum to ``path`` atomically."""

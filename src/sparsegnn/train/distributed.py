@@ -52,7 +52,7 @@ from sparsegnn.distributed.shard import (
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
 from sparsegnn.nn import graph_operator
 from sparsegnn.partition import PARTITIONERS, Adjacency, partition
-from sparsegnn.train.checkpoint import content_hash
+from sparsegnn.train.checkpoint import content_hash, rank_checkpoint
 from sparsegnn.train.fullgraph import (
     EpochStats,
     TrainConfig,
@@ -355,7 +355,7 @@ def _rank_checkpoint(cfg: TrainConfig, shape: GridShape, rank: int) -> Path | No
         return None
     base = Path(cfg.checkpoint)
     tag = f"{shape.algo}-{shape.rows}x{shape.cols}x{shape.layers}"
-    mine = base.with_name(f"{base.stem}.{tag}.rank{rank}{base.suffix}")
+    mine = rank_checkpoint(base, rank, shape.size, tag)
     if cfg.resume and not mine.exists():
         others = sorted(base.parent.glob(f"{base.stem}.*.rank{rank}{base.suffix}"))
         if others:

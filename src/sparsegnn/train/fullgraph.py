@@ -3,41 +3,29 @@
 The loop only talks to a :class:`Task` (features, operator, loss, accuracy, gradient
 synchronisation). :class:`LocalTask` is the single-process task; the distributed
 package supplies tasks whose operator communicates and whose loss and accuracy are
-reduced over ranks. Adam with weight decay, dropout, early stopping on validation
-accuracy, a progress bar, atomic checkpoints and exact resume.
+reduced over ranks. Adam with weight decay and dropout; early stopping on validation
+accuracy, progress, atomic checkpoints and exact resume come from :mod:`sparsegnn.train.loop`.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
-import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
-from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
+from sparsegnn.errors import InvalidValueError, NonFiniteError
 from sparsegnn.nn import GCN, GraphSAGE, Operator, graph_operator
-from sparsegnn.train.checkpoint import (
-    Fingerprint,
-    graph_hash,
-    load_checkpoint,
-    prepare_checkpoint,
-    rng_state,
-    save_checkpoint,
-    seed_everything,
-    set_rng_state,
-)
+from sparsegnn.train.checkpoint import Fingerprint, graph_hash
+from sparsegnn.train.loop import LoopConfig, LoopState, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
-log = logging.getLogger(__name__)
 Split = Literal["train", "val", "test"]
 
 
@@ -138,27 +126,6 @@ def build_model(cfg: TrainConfig, in_channels: int, out_channels: int) -> nn.Mod
     raise InvalidValueError(f"unknown model {cfg.model!r}; choose 'gcn' or 'sage'")
 
 
-@dataclass
-class _State:
-    """Loop state that a checkpoint must restore besides model and optimiser."""
-
-    epoch: int = 0
-    best_val: float = -1.0
-    best_epoch: int = 0
-    best_weights: dict[str, torch.Tensor] | None = None
-    bad_epochs: int = 0
-    history: list[EpochStats] = field(default_factory=list)
-
-    def plain(self) -> dict[str, Any]:
-        """Numbers, tensors and lists only: what ``torch.load(weights_only=True)`` reads."""
-        plain = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**plain, "history": [asdict(h) for h in self.history]}
-
-    @classmethod
-    def from_plain(cls, d: dict[str, Any]) -> _State:
-        return cls(**{**d, "history": [EpochStats(**h) for h in d["history"]]})
-
-
 def fingerprint(cfg: TrainConfig, **data: str | int) -> dict[str, str | int]:
     """What a checkpoint of a run with ``cfg`` on ``data`` must match to be resumed.
 
@@ -187,57 +154,13 @@ def fit(
     stays the last good state.
     """
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    stamp = fingerprint(cfg) if stamp is None else stamp
-    state = _State()
-    if cfg.checkpoint is not None and is_main:
-        prepare_checkpoint(cfg.checkpoint)
-    if cfg.resume and cfg.checkpoint is not None and Path(cfg.checkpoint).exists():
-        state = _restore(cfg.checkpoint, model, optimizer, stamp, cfg)
-        log.info("resumed from %s at epoch %d", cfg.checkpoint, state.epoch)
-    else:
-        seed_everything(cfg.seed)
-    bar = tqdm(
-        total=cfg.epochs,
-        initial=state.epoch,
-        desc="train",
-        unit="epoch",
-        disable=not (cfg.progress and is_main),
-        leave=False,
-    )
-    stopped = False
-    while state.epoch < cfg.epochs:
-        stats = _epoch(model, task, optimizer, state.epoch)
-        _check_loss(stats, cfg.checkpoint)
-        state.history.append(stats)
-        state.epoch += 1
-        if stats.val_accuracy > state.best_val:
-            state.best_val, state.best_epoch, state.bad_epochs = stats.val_accuracy, stats.epoch, 0
-            state.best_weights = copy.deepcopy(model.state_dict())
-        else:
-            state.bad_epochs += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{stats.loss:.4f}", val=f"{stats.val_accuracy:.3f}")
-        if on_epoch is not None:
-            on_epoch(stats)
-        if cfg.checkpoint is not None and is_main and state.epoch % cfg.checkpoint_every == 0:
-            _save(cfg.checkpoint, model, optimizer, state, stamp)
-        if state.bad_epochs >= cfg.patience:
-            stopped = True
-            break
-    bar.close()
-    if cfg.checkpoint is not None and is_main:
-        _save(cfg.checkpoint, model, optimizer, state, stamp)
-    return _finish(model, task, state, stopped)
-
-
-def _check_loss(stats: EpochStats, checkpoint: Path | None) -> None:
-    """Stop at the first NaN or infinite loss: every later epoch would train on it."""
-    if not math.isfinite(stats.loss):
-        kept = f"; checkpoint {checkpoint} keeps the last good state" if checkpoint else ""
-        raise NonFiniteError(
-            f"epoch {stats.epoch}: the training loss is {stats.loss}; training stopped{kept} "
-            "(try a lower --lr)"
-        )
+    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience, checkpoint=cfg.checkpoint,
+                      checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
+                      progress=cfg.progress, is_main=is_main, seed=cfg.seed)
+    state = run_epochs(model, optimizer, lambda epoch: _epoch(model, task, optimizer, epoch),
+                       loop, EpochStats, score=lambda s: s.val_accuracy,
+                       stamp=fingerprint(cfg) if stamp is None else stamp, on_epoch=on_epoch)
+    return _finish(model, task, state)
 
 
 def _epoch(
@@ -258,7 +181,7 @@ def _epoch(
     return EpochStats(epoch, float(loss.detach()), train_acc, val_acc, time.perf_counter() - start)
 
 
-def _finish(model: nn.Module, task: Task, state: _State, stopped: bool) -> TrainResult:
+def _finish(model: nn.Module, task: Task, state: LoopState[EpochStats]) -> TrainResult:
     """Evaluate the best-on-validation weights on the test split."""
     final = copy.deepcopy(model.state_dict())
     if state.best_weights is not None:
@@ -271,53 +194,13 @@ def _finish(model: nn.Module, task: Task, state: _State, stopped: bool) -> Train
     return TrainResult(
         epochs_run=state.epoch,
         best_epoch=state.best_epoch,
-        best_val_accuracy=state.best_val,
+        best_val_accuracy=state.best_score,
         test_accuracy=test_acc,
         epoch_time_s=times[len(times) // 2] if times else 0.0,
         peak_memory_bytes=peak_memory_bytes(task.x.device),
         history=state.history,
-        stopped_early=stopped,
+        stopped_early=state.stopped_early,
     )
-
-
-def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: _State,
-          stamp: Fingerprint) -> None:
-    save_checkpoint(
-        path,
-        {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "loop": state.plain(),
-            "rng": rng_state(),
-        },
-        stamp,
-    )
-
-
-def _restore(
-    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, stamp: Fingerprint,
-    cfg: TrainConfig,
-) -> _State:
-    """Load a checkpoint into ``model`` and ``optimizer``; the loop state to continue from.
-
-    The optimiser keeps its saved moments but takes this run's learning rate and weight
-    decay: ``load_state_dict`` would otherwise bring back the saved ones, silently
-    ignoring ``--lr``/``--weight-decay`` on resume (which :func:`fingerprint` allows to
-    change).
-    """
-    ckpt = load_checkpoint(path, stamp)
-    try:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        set_rng_state(ckpt["rng"])
-        state = _State.from_plain(ckpt["loop"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a well-formed file of
-        # matching fingerprint whose content is not a training state (hand-made)
-        raise DataFormatError(f"checkpoint {path} holds no usable training state ({err})"
-                              ) from err
-    for group in optimizer.param_groups:
-        group["lr"], group["weight_decay"] = cfg.lr, cfg.weight_decay
-    return state
 
 
 def check_trainable(graph: Any, source: object = None) -> None:

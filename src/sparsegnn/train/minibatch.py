@@ -4,15 +4,15 @@ Each step trains on one sampled minibatch from :class:`~sparsegnn.sampling.loade
 MinibatchLoader`, which samples the next bulk of k minibatches in a background thread.
 Validation and test use full-neighbourhood inference (the model on the whole
 row-normalised adjacency), so the reported accuracy measures the trained weights, not
-the luck of one more sample. Early stopping keeps the best-on-validation weights.
+the luck of one more sample. Early stopping (best-on-validation weights), checkpoints
+and exact resume come from :mod:`sparsegnn.train.loop`; sampling depends only on
+``(seed, epoch, batch)``, so a resumed run draws the very minibatches it would have.
 The same loop runs on every rank of a distributed run; ``sync`` is the gradient
 all-reduce there and a no-op on one process.
 """
 
 from __future__ import annotations
 
-import copy
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,16 +21,16 @@ from typing import Any, Literal
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
-from sparsegnn.errors import InvalidValueError, NonFiniteError
+from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import GraphSAGE
 from sparsegnn.sampling import LadiesSampler, NodeWiseSampler, ShadowSampler
 from sparsegnn.sampling.loader import MinibatchLoader
 from sparsegnn.sampling.samplers import Sampler
 from sparsegnn.sparse import CSRMatrix, row_norm
-from sparsegnn.train.checkpoint import seed_everything
-from sparsegnn.train.fullgraph import TrainConfig, check_trainable
+from sparsegnn.train.checkpoint import rank_checkpoint, seed_everything
+from sparsegnn.train.fullgraph import TrainConfig, check_trainable, fingerprint
+from sparsegnn.train.loop import LoopConfig, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
 SamplerKind = Literal["sage", "ladies", "shadow"]
@@ -161,41 +161,34 @@ def fit_minibatch(
         device=device,
     )
     evaluator = _Evaluator(data, device)
-    best_val, best_epoch, bad, best_state = -1.0, 0, 0, copy.deepcopy(model.state_dict())
-    history: list[MinibatchEpoch] = []
-    bar = tqdm(
-        range(cfg.epochs),
-        desc="train",
-        unit="epoch",
-        disable=not (cfg.progress and rank == 0),
-        leave=False,
-    )
-    stopped = False
-    for epoch in bar:
+
+    def epoch_fn(epoch: int) -> MinibatchEpoch:
         stats = _train_epoch(model, optimizer, loader, epoch, cfg.num_layers, sync)
         stats.val_accuracy = evaluator.accuracy(model, "val")
-        history.append(stats)
-        if stats.val_accuracy > best_val:
-            best_val, best_epoch, bad = stats.val_accuracy, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-        bar.set_postfix(loss=f"{stats.loss:.4f}", val=f"{stats.val_accuracy:.3f}")
-        if bad >= cfg.patience:
-            stopped = True
-            break
-    bar.close()
-    model.load_state_dict(best_state)
+        return stats
+
+    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
+                      checkpoint=rank_checkpoint(cfg.checkpoint, rank, world_size),
+                      checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
+                      progress=cfg.progress and rank == 0, seed=None)
+    stamp = {**fingerprint(cfg, kind="minibatch", world_size=world_size, rank=rank),
+             "sampler": mb.sampler, "fanouts": ",".join(map(str, mb.fanouts)),
+             "batch_size": mb.batch_size, "seed": cfg.seed}  # the seed draws the minibatches
+    state = run_epochs(model, optimizer, epoch_fn, loop, MinibatchEpoch,
+                       score=lambda s: s.val_accuracy, stamp=stamp)
+    if state.best_weights is not None:
+        model.load_state_dict(state.best_weights)
+    history = state.history
     seconds = sum(h.seconds for h in history)
     result = MinibatchResult(
-        epochs_run=len(history),
-        best_epoch=best_epoch,
-        best_val_accuracy=best_val,
+        epochs_run=state.epoch,
+        best_epoch=state.best_epoch,
+        best_val_accuracy=state.best_score,
         test_accuracy=evaluator.accuracy(model, "test"),
         seeds_per_second=sum(h.seeds for h in history) / seconds if seconds else 0.0,
         minibatches_per_epoch=len(loader),
         peak_memory_bytes=peak_memory_bytes(device),
-        stopped_early=stopped,
+        stopped_early=state.stopped_early,
         history=history,
     )
     return model, result
@@ -235,9 +228,6 @@ def _train_epoch(
         optimizer.step()
         total_loss += float(loss.detach()) * item.global_seeds
         seeds += b
-    if not math.isfinite(total_loss):
-        raise NonFiniteError(f"epoch {epoch}: the training loss is {total_loss}; training "
-                             "stopped (try a lower --lr)")
     return MinibatchEpoch(
         epoch, total_loss / max(seeds, 1), 0.0, time.perf_counter() - start, seeds
     )

@@ -1,0 +1,216 @@
+"""One training loop for every mode: epochs, early stopping, best weights, checkpoints.
+
+Full-graph training (one process or a grid of ranks), sampled minibatch training,
+tracking's Interaction Network and curation's distilled annotator differ only in what one
+epoch does. :func:`run_epochs` owns everything around that epoch, once:
+
+* the epoch counter, a progress bar (on a terminal, main rank only) and ``on_epoch``;
+* a NaN or infinite loss stops the run before anything is saved, so the last checkpoint
+  stays the last good state;
+* early stopping on a validation score, and the best-scoring weights kept for the caller;
+* atomic checkpoints (model, optimiser, loop state, every RNG stream, and any extra state
+  a mode registers) every ``checkpoint_every`` epochs and at the end, each stamped with a
+  fingerprint of what must match to resume;
+* resume: the loop continues from the checkpoint exactly as if it had not stopped (same
+  weights, moments, RNG streams, early-stopping state), with this run's learning rate and
+  weight decay.
+
+A resumed run is bit-identical to an uninterrupted one in every mode because nothing
+random happens outside the restored streams: samplers derive their randomness from
+``(seed, epoch, batch)`` alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from sparsegnn.errors import DataFormatError, NonFiniteError
+from sparsegnn.train.checkpoint import (
+    Fingerprint,
+    load_checkpoint,
+    prepare_checkpoint,
+    rng_state,
+    save_checkpoint,
+    seed_everything,
+    set_rng_state,
+)
+
+log = logging.getLogger(__name__)
+
+
+class EpochRecord(Protocol):
+    """What a mode reports per epoch: a dataclass with at least its training loss."""
+
+    loss: float
+
+
+S = TypeVar("S", bound=EpochRecord)
+
+
+class Resumable(Protocol):
+    """Extra state a mode needs restored on resume (e.g. tracking's positive weight)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """How the loop runs; what an epoch does is the mode's business.
+
+    ``patience=None`` trains every epoch (no validation score); ``seed=None`` leaves the
+    RNG streams as the caller set them (a mode that seeds before building its model).
+    """
+
+    epochs: int
+    patience: int | None = None
+    checkpoint: Path | None = None
+    checkpoint_every: int = 1
+    resume: bool = False
+    progress: bool = True
+    is_main: bool = True
+    seed: int | None = None
+    desc: str = "train"
+
+
+@dataclass
+class LoopState(Generic[S]):
+    """Where a run stands; checkpoints hold it as plain data."""
+
+    epoch: int = 0  # epochs completed
+    best_score: float = -1.0
+    best_epoch: int = 0
+    best_weights: dict[str, torch.Tensor] | None = None
+    bad_epochs: int = 0
+    history: list[S] = field(default_factory=list)
+    stopped_early: bool = False
+
+    def plain(self) -> dict[str, Any]:
+        """Numbers, tensors and lists only: what ``torch.load(weights_only=True)`` reads."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**plain, "history": [asdict(h) for h in self.history]}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_plain(cls, d: dict[str, Any], record: type[S]) -> LoopState[S]:
+        return cls(**{**d, "history": [record(**h) for h in d["history"]]})
+
+
+def run_epochs(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    epoch_fn: Callable[[int], S],
+    cfg: LoopConfig,
+    record: type[S],
+    *,
+    score: Callable[[S], float] | None = None,
+    stamp: Fingerprint | None = None,
+    on_epoch: Callable[[S], None] | None = None,
+    extra: Resumable | None = None,
+) -> LoopState[S]:
+    """Run ``epoch_fn(epoch)`` for the remaining epochs of ``cfg``; returns the final state.
+
+    ``score`` (higher is better) drives early stopping and the best weights, which the
+    caller finds in ``state.best_weights`` (the model itself keeps the last weights).
+    ``stamp`` is the fingerprint a checkpoint must match to be resumed, field for field.
+    """
+    state: LoopState[S] = LoopState()
+    if cfg.checkpoint is not None and cfg.is_main:
+        prepare_checkpoint(cfg.checkpoint)
+    if cfg.resume and cfg.checkpoint is not None and Path(cfg.checkpoint).exists():
+        state = _restore(Path(cfg.checkpoint), model, optimizer, stamp or {}, record, extra)
+        log.debug("resumed from %s at epoch %d", cfg.checkpoint, state.epoch)
+    elif cfg.seed is not None:
+        seed_everything(cfg.seed)
+    bar = tqdm(total=cfg.epochs, initial=state.epoch, desc=cfg.desc, unit="epoch",
+               disable=not (cfg.progress and cfg.is_main), leave=False)
+    while state.epoch < cfg.epochs and not state.stopped_early:
+        stats = epoch_fn(state.epoch)
+        _check_loss(state.epoch, stats.loss, cfg.checkpoint)
+        state.history.append(stats)
+        state.epoch += 1
+        if score is not None:
+            _track_best(state, model, score(stats), cfg.patience)
+        bar.update(1)
+        bar.set_postfix(_postfix(stats, score))
+        if on_epoch is not None:
+            on_epoch(stats)
+        if (cfg.checkpoint is not None and cfg.is_main
+                and state.epoch % cfg.checkpoint_every == 0):
+            _save(cfg.checkpoint, model, optimizer, state, stamp, extra)
+    bar.close()
+    if cfg.checkpoint is not None and cfg.is_main:
+        _save(cfg.checkpoint, model, optimizer, state, stamp, extra)
+    return state
+
+
+def _track_best(state: LoopState[Any], model: nn.Module, value: float,
+                patience: int | None) -> None:
+    if value > state.best_score:
+        state.best_score, state.best_epoch, state.bad_epochs = value, state.epoch - 1, 0
+        state.best_weights = copy.deepcopy(model.state_dict())
+    else:
+        state.bad_epochs += 1
+    state.stopped_early = patience is not None and state.bad_epochs >= patience
+
+
+def _postfix(stats: EpochRecord, score: Callable[[Any], float] | None) -> dict[str, str]:
+    shown = {"loss": f"{stats.loss:.4f}"}
+    if score is not None:
+        shown["val"] = f"{score(stats):.3f}"
+    return shown
+
+
+def _check_loss(epoch: int, loss: float, checkpoint: Path | None) -> None:
+    """Stop at the first NaN or infinite loss: every later epoch would train on it."""
+    if not math.isfinite(loss):
+        kept = f"; checkpoint {checkpoint} keeps the last good state" if checkpoint else ""
+        raise NonFiniteError(
+            f"epoch {epoch}: the training loss is {loss}; training stopped{kept} "
+            "(try a lower --lr)"
+        )
+
+
+def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+          state: LoopState[Any], stamp: Fingerprint | None, extra: Resumable | None) -> None:
+    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+               "loop": state.plain(), "rng": rng_state()}
+    if extra is not None:
+        payload["extra"] = extra.state_dict()
+    save_checkpoint(path, payload, stamp)
+
+
+def _restore(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+             stamp: Fingerprint, record: type[S], extra: Resumable | None) -> LoopState[S]:
+    """Load a checkpoint into ``model``, ``optimizer`` (and ``extra``); the state to go on from.
+
+    The optimiser keeps its saved moments but takes this run's learning rate and weight
+    decay: ``load_state_dict`` would otherwise bring back the saved ones and silently
+    ignore ``--lr`` on resume, which the fingerprint allows to change.
+    """
+    ckpt = load_checkpoint(path, stamp)
+    hyper = [{k: g[k] for k in ("lr", "weight_decay") if k in g} for g in optimizer.param_groups]
+    try:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        state = LoopState.from_plain(ckpt["loop"], record)
+        if extra is not None:
+            extra.load_state_dict(ckpt["extra"])
+        set_rng_state(ckpt["rng"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a well-formed file of
+        # matching fingerprint whose content is not this mode's training state (hand-made)
+        raise DataFormatError(f"checkpoint {path} holds no usable training state ({err})"
+                              ) from err
+    for group, values in zip(optimizer.param_groups, hyper, strict=True):
+        group.update(values)
+    return state
