@@ -367,8 +367,6 @@ def _train(args: argparse.Namespace) -> int:
         skip_larger_than=args.skip_larger_than, seed=args.seed,
     )
     parallel = args.nprocs > 1 or in_torchrun()
-    if parallel and args.resume:
-        raise InvalidValueError("--resume is single-process only (drop --nprocs)")
     num_graphs = len(_graph_paths(args.graphs))
     model, report, ranks = (_train_ranks(args, cfg) if parallel else
                             (*_train_here(args, cfg), None))
@@ -406,13 +404,15 @@ def _train_ranks(args: argparse.Namespace, cfg: Any) -> tuple[Any, Any, dict[str
     init = None if args.init is None else str(args.init)
     checkpoint = None if args.checkpoint is None else str(args.checkpoint)
     if in_torchrun():  # every rank ends with the same weights and the all-rank report
-        results = [train_rank(paths, cfg, init, checkpoint, args.backend, args.timeout)]
+        results = [train_rank(paths, cfg, init, checkpoint, args.backend, args.timeout,
+                              args.resume)]
         if results[0].rank != 0:
             return None, None, None
         model, report = results[0].model(), results[0].report
     else:
         model, report, results = train_data_parallel(paths, cfg, args.nprocs, init, checkpoint,
-                                                     args.backend, args.timeout)
+                                                     args.backend, args.timeout,
+                                                     resume=args.resume)
     return model, report, {
         "world_size": results[0].world_size, "events_per_rank": [r.events for r in results],
         "bytes_sent_per_rank": [sum(p["sent"] for p in r.comm.values()) for r in results],

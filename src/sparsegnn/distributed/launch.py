@@ -107,13 +107,15 @@ def spawn(
                 r.proc.start()
                 writer.close()  # the rank holds the only write end: its exit reads as EOF
             _watch(ranks, _Heartbeats(beats, heartbeat_timeout_s), wall_timeout_s)
+            # Every rank has exited, but a reply written after the watch's last read may
+            # still sit in its pipe: read each pipe to its end before closing it.
+            return [_load_result(r) for r in ranks]
         except BaseException:
             _stop([r.proc for r in ranks])  # Ctrl-C, SIGTERM or a failed start
             raise
         finally:
             for reader, _ in pipes:
                 reader.close()
-    return [_load_result(r) for r in ranks]
 
 
 @contextmanager
@@ -442,7 +444,12 @@ def _user_error(name: str, message: str) -> SparseGNNError:
 
 
 def _load_result(rank: _Rank) -> Any:
+    """The reply of a rank that has exited, read to the pipe's end."""
+    deadline = time.monotonic() + _STOP_GRACE_S
     rank.drain()
+    while not rank.eof and time.monotonic() < deadline:
+        wait([rank.reader], _POLL_S)
+        rank.drain()
     if rank.received[:1] != b"R":
         raise RankFailedError(f"rank {rank.rank} exited without sending its result")
     plain = torch.load(io.BytesIO(bytes(rank.received[1:])), weights_only=True)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,20 +36,19 @@ from torch import nn
 from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.comm import Communicator, Counts, Group
 from sparsegnn.distributed.sampled import GradientSum
-from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.graph import HitGraph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
 from sparsegnn.tracking.reco import EdgeScores
 from sparsegnn.tracking.sampling import shadow_subgraphs
 from sparsegnn.train.checkpoint import (
     content_hash,
-    prepare_checkpoint,
+    rank_checkpoint,
     read_checkpoint,
-    rng_state,
     save_checkpoint,
     seed_everything,
-    set_rng_state,
 )
+from sparsegnn.train.loop import LoopConfig, run_epochs
 
 log = logging.getLogger(__name__)
 # Checkpoint kinds: a finished model, and a training checkpoint (also usable as a model).
@@ -150,18 +149,21 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
 
     ``init`` fine-tunes a trained model (its own sizes replace ``cfg.model``): a model
     trained on smaller events adapts to denser ones in far fewer epochs than a new one.
-    ``checkpoint`` is rewritten after every epoch (weights, optimiser, report, RNG
-    streams; :func:`load_model` reads it as a model). With ``resume`` the run continues
-    from it up to ``cfg.epochs``, exactly as if it had not stopped: restarting from the
-    weights alone resets Adam's moments, and on pileup-200 events that cost several
-    epochs of progress.
+    ``checkpoint`` is rewritten after every epoch by :func:`sparsegnn.train.loop.run_epochs`
+    (weights, optimiser, report, RNG streams; :func:`load_model` reads it as a model).
+    With ``resume`` the run continues from it up to ``cfg.epochs``, exactly as if it had
+    not stopped: restarting from the weights alone resets Adam's moments, and on
+    pileup-200 events that cost several epochs of progress.
 
     With ``parallel``, ``graphs`` are this rank's share of the events; the positive
-    weight and every epoch's statistics are over all ranks' events, and only rank 0
-    writes the checkpoint (resuming is single-process only).
+    weight and every epoch's statistics are over all ranks' events, and every rank keeps
+    its own checkpoint file (``run.rank1.pt``), so a data-parallel run resumes too.
     """
-    if parallel is not None and resume:
-        raise InvalidValueError("resume is single-process only; resume without ranks")
+    if resume and checkpoint is None:
+        raise InvalidValueError("resume needs the checkpoint to resume from")
+    if resume and _is_finished_model(checkpoint):
+        raise DataFormatError(f"{checkpoint} is a finished model, not a training checkpoint "
+                              "(fine-tune it with init instead)")
     seed_everything(cfg.seed)
     device = torch.device(device)
     model = InteractionNetwork(cfg.model) if init is None else copy.deepcopy(init)
@@ -169,62 +171,53 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
     optim = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     pos_weight = cfg.pos_weight if cfg.pos_weight is not None else default_pos_weight(
         graphs, parallel)
-    report = TrainReport(pos_weight)
-    first = 0
-    saving = checkpoint is not None and (parallel is None or parallel.group.me == 0)
-    stamp = _train_fingerprint(model, graphs, parallel) if checkpoint is not None else {}
-    if saving:
-        prepare_checkpoint(checkpoint)
-    if resume:
-        if checkpoint is None:
-            raise InvalidValueError("resume needs the checkpoint to resume from")
-        first = _restore(Path(checkpoint), model, optim, report, cfg.lr, stamp)
-    for epoch in range(first, cfg.epochs):
+    me, world = (0, 1) if parallel is None else (parallel.group.me, parallel.group.size)
+    stamp = _train_fingerprint(model, graphs, world, me) if checkpoint is not None else {}
+
+    def epoch_fn(epoch: int) -> EpochReport:
         stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device, parallel)
-        report.epochs.append(stats)
         log.info("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
-                 stats.loss, stats.steps, stats.events_used, stats.events_skipped, stats.seconds)
-        if saving:
-            save_checkpoint(checkpoint, {**_model_state(model, report), "epoch": epoch,
-                                         "optimizer": optim.state_dict(), "rng": rng_state()},
-                            stamp)
-    return model, report
+                 stats.loss, stats.steps, stats.events_used, stats.events_skipped,
+                 stats.seconds)
+        return stats
+
+    loop = LoopConfig(epochs=cfg.epochs, checkpoint=rank_checkpoint(checkpoint, me, world),
+                      resume=resume, progress=False)
+    state = run_epochs(model, optim, epoch_fn, loop, EpochReport, stamp=stamp,
+                       extra=_Sizes(model.cfg, pos_weight))
+    return model, TrainReport(pos_weight, state.history)
 
 
-def _train_fingerprint(model: InteractionNetwork, graphs: list[HitGraph],
-                       parallel: DataParallel | None) -> dict[str, str | int]:
+def _is_finished_model(path: str | Path | None) -> bool:
+    return (path is not None and Path(path).is_file()
+            and read_checkpoint(path).fingerprint.get("kind") == MODEL_KIND)
+
+
+@dataclass
+class _Sizes:
+    """What a training checkpoint adds to the loop's state, so that it also serves as a
+    model file (:func:`load_model`): the model's sizes and the positive weight."""
+
+    cfg: INConfig
+    pos_weight: float
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"config": asdict(self.cfg), "pos_weight": self.pos_weight}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["config"] != asdict(self.cfg):
+            raise ValueError(f"model sizes {state['config']} differ from {asdict(self.cfg)}")
+        self.pos_weight = float(state["pos_weight"])
+
+
+def _train_fingerprint(model: InteractionNetwork, graphs: list[HitGraph], world: int,
+                       rank: int) -> dict[str, str | int]:
     """What a training checkpoint must match to resume: the model's sizes and dtype, the
-    training graphs (names and sizes, hashed) and the number of ranks."""
-    world = 1 if parallel is None else parallel.group.size
+    training graphs (names and sizes, hashed), the number of ranks and this rank."""
     events = [[g.name, g.num_nodes, g.num_edges] for g in graphs]
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     return {"kind": TRAIN_KIND, **asdict(model.cfg), "dtype": dtype,
-            "graphs": content_hash(events)[:16], "world_size": world}
-
-
-def _restore(path: Path, model: InteractionNetwork, optim: torch.optim.Optimizer,
-             report: TrainReport, lr: float, stamp: dict[str, str | int]) -> int:
-    """Load a training checkpoint into ``model``, ``optim`` and ``report``; the next epoch.
-
-    The learning rate is this run's, so a run can resume with a lower one."""
-    ckpt = read_checkpoint(path)
-    if ckpt.fingerprint.get("kind") == MODEL_KIND:
-        raise DataFormatError(f"{path} is a finished model, not a training checkpoint "
-                              "(fine-tune it with init instead)")
-    state = ckpt.require(stamp)
-    try:
-        model.load_state_dict(state["state_dict"])
-        optim.load_state_dict(state["optimizer"])
-        report.pos_weight = state["report"]["pos_weight"]
-        report.epochs = [EpochReport(**e) for e in state["report"]["epochs"]]
-        set_rng_state(state["rng"])
-        first = int(state["epoch"]) + 1
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        raise DataFormatError(f"checkpoint {path} holds no usable training state ({err})"
-                              ) from err
-    for group in optim.param_groups:  # the saved moments, this run's learning rate
-        group["lr"] = lr
-    return first
+            "graphs": content_hash(events)[:16], "world_size": world, "rank": rank}
 
 
 @dataclass
@@ -298,11 +291,11 @@ def _report(t: _Tally, updates: int, epoch: int, seconds: float,
         sums = parallel.sum([t.loss, t.steps, t.used, t.skipped, t.covered, t.total_edges])
         t = _Tally(sums[0], *(round(v) for v in sums[1:]))
         max_nodes = parallel.max(max_nodes)
-    if not math.isfinite(t.loss):  # summed over ranks: every rank stops at the same epoch
-        raise NonFiniteError(f"epoch {epoch}: the training loss is {t.loss}; training "
-                             "stopped before saving (try a lower --lr)")
+    if not t.steps:  # summed over ranks: every rank stops at the same epoch
+        raise InvalidValueError(f"epoch {epoch}: every event was skipped ({t.skipped} larger "
+                                "than skip_larger_than); raise it or sample subgraphs")
     return EpochReport(
-        epoch=epoch, loss=t.loss / t.steps if t.steps else float("nan"), steps=updates,
+        epoch=epoch, loss=t.loss / t.steps, steps=updates,
         events_used=t.used, events_skipped=t.skipped, max_step_nodes=max_nodes,
         edge_coverage=t.covered / t.total_edges if t.total_edges else float("nan"),
         seconds=seconds,
@@ -361,7 +354,7 @@ class RankResult:
 
 def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
                checkpoint: str | None = None, backend: str | None = None,
-               timeout_s: float = 60.0) -> RankResult:
+               timeout_s: float = 60.0, resume: bool = False) -> RankResult:
     """One rank of data-parallel training (spawned, or under torchrun): it loads only its
     share of the graph files, ``paths[rank::world_size]``, so no rank holds every event."""
     session = init_session(backend, timeout_s)
@@ -373,7 +366,7 @@ def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
         parallel = DataParallel(comm, Group(tuple(range(session.world_size)), session.rank))
         graphs = [HitGraph.load(p) for p in paths[session.rank::session.world_size]]
         start = None if init is None else load_model(init)
-        model, report = train(graphs, cfg, session.device, start, checkpoint,
+        model, report = train(graphs, cfg, session.device, start, checkpoint, resume,
                               parallel=parallel)
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         return RankResult(session.rank, session.world_size, len(graphs), asdict(model.cfg),
@@ -385,7 +378,7 @@ def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
 def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
                         init: str | None = None, checkpoint: str | None = None,
                         backend: str | None = None, timeout_s: float = 60.0,
-                        wall_timeout_s: float | None = None
+                        wall_timeout_s: float | None = None, resume: bool = False,
                         ) -> tuple[InteractionNetwork, TrainReport, list[RankResult]]:
     """Spawn ``nprocs`` local gloo ranks over the graph files; the trained model (every
     rank ends with the same weights; rank 0's are returned), its report and each rank's
@@ -393,7 +386,8 @@ def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
     if nprocs > len(paths):
         raise InvalidValueError(f"{nprocs} ranks for {len(paths)} graphs: every rank needs "
                                 "at least one event")
-    results = spawn(train_rank, nprocs, (paths, cfg, init, checkpoint, backend, timeout_s),
+    results = spawn(train_rank, nprocs,
+                    (paths, cfg, init, checkpoint, backend, timeout_s, resume),
                     wall_timeout_s=wall_timeout_s, heartbeat_timeout_s=timeout_s)
     return results[0].model(), results[0].report, results
 
@@ -467,6 +461,8 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> Interact
         raise DataFormatError(f"{path} is a {kind or 'untyped'} file, not an Interaction "
                               "Network model (write one with 'track train')")
     try:
+        if kind == TRAIN_KIND:  # the loop's layout: weights under "model", sizes in "extra"
+            return _model_from(ckpt.state["extra"]["config"], ckpt.state["model"]).to(device)
         return _model_from(ckpt.state["config"], ckpt.state["state_dict"]).to(device)
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise DataFormatError(f"{path} holds no usable model ({err})") from err
