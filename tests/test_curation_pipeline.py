@@ -275,3 +275,25 @@ def test_sampled_distil_with_whole_neighbourhoods_takes_the_full_graph_step(
     assert result.epochs_run == 2 and 0 <= result.best_val_accuracy <= 1
     report = annotate(store, result.annotator, tmp_path / "a.parquet", progress=False)
     assert report.num_documents == 300
+
+
+@pytest.mark.parametrize("batch_size", [None, 32], ids=["full-graph", "sampled"])
+def test_interrupted_distil_resumes_bit_identically(corpus: Path, tmp_path: Path,
+                                                    batch_size: int | None):
+    """Stopped after 2 of 5 epochs and resumed from its checkpoint, distillation ends with
+    the weights and validation score of a run that never stopped."""
+    store = tmp_path / "store"
+    ingest(corpus / "corpus.jsonl", store, IngestConfig(batch_rows=128))
+    schema = essential_web()
+    every = read_labels(corpus / "corpus.jsonl", schema)
+    labels = every.subset(every.ids[:150])
+    cfg = replace(TINY, epochs=5, patience=10, batch_size=batch_size, fanouts=(3, 2))
+    full = distil(store, labels, schema, cfg)
+    ckpt = tmp_path / "distil.pt"
+    distil(store, labels, schema, replace(cfg, epochs=2), checkpoint=ckpt)
+    resumed = distil(store, labels, schema, cfg, checkpoint=ckpt, resume=True)
+    assert resumed.best_val_accuracy == full.best_val_accuracy
+    assert resumed.epochs_run == full.epochs_run == 5
+    a = full.annotator.model.state_dict()
+    for name, value in resumed.annotator.model.state_dict().items():
+        assert torch.equal(value, a[name])

@@ -97,6 +97,10 @@ def _register_distil(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--fanouts", type=int_list(1), default=[10, 10],
                    help="with --batch-size: neighbours sampled per hop")
     p.add_argument("--seed", type=int_range(0), default=0)
+    p.add_argument("--checkpoint", type=output_file, default=None,
+                   help="rewrite this training checkpoint after every epoch")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint (same corpus, labels and student)")
     add_json_flag(p)
     p.set_defaults(func=_distil)
 
@@ -115,7 +119,8 @@ def _distil(args: argparse.Namespace) -> int:
         cfg = replace(cfg, epochs=args.epochs)
     if args.batch_size is not None:
         cfg = replace(cfg, batch_size=args.batch_size, fanouts=tuple(args.fanouts))
-    result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg, progress=True)
+    result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg, progress=True,
+                    checkpoint=args.checkpoint, resume=args.resume)
     result.annotator.save(args.out)
     out = {"model": args.model, "out": str(args.out), "best_val_accuracy": result.best_val_accuracy,
            "epochs_run": result.epochs_run, "train_seconds": result.train_seconds,

@@ -10,10 +10,10 @@ validation accuracy over categories) with a task whose loss sums the heads.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +21,6 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from torch.nn import functional as F
-from tqdm.auto import trange
 
 from sparsegnn.curation.ingest import edge_kinds, iter_ids, iter_texts, load_graph_edges
 from sparsegnn.curation.labels import CategoryLabels, LabelSet
@@ -34,8 +33,10 @@ from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
 from sparsegnn.sampling import ShadowSampler, batch_generator, epoch_permutation
 from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
-from sparsegnn.train import EpochStats, TrainConfig, fit
-from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint
+from sparsegnn.train import EpochStats
+from sparsegnn.train.checkpoint import content_hash, read_checkpoint, save_checkpoint
+from sparsegnn.train.fullgraph import train_epoch
+from sparsegnn.train.loop import LoopConfig, run_epochs
 
 Split = Literal["train", "val", "test"]
 Featurizer = HashedTfidf | SentenceEmbedder
@@ -297,11 +298,16 @@ def distil(
     val_ids: list[str] | None = None,
     val_fraction: float = 0.2,
     progress: bool = False,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
 ) -> DistilResult:
     """Train an annotator on the corpus in ``store_dir`` from teacher ``labels``.
 
     Validation rows (early stopping) are ``val_ids`` when given, else a random
-    ``val_fraction`` of the labelled documents.
+    ``val_fraction`` of the labelled documents. Training runs on
+    :func:`sparsegnn.train.loop.run_epochs`: ``checkpoint`` is rewritten after every
+    epoch, and ``resume`` continues from it bit-identically (same corpus, labels and
+    student sizes, which its fingerprint checks).
     """
     start = time.perf_counter()
     check_store(store_dir)
@@ -332,24 +338,39 @@ def distil(
     for split, split_ids in (("train", train_ids), ("val", val)):
         task.rows[split] = torch.tensor([row_of[d] for d in split_ids], dtype=torch.long)
         task.targets[split] = _targets(labels.subset(split_ids), classes)
-    best = _BestWeights(model)
-    train_cfg = TrainConfig(lr=cfg.lr, weight_decay=cfg.weight_decay, epochs=cfg.epochs,
-                            patience=cfg.patience, seed=cfg.seed, progress=progress)
-    if cfg.batch_size:
-        epochs_run = fit_sampled(model, task, features, raw, cfg, best.update, progress)
-    else:
-        epochs_run = fit(model, task, train_cfg, on_epoch=best.update).epochs_run
-    model.load_state_dict(best.state)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    epoch_fn = (_sampled_epoch(model, task, features, raw, cfg, optimizer) if cfg.batch_size
+                else partial(train_epoch, model, task, optimizer))
+    # Full-graph students reseed after building the model (as full-graph training does);
+    # the sampled loop draws from (seed, epoch, batch) streams and needs no reseeding.
+    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
+                      checkpoint=None if checkpoint is None else Path(checkpoint),
+                      resume=resume, progress=progress, desc="distil",
+                      seed=None if cfg.batch_size else cfg.seed)
+    stamp = {"kind": "distil", "student": content_hash(_model_fields(cfg))[:16],
+             "classes": content_hash(classes)[:16], "documents": len(ids),
+             "labels": content_hash([train_ids, val])[:16]}
+    state = run_epochs(model, optimizer, epoch_fn, loop, EpochStats,
+                       score=lambda s: s.val_accuracy, stamp=stamp)
+    if state.best_weights is not None:
+        model.load_state_dict(state.best_weights)
     annotator = Annotator(model.eval(), featurizer, classes, schema, cfg, labels)
-    return DistilResult(annotator, best.best, epochs_run,
+    return DistilResult(annotator, state.best_score, state.epoch,
                         time.perf_counter() - start)
 
 
-def fit_sampled(model: GraphStudent, task: DistilTask, features: sp.csr_matrix | np.ndarray,
-                raw: tuple[CSRMatrix, CSRMatrix | None] | None, cfg: StudentConfig,
-                on_epoch: Callable[[EpochStats], None], progress: bool = False) -> int:
-    """Adam on ShaDow minibatches of ``cfg.batch_size`` training documents; returns the
-    number of epochs run (early stopping on whole-graph validation accuracy).
+def _model_fields(cfg: StudentConfig) -> dict[str, Any]:
+    """The student's settings a checkpoint must match (not epochs, rates or patience)."""
+    free = {"epochs", "lr", "weight_decay", "patience"}
+    return {k: v for k, v in cfg.to_dict().items() if k not in free}
+
+
+def _sampled_epoch(model: GraphStudent, task: DistilTask,
+                   features: sp.csr_matrix | np.ndarray,
+                   raw: tuple[CSRMatrix, CSRMatrix | None] | None, cfg: StudentConfig,
+                   opt: torch.optim.Optimizer) -> Callable[[int], EpochStats]:
+    """One epoch of Adam on ShaDow minibatches of ``cfg.batch_size`` training documents,
+    then whole-graph validation accuracy.
 
     Each step samples ``cfg.fanouts`` neighbours per hop from the seeds over the union of
     the document graphs (our :class:`~sparsegnn.sampling.ShadowSampler`), builds the
@@ -358,10 +379,9 @@ def fit_sampled(model: GraphStudent, task: DistilTask, features: sp.csr_matrix |
     """
     graphs = None if raw is None else [None if a is None else a.to_scipy() for a in raw]
     sampler = None if graphs is None else ShadowSampler(_union(*graphs), cfg.fanouts)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rows, targets = task.rows["train"], task.targets["train"]
-    best, bad, epoch = -1.0, 0, -1
-    for epoch in trange(cfg.epochs, desc="distil", unit="epoch", disable=not progress):
+
+    def epoch_fn(epoch: int) -> EpochStats:
         start, losses = time.perf_counter(), []
         model.train()
         for i, pos in enumerate(epoch_permutation(len(rows), cfg.seed, epoch).split(
@@ -379,12 +399,10 @@ def fit_sampled(model: GraphStudent, task: DistilTask, features: sp.csr_matrix |
         model.eval()
         with torch.no_grad():
             val = task.accuracy(model(task.x, task.adj), "val")
-        on_epoch(EpochStats(epoch, float(np.mean(losses)), float("nan"), val,
-                            time.perf_counter() - start))
-        best, bad = (val, 0) if val > best else (best, bad + 1)
-        if bad >= cfg.patience:
-            break
-    return epoch + 1
+        return EpochStats(epoch, float(np.mean(losses)), float("nan"), val,
+                          time.perf_counter() - start)
+
+    return epoch_fn
 
 
 def _union(adj: sp.csr_matrix, knn: sp.csr_matrix | None) -> CSRMatrix:
@@ -410,20 +428,6 @@ def _induced(graphs: list[sp.csr_matrix | None], nodes: torch.Tensor,
 def _feature_rows(features: sp.csr_matrix | np.ndarray, nodes: torch.Tensor
                   ) -> CSRMatrix | torch.Tensor:
     return as_operand(features[nodes.numpy()])
-
-
-class _BestWeights:
-    """Keeps the weights of the best validation epoch (fit reports it but keeps the last)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self.best = -1.0
-        self.state: dict[str, Any] = copy.deepcopy(model.state_dict())
-
-    def update(self, stats: EpochStats) -> None:
-        if stats.val_accuracy > self.best:
-            self.best = stats.val_accuracy
-            self.state = copy.deepcopy(self.model.state_dict())
 
 
 def _split_ids(ids: list[str], val_ids: list[str] | None, fraction: float, seed: int

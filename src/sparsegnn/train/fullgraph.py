@@ -157,15 +157,16 @@ def fit(
     loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience, checkpoint=cfg.checkpoint,
                       checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
                       progress=cfg.progress, is_main=is_main, seed=cfg.seed)
-    state = run_epochs(model, optimizer, lambda epoch: _epoch(model, task, optimizer, epoch),
+    state = run_epochs(model, optimizer, lambda epoch: train_epoch(model, task, optimizer, epoch),
                        loop, EpochStats, score=lambda s: s.val_accuracy,
                        stamp=fingerprint(cfg) if stamp is None else stamp, on_epoch=on_epoch)
     return _finish(model, task, state)
 
 
-def _epoch(
+def train_epoch(
     model: nn.Module, task: Task, optimizer: torch.optim.Optimizer, epoch: int
 ) -> EpochStats:
+    """One full-batch step on ``task`` and the accuracies it gives (an epoch of the loop)."""
     start = time.perf_counter()
     model.train()
     optimizer.zero_grad(set_to_none=True)
