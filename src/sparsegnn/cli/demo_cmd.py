@@ -7,6 +7,7 @@ and peak memory. Without the data root it says so and uses a generated community
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, int_range, resolve_device
 from sparsegnn.data import load_any
@@ -27,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        # a folder the user named: a typo must not quietly train on the generated graph
+        raise DataFormatError(f"{args.data_dir}: --data-dir is not a directory")
     device = resolve_device(args.device)
     try:
         graph = load_any("cora", args.data_dir)

@@ -20,9 +20,9 @@ from typing import Literal
 
 import numpy as np
 
-from sparsegnn.curation._optional import require
 from sparsegnn.data.io import atomic_write
 from sparsegnn.errors import InvalidValueError, ShapeError
+from sparsegnn.optional import pyplot
 
 Weights = Literal["none", "linear", "quadratic"]
 Labels = Sequence[str | None] | np.ndarray
@@ -200,9 +200,7 @@ def plot_confusion(
     names: tuple[str, str] = ("reference", "annotator"),
 ) -> Path:
     """Save a row-normalised confusion heat map (counts written in the cells) as PNG."""
-    matplotlib = require("matplotlib")
-    matplotlib.use("Agg")
-    plt = require("matplotlib.pyplot")
+    plt = pyplot("for confusion plots")
     rows = matrix.sum(1, keepdims=True)
     share = matrix / np.where(rows == 0, 1, rows)
     size = 2.5 + 0.45 * len(codes)

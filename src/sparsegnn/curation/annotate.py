@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sparsegnn.curation._optional import require
 from sparsegnn.curation.distil import Annotator, as_operand, corpus_ids
 from sparsegnn.curation.ingest import iter_ids, iter_texts
 from sparsegnn.curation.labels import Prediction, annotation_batch
@@ -41,6 +40,7 @@ from sparsegnn.curation.store import (
     refuse_overwrite,
 )
 from sparsegnn.distributed import all_reduce_sum, barrier, rank_and_world
+from sparsegnn.optional import require
 from sparsegnn.train.memory import peak_memory_bytes
 
 

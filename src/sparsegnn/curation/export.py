@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sparsegnn.curation._optional import require
 from sparsegnn.curation.errors import QueryError
 from sparsegnn.curation.store import refuse_overwrite
 from sparsegnn.data.io import atomic_write
+from sparsegnn.optional import require
 
 
 def export(batches: Iterable[Any], path: str | Path, protected: Iterable[Path] = ()) -> int:

@@ -38,10 +38,10 @@ from urllib.parse import urlsplit
 import numpy as np
 import scipy.sparse as sp
 
-from sparsegnn.curation._optional import require
 from sparsegnn.curation.store import DOCUMENTS_FILE, FINGERPRINT_KEY, GRAPH_FILE
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
+from sparsegnn.optional import require
 
 EDGE_KINDS = ("link", "site", "knn")
 _MAX_REPORTED = 5

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from sparsegnn.curation._optional import require
 from sparsegnn.curation.errors import SchemaError
 from sparsegnn.curation.fdc import fdc_levels
 from sparsegnn.curation.schema import Category, Schema
 from sparsegnn.errors import DataFormatError
+from sparsegnn.optional import require
 
 TAXONOMY_COLUMN = "eai_taxonomy"
 _SECONDARY = "_secondary"

@@ -41,9 +41,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sparsegnn.curation._optional import require
 from sparsegnn.curation.errors import QueryError, SandboxError
 from sparsegnn.curation.store import check_annotations
+from sparsegnn.optional import require
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _dataset(path: Path) -> Any:
 def _connect(files: CorpusFiles, limits: Limits) -> tuple[Any, list[Any]]:
     """The locked in-memory connection with the corpus views, and the datasets it scans
     (kept alive for as long as the connection)."""
-    duckdb = require("duckdb")
+    duckdb = require("duckdb", "for sandboxed SQL")
     con = duckdb.connect(":memory:", config={
         "enable_external_access": False, "autoinstall_known_extensions": False,
         "autoload_known_extensions": False, "python_enable_replacements": False,
@@ -134,7 +134,7 @@ class Sandbox:
 
     def __init__(self, files: CorpusFiles, limits: Limits | None = None) -> None:
         files.check()
-        self._duckdb = require("duckdb")
+        self._duckdb = require("duckdb", "for sandboxed SQL")
         self.limits = limits or Limits()
         self._con, self._sources = _connect(files, self.limits)
         self._reserved = _catalog_names(self._con)

@@ -22,9 +22,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from sparsegnn.curation._optional import require
 from sparsegnn.curation.errors import SchemaError
 from sparsegnn.curation.fdc import fdc_levels, fdc_tree, is_fdc_code
+from sparsegnn.optional import require
 
 Kind = Literal["flat", "fdc"]
 FDC = "free_decimal_correspondence"

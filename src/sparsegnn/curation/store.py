@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sparsegnn.curation._optional import require
 from sparsegnn.errors import DataFormatError
+from sparsegnn.optional import require
 
 DOCUMENTS_FILE = "documents.parquet"
 GRAPH_FILE = "graph.npz"

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from sparsegnn.curation._optional import require
+from sparsegnn.optional import require
 
 # Topic -> FDC code; one per shipped recipe's field and a few that no recipe selects.
 TOPIC_CODES = ("513.2", "530.1", "005.13", "616.1", "620.1", "940.5", "780.9", "332.6")

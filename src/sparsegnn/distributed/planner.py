@@ -35,9 +35,9 @@ from sparsegnn.distributed.plan import (
     row_volume,
     rowwise_volume,
 )
-from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import Algorithm
 from sparsegnn.nn import operator_for
+from sparsegnn.optional import pyplot
 from sparsegnn.partition import Adjacency, partition
 from sparsegnn.sparse import CSRMatrix
 
@@ -211,14 +211,7 @@ def plan(graph: PlanGraph, cfg: PlanConfig) -> tuple[dict[str, Any], Layout]:
 def plot(result: dict[str, Any], lay: Layout, comm: str, path: str) -> None:
     """Draw :func:`plan_epoch`'s per-rank sent/received bytes and, for 1d/1.5d, the
     block-to-block row counts, to ``path`` (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise InvalidValueError("--plot needs matplotlib: pip install 'sparsegnn[plot]'"
-                                ) from err
+    plt = pyplot("for --plot")
     rowwise = lay.shape.algo in ("1d", "1.5d")
     fig, axes = plt.subplots(1, 2 if rowwise else 1, figsize=(12 if rowwise else 6, 4.5),
                              squeeze=False)

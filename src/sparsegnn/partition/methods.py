@@ -22,13 +22,15 @@ import numpy as np
 
 from sparsegnn.errors import SparseGNNError
 from sparsegnn.names import PARTITIONERS
+from sparsegnn.optional import require
 from sparsegnn.partition.balance import refine_max_volume
 from sparsegnn.partition.graph import Adjacency
 from sparsegnn.partition.volume import part_volume
 
 
 class PartitionError(SparseGNNError, ValueError):
-    """An unknown partitioner, a missing optional package, or a bad part count."""
+    """An unknown partitioner or a bad part count (a missing package is a
+    :class:`~sparsegnn.errors.MissingDependencyError`)."""
 
 
 def block_parts(adj: Adjacency, nparts: int, seed: int = 0, imbalance: float = 0.03) -> np.ndarray:
@@ -48,12 +50,7 @@ def metis_parts(adj: Adjacency, nparts: int, seed: int = 0, imbalance: float = 0
     """METIS k-way, minimum edge cut (pymetis, the ``partition`` extra)."""
     if nparts == 1:
         return np.zeros(adj.num_nodes, dtype=np.int64)
-    try:
-        import pymetis
-    except ImportError as err:
-        raise PartitionError(
-            "the metis partitioner needs pymetis: pip install 'sparsegnn[partition]'"
-        ) from err
+    pymetis = require("pymetis", "for the metis partitioner")
     opts = pymetis.Options(seed=seed, ufactor=max(1, round(imbalance * 1000)))
     graph = pymetis.CSRAdjacency(adj.indptr, adj.indices)
     _, parts = pymetis.part_graph(nparts, graph, options=opts)
@@ -64,12 +61,7 @@ def kahip_parts(adj: Adjacency, nparts: int, seed: int = 0, imbalance: float = 0
     """KaHIP KaFFPa (``fast`` mode), minimum edge cut (the kahip wheel, ``partition`` extra)."""
     if nparts == 1:
         return np.zeros(adj.num_nodes, dtype=np.int64)
-    try:
-        import kahip
-    except ImportError as err:
-        raise PartitionError(
-            "the kahip partitioner needs the kahip package: pip install 'sparsegnn[partition]'"
-        ) from err
+    kahip = require("kahip", "for the kahip partitioner")
     fast = 0  # KaFFPa's FAST preconfiguration: seconds on million-edge graphs
     _, parts = kahip.kaffpa(
         [], adj.indptr.tolist(), [], adj.indices.tolist(), nparts, imbalance, True, seed, fast

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from sparsegnn.errors import DataFormatError
+from sparsegnn.optional import require
 from sparsegnn.tracking.events import Event, event_files, read_columns, read_event
 from sparsegnn.tracking.metrics import TrackMetrics, combine, track_metrics
 from sparsegnn.tracking.reco import Tracks
@@ -156,13 +157,8 @@ def tracks_for(event: Event, track_hit_ids: list[list[int]]) -> Tracks:
 
 
 def _import_acts() -> tuple[Any, Any]:
-    try:
-        import acts
-        import acts.examples
-        from acts.examples import reconstruction as recon
-    except ImportError as err:
-        raise ImportError("the CKF peer needs ACTS: pip install 'sparsegnn[tracking]'") from err
-    return acts, recon
+    acts = require("acts", "for the CKF peer")
+    return acts, require("acts.examples.reconstruction", "for the CKF peer")
 
 
 def _event_names(events_dir: Path, raw: Path, limit: int | None) -> list[str]:

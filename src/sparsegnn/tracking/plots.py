@@ -11,19 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sparsegnn.optional import pyplot
 from sparsegnn.tracking.metrics import ParticleMatches
 from sparsegnn.tracking.truth import TargetConfig
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as err:
-        raise ImportError("plots need matplotlib: pip install 'sparsegnn[plot]'") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _binned_efficiency(values: np.ndarray, matched: np.ndarray, edges: np.ndarray):
@@ -42,7 +32,7 @@ def _binned_efficiency(values: np.ndarray, matched: np.ndarray, edges: np.ndarra
 def efficiency_plots(matches: ParticleMatches, cfg: TargetConfig,
                      out_dir: str | Path) -> list[Path]:
     """``efficiency_pt.png`` (all cuts but pT) and ``efficiency_eta.png`` (all cuts but eta)."""
-    plt = _pyplot()
+    plt = pyplot("for tracking plots")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     pt, eta = matches.pt, matches.eta
@@ -75,7 +65,7 @@ def efficiency_plots(matches: ParticleMatches, cfg: TargetConfig,
 
 def score_plot(scores: np.ndarray, true: np.ndarray, out_dir: str | Path) -> Path:
     """``scores.png``: histogram of edge scores for true and false edges (log counts)."""
-    plt = _pyplot()
+    plt = pyplot("for tracking plots")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from sparsegnn.errors import DataFormatError
+from sparsegnn.optional import require
 from sparsegnn.tracking.events import read_columns
 
 # Gaussian smearing per detector volume, stddev = pitch / sqrt(12) (pitches in mm).
@@ -70,13 +71,8 @@ def simulate_gun(out_dir: str | Path, cfg: GunConfig) -> list[str]:
 
 def import_acts() -> tuple[Any, Any]:
     """``acts`` and ``acts.examples.simulation``, with an install hint when missing."""
-    try:
-        import acts
-        import acts.examples
-        from acts.examples import simulation as sim
-    except ImportError as err:
-        raise ImportError("simulation needs ACTS: pip install 'sparsegnn[tracking]'") from err
-    return acts, sim
+    acts = require("acts", "for simulation")
+    return acts, require("acts.examples.simulation", "for simulation")
 
 
 def beam_spot(acts: Any) -> Any:

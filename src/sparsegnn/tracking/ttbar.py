@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from sparsegnn.optional import require
 from sparsegnn.tracking.simulate import ACTS_SUBDIR, beam_spot, import_acts, run_acts
 
 _COMMON = ["Beams:eCM = 14000.", "ParticleDecays:limitTau0 = on",
@@ -31,6 +32,8 @@ _COMMON = ["Beams:eCM = 14000.", "ParticleDecays:limitTau0 = on",
 _TTBAR = ["Top:qqbar2ttbar = on", "Top:gg2ttbar = on"]
 _MINBIAS = ["SoftQCD:all = on"]
 _MAX_PYTHIA_SEED = 900_000_000
+_PURPOSE = "for ttbar simulation"
+_GENERATORS = ("pythia8mc", "pyhepmc")  # event generation, then HepMC3 files
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,9 @@ class TtbarConfig:
 def simulate_ttbar(out_dir: str | Path, cfg: TtbarConfig) -> list[str]:
     """Simulate ``cfg.events`` ttbar + pileup events into ``out_dir`` as TrackML CSV."""
     acts, _ = import_acts()
-    from acts.examples import hepmc3
+    hepmc3 = require("acts.examples.hepmc3", _PURPOSE)
+    for name in _GENERATORS:  # refuse before writing anything
+        require(name, _PURPOSE)
 
     gen = Path(out_dir) / ACTS_SUBDIR / "generator"
     gen.mkdir(parents=True, exist_ok=True)
@@ -84,12 +89,7 @@ def _add_hepmc_input(acts: Any, hepmc3: Any, seq: Any, rnd: Any,
 
 def write_hepmc(path: Path, process: list[str], events: int, seed: int, progress: bool) -> Path:
     """Generate ``events`` Pythia8 events of ``process`` into a HepMC3 file."""
-    try:
-        import pyhepmc
-        import pythia8mc
-    except ImportError as err:
-        raise ImportError("ttbar simulation needs pythia8mc and pyhepmc: "
-                          "pip install 'sparsegnn[tracking]'") from err
+    pythia8mc, pyhepmc = (require(name, _PURPOSE) for name in _GENERATORS)
     pythia = pythia8mc.Pythia("", False)
     for line in [*_COMMON, *process, "Random:setSeed = on",
                  f"Random:seed = {seed % _MAX_PYTHIA_SEED + 1}"]:
