@@ -28,155 +28,33 @@ minus its resident set once the raw graph is loaded (see ``_harness.PeakMemory``
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import PeakMemory, Row, emit, gib, parse_args, print_table, rss_bytes, run_isolated
-from sparsegnn.data import load_cora, sbm
-from sparsegnn.data.graph import GraphData
-from sparsegnn.nn import GCN
-from sparsegnn.sparse import CSRMatrix, gcn_norm
-from sparsegnn.sparse.reorder import Reordering, reorder
-
-HIDDEN = 128
-DROPOUT = 0.5
-REORDERING = "community"
-OURS = ("ours", "ours_unordered")
-
-
-def have_module(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
-
-
-def pyg_forms() -> tuple[str, ...]:
-    """PyG's own forms available here; the SparseTensor one needs torch_sparse."""
-    forms = ("pyg_edge_index", "pyg_csr")
-    return (*forms, "pyg_sparse_tensor") if have_module("torch_sparse") else forms
-
-
-def configurations() -> tuple[str, ...]:
-    """Every configuration this machine can run (ours only without PyG)."""
-    if not have_module("torch_geometric"):
-        return OURS
-    return (*OURS, *pyg_forms(), "pyg_csr_reordered")
-
-
-# ---------------------------------------------------------------------- graphs
-def load_graph(name: str) -> GraphData:
-    """``cora`` or ``sbm<scale>`` (2^scale vertices, 2^(scale-12) communities)."""
-    if name == "cora":
-        return load_cora()
-    scale = int(name.removeprefix("sbm"))
-    n = 1 << scale
-    return sbm(n, max(2, n >> 12), 16.0, mixing=0.1, num_features=128, seed=0)
-
-
-# ---------------------------------------------------------------------- models
-class PygGCN(nn.Module):
-    """The same architecture as ``sparsegnn.nn.GCN`` from PyG's ``GCNConv``."""
-
-    def __init__(self, in_channels: int, hidden: int, out_channels: int):
-        super().__init__()
-        from torch_geometric.nn import GCNConv
-
-        self.conv1 = GCNConv(in_channels, hidden, cached=True)
-        self.conv2 = GCNConv(hidden, out_channels, cached=True)
-
-    def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
-        x = F.dropout(x, DROPOUT, self.training)
-        x = F.relu(self.conv1(x, adj))
-        x = F.dropout(x, DROPOUT, self.training)
-        return self.conv2(x, adj)
-
-
-def pyg_adj_t(edge_index: torch.Tensor, num_nodes: int, sparse_tensor: bool) -> Any:
-    """PyG's own conversion to a transposed adjacency ``adj_t``: a torch sparse CSR
-    tensor, or with ``sparse_tensor`` a torch_sparse ``SparseTensor``."""
-    from torch_geometric.data import Data
-    from torch_geometric.transforms import ToSparseTensor
-
-    layout = None if sparse_tensor else torch.sparse_csr
-    data = ToSparseTensor(layout=layout)(Data(edge_index=edge_index, num_nodes=num_nodes))
-    return data.adj_t
-
-
-def setup(
-    config: str, g: GraphData, device: torch.device | None = None
-) -> tuple[nn.Module, Any, GraphData]:
-    """Model, the operator it takes and the graph data in the order training uses.
-
-    Normalisation and reordering run on the CPU (the orderings use scipy); operator,
-    data and model then move to ``device`` before PyG's first (caching) forward.
-    """
-    device = device or torch.device("cpu")
-    torch.manual_seed(0)
-    n, classes = g.num_nodes, g.num_classes
-    if config.startswith("ours"):
-        adj = gcn_norm(CSRMatrix.from_edge_index(g.edge_index, n), symmetric=True)
-        if config == "ours":
-            adj, ordering = reorder(adj, REORDERING)
-            g = move_nodes(g, ordering)
-        model = GCN(g.num_features, HIDDEN, classes, num_layers=2, dropout=DROPOUT)
-        return model.to(device), adj.to(device), to_device(g, device)
-    edge_index = g.edge_index
-    if config == "pyg_csr_reordered":
-        adj = gcn_norm(CSRMatrix.from_edge_index(edge_index, n), symmetric=True)
-        _, ordering = reorder(adj, REORDERING)
-        g = move_nodes(g, ordering)
-        edge_index = ordering.edge_index_to_new(edge_index)
-    model = PygGCN(g.num_features, HIDDEN, classes).to(device)
-    if config == "pyg_edge_index":
-        op = edge_index
-    else:
-        op = pyg_adj_t(edge_index, n, sparse_tensor=config == "pyg_sparse_tensor")
-    op, g = op.to(device), to_device(g, device)
-    with torch.no_grad():  # fills GCNConv's normalisation cache: PyG's one-time setup
-        model(g.x, op)
-    return model, op, g
-
-
-def move_nodes(g: GraphData, ordering: Reordering) -> GraphData:
-    """The node data training needs, in the new vertex order (old copies released)."""
-    assert g.x is not None and g.y is not None and g.train_mask is not None
-    return GraphData(edge_index=g.edge_index, num_nodes=g.num_nodes, x=ordering.to_new(g.x),
-                     y=ordering.to_new(g.y), train_mask=ordering.to_new(g.train_mask), name=g.name)
-
-
-def to_device(g: GraphData, device: torch.device) -> GraphData:
-    """The node data training needs on ``device`` (no copy when already there)."""
-    assert g.x is not None and g.y is not None and g.train_mask is not None
-    return GraphData(edge_index=g.edge_index, num_nodes=g.num_nodes, x=g.x.to(device),
-                     y=g.y.to(device), train_mask=g.train_mask.to(device), name=g.name)
-
-
-def epoch_fn(model: nn.Module, op: Any, g: GraphData) -> Callable[[], float]:
-    """One training epoch (forward, loss on the training vertices, backward, Adam step)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    assert g.train_mask is not None and g.y is not None
-    train = g.train_mask.nonzero().flatten()
-    y_train = g.y[train]
-    model.train()
-
-    def epoch() -> float:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(g.x, op)[train], y_train)
-        loss.backward()
-        optimizer.step()
-        return float(loss.detach())
-
-    return epoch
+from _harness import (
+    PeakMemory,
+    Row,
+    configurations,
+    emit,
+    epoch_fn,
+    gib,
+    have_module,
+    load_graph,
+    parse_args,
+    print_table,
+    pyg_forms,
+    rss_bytes,
+    run_isolated,
+    setup,
+)
 
 
 # ---------------------------------------------------------------------- child process
@@ -250,9 +128,9 @@ def merge_runs(graph: str, impl: str, runs: list[dict[str, Any]]) -> Row:
     failed = [r for r in runs if "error" in r]
     if failed:
         print(f"[{graph}] {impl}: failed: {failed[0]['error']}", flush=True)
-        return {"graph": graph, "impl": impl, "error": failed[0]["error"]}
+        return {"what": "gcn_epoch", "graph": graph, "impl": impl, "error": failed[0]["error"]}
     times = [t for r in runs for t in r["epoch_times"]]
-    row: Row = {"graph": graph, "impl": impl, **runs[0],
+    row: Row = {"what": "gcn_epoch", "graph": graph, "impl": impl, **runs[0],
                 "epoch_s": min(times), "epoch_median_s": statistics.median(times),
                 "epoch_times": times, "setup_s": min(r["setup_s"] for r in runs),
                 "train_peak_gib": max(r["train_peak_gib"] for r in runs),

@@ -21,9 +21,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fullgraph
-import spmm as spmm_bench
-from _harness import Row, emit, gib, parse_args, print_table, time_it, time_many
+from _harness import (
+    DEFAULT_REORDERING,
+    WIDTHS,
+    Row,
+    configurations,
+    emit,
+    epoch_fn,
+    gib,
+    graph_specs,
+    load_graph,
+    parse_args,
+    print_table,
+    setup,
+    time_it,
+    time_many,
+    torch_csr,
+    try_pyg_spmm,
+)
 from sparsegnn.nn import GCN
 from sparsegnn.sparse import CSRMatrix, gcn_norm, spmm
 from sparsegnn.sparse.reorder import Reordered, reorder
@@ -106,12 +121,12 @@ def check_gcn(adj: CSRMatrix, dev: torch.device, failures: list[str]) -> None:
 
 # ---------------------------------------------------------------------- timings
 def spmm_timings(dev: torch.device, quick: bool, repeats: int) -> list[Row]:
-    pyg_spmm = spmm_bench.try_pyg_spmm()
+    pyg_spmm = try_pyg_spmm()
     rows: list[Row] = []
-    for spec in spmm_bench.graph_specs(quick):
+    for spec in graph_specs(quick):
         g = spec.build()
         a = gcn_norm(CSRMatrix.from_edge_index(g.edge_index, g.num_nodes), symmetric=True)
-        a_new, _ = reorder(a, spmm_bench.DEFAULT_REORDERING)
+        a_new, _ = reorder(a, DEFAULT_REORDERING)
         rows += spmm_rows(spec.name, a.to(dev), a_new.to(dev), pyg_spmm, repeats)
     return rows
 
@@ -120,31 +135,32 @@ def spmm_rows(
     name: str, a: CSRMatrix, a_new: CSRMatrix, pyg_spmm: Callable | None, repeats: int
 ) -> list[Row]:
     """One row per width: ours on the graph as given and reordered, torch, PyG."""
-    t_csr = spmm_bench.torch_csr(a)
+    t_csr = torch_csr(a)
     rows: list[Row] = []
-    for f in spmm_bench.WIDTHS:
+    for f in WIDTHS:
         x = torch.randn(a.shape[0], f, device=a.device)
         fns = {"ours": synced(lambda x=x: spmm(a, x)),
-               f"ours_{spmm_bench.DEFAULT_REORDERING}": synced(lambda x=x: spmm(a_new, x)),
+               f"ours_{DEFAULT_REORDERING}": synced(lambda x=x: spmm(a_new, x)),
                "torch_csr": synced(lambda x=x: torch.sparse.mm(t_csr, x))}
         if pyg_spmm is not None:
             fns["pyg_spmm"] = synced(lambda x=x: pyg_spmm(t_csr, x))
         timings = time_many(fns, repeats=repeats)
-        rows.append({"graph": name, "f": f, "nnz": a.nnz, **{k: t.min for k, t in timings.items()}})
+        rows.append({"what": "spmm", "graph": name, "f": f, "nnz": a.nnz,
+                     **{k: t.min for k, t in timings.items()}})
     return rows
 
 
 def gcn_timings(dev: torch.device, quick: bool, repeats: int) -> list[Row]:
     graph = "sbm14" if quick else "sbm18"
     rows: list[Row] = []
-    for impl in fullgraph.configurations():
-        g = fullgraph.load_graph(graph)
-        model, op, g = fullgraph.setup(impl, g, dev)
-        epoch = fullgraph.epoch_fn(model, op, g)
+    for impl in configurations():
+        g = load_graph(graph)
+        model, op, g = setup(impl, g, dev)
+        epoch = epoch_fn(model, op, g)
         epoch()
         torch.cuda.reset_peak_memory_stats(dev)
         t = time_it(synced(epoch), repeats=repeats, warmup=0)
-        rows.append({"graph": graph, "impl": impl, "epoch_s": t.min,
+        rows.append({"what": "gcn_epoch", "graph": graph, "impl": impl, "epoch_s": t.min,
                      "peak_gib": gib(torch.cuda.max_memory_allocated(dev))})
         del model, op, g, epoch
         torch.cuda.empty_cache()
