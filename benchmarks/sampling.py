@@ -1,6 +1,6 @@
 """Sampling and minibatch-training throughput: sparsegnn vs PyG (or a pure-torch sampler).
 
-Run: ``python benchmarks/sampling.py [--scales 18,20] [--json]``.
+Run: ``python benchmarks/sampling.py [--quick] [--scales 18,20] [--json]``.
 
 Sampling: minibatches per second of node-wise sampling (fan-outs 15,10,5, batch size
 1024) on R-MAT graphs, ours at bulk sizes k in {1, 16, 64}, against PyG's
@@ -18,16 +18,18 @@ the extension wheels.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn import functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Rate, emit, make_parser, rate_of
 from sparsegnn.data import rmat
 from sparsegnn.nn import GraphSAGE
 from sparsegnn.sampling import NodeWiseSampler, batch_generator, epoch_permutation
@@ -53,24 +55,6 @@ def make_graph(scale: int, features: int, classes: int) -> Setup:
     return Setup(adj, g.x, y, epoch_permutation(g.num_nodes, 0, 0))
 
 
-@dataclass(frozen=True)
-class Rate:
-    """Items per second of one measurement, by wall clock and by process CPU time.
-
-    Both sides run on one thread, so CPU time is the fairer figure on a machine shared
-    with other jobs (it does not count the time the process waited for a core)."""
-
-    wall: float
-    cpu: float
-
-
-def timed(fn: Callable[[], int]) -> Rate:
-    """The rate of ``fn`` (which returns how many items it produced)."""
-    start, cpu_start = time.perf_counter(), time.process_time()
-    count = fn()
-    return Rate(count / (time.perf_counter() - start), count / (time.process_time() - cpu_start))
-
-
 # ---------------------------------------------------------------------- ours
 def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> Rate:
     sampler = NodeWiseSampler(s.adj, FANOUTS)
@@ -82,7 +66,7 @@ def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> Rate:
             sampler.sample([seeds[i] for i in idx], [batch_generator(0, 0, i) for i in idx])
         return batches
 
-    return timed(run)
+    return rate_of(run)
 
 
 def ours_training(s: Setup, steps: int, batch_size: int, hidden: int) -> Rate:
@@ -102,7 +86,7 @@ def ours_training(s: Setup, steps: int, batch_size: int, hidden: int) -> Rate:
             seen += item.num_seeds
         return seen
 
-    return timed(run)
+    return rate_of(run)
 
 
 # ---------------------------------------------------------------------- peers
@@ -188,7 +172,7 @@ def peer_batches(s: Setup, status: str | None, batches: int, batch_size: int
 
 def peer_sampling(s: Setup, status: str | None, batches: int, batch_size: int) -> Rate:
     stream = peer_batches(s, status, batches, batch_size)
-    return timed(lambda: sum(1 for _ in stream()))
+    return rate_of(lambda: sum(1 for _ in stream()))
 
 
 def peer_training(s: Setup, status: str | None, steps: int, batch_size: int, hidden: int) -> Rate:
@@ -209,7 +193,7 @@ def peer_training(s: Setup, status: str | None, steps: int, batch_size: int, hid
             seen += seeds.numel()
         return seen
 
-    return timed(run)
+    return rate_of(run)
 
 
 # ---------------------------------------------------------------------- driver
@@ -267,9 +251,7 @@ def summary(rows: list[dict[str, Any]], status: str | None) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = make_parser(__doc__ or "", quick_help="a 2^14 graph, a few minibatches")
     p.add_argument("--scales", default="18,20", help="R-MAT scales (2^scale vertices)")
     p.add_argument("--bulk", default="1,16,64", help="bulk sizes k of our sampler")
     p.add_argument("--batches", type=int, default=64, help="minibatches per sampling measurement")
@@ -282,8 +264,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (0: torch's default; PyG's sampler uses one)")
-    p.add_argument("--quick", action="store_true", help="a 2^14 graph, a few minibatches")
-    p.add_argument("--json", action="store_true", help="print one JSON object last")
     args = p.parse_args(argv)
     if args.quick:
         args.scales, args.bulk, args.batches, args.train_steps = "14", "1,4", 8, 2
@@ -304,15 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += graph_rows
         speedups.update(graph_speedups)
     print(summary(rows, status))
-    print("speedups (peer time / our time, > 1 = we are faster):")
-    for name, value in speedups.items():
-        print(f"  {name}: {value:.2f}")
-    if args.json:
-        sys.stdout.flush()
-        config = {k: v for k, v in vars(args).items() if k != "json"}
-        metrics = {"peer_status": status or "available", "config": config,
-                   "torch_threads": torch.get_num_threads()}
-        print(json.dumps({"results": rows, "speedups": speedups, "metrics": metrics}))
+    config = {k: v for k, v in vars(args).items() if k not in ("json", "child")}
+    metrics = {"peer_status": status or "available", "config": config,
+               "torch_threads": torch.get_num_threads()}
+    emit(rows, speedups, metrics, args.json)
     return 0
 
 
