@@ -8,16 +8,19 @@ bytes sent and received in one epoch next to the analytic prediction of
 the cases so that idle ranks do not disturb the timings.
 
     python benchmarks/distributed.py --json
+    python benchmarks/distributed.py --quick --json    # 1024 vertices, p in {1, 2, 4}, 2 epochs
     python benchmarks/distributed.py --nodes 8192 --degree 16 --hidden 64 --ranks 1,2,4,8
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-from typing import Any
+import sys
+from pathlib import Path
 
-from _harness import emit
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, emit, make_parser
 from sparsegnn.data import load_any
 from sparsegnn.distributed import (
     ALGORITHMS,
@@ -32,7 +35,6 @@ from sparsegnn.train.distributed import DistributedConfig, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
 
 Case = tuple[str, int, int]  # (algorithm, p, replication)
-Row = dict[str, Any]
 
 
 def cases(ranks: list[int], replication: int) -> tuple[list[Case], list[Row]]:
@@ -89,7 +91,7 @@ def summarise(per_rank: list[list[Row]], todo: list[Case]) -> list[Row]:
         mine = (r for r in flat if (r["algo"], r["p"]) == (algo, p))
         rows = sorted(mine, key=lambda r: r["rank"])
         out.append({
-            "algo": algo, "p": p, "replication": c,
+            "what": "epoch", "algo": algo, "p": p, "replication": c,
             "epoch_time_s": max(r["epoch_time_s"] for r in rows),
             "sent_bytes_per_rank": [_sent(r["measured"]) for r in rows],
             "recv_bytes_per_rank": [_recv(r["measured"]) for r in rows],
@@ -102,9 +104,7 @@ def summarise(per_rank: list[list[Row]], todo: list[Case]) -> list[Row]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = make_parser(__doc__ or "", quick_help="1024 vertices, p in {1, 2, 4}, 2 epochs")
     ap.add_argument("--nodes", type=int, default=2048)
     ap.add_argument("--blocks", type=int, default=8, help="SBM communities (= classes)")
     ap.add_argument("--degree", type=int, default=16)
@@ -113,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--ranks", default="1,2,4,8", help="comma-separated p values")
     ap.add_argument("--replication", type=int, default=2, help="c for 1.5d")
-    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.nodes, args.epochs, args.ranks = 1024, 2, "1,2,4"
     spec = f"sbm:nodes={args.nodes},blocks={args.blocks},degree={args.degree}"
     cfg = TrainConfig(hidden=args.hidden, num_layers=args.layers, dropout=0.0,
                       epochs=args.epochs, patience=args.epochs, progress=False)
