@@ -29,14 +29,14 @@ import numpy as np
 import torch
 
 from _harness import Row, emit, parse_args, print_table
-from sparsegnn.data import load_any
+from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import barrier, close_session, grid_shape, init_session, spawn
 from sparsegnn.distributed.planner import layout, plan_epoch
 from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, partition, size_cap
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.distributed import DistributedConfig, train_rank
-from sparsegnn.train.fullgraph import TrainConfig, row_normalize
+from sparsegnn.train.fullgraph import TrainConfig
 
 PARTITIONERS = ("block", "random", "metis", "balanced")
 # (label, algo, replication, comm)

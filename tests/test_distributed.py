@@ -37,13 +37,13 @@ from sparsegnn.distributed import (
     tile_nnz,
 )
 from sparsegnn.distributed.partition import split_range, stage_blocks
+from sparsegnn.distributed.partitioned import write_partitioned
 from sparsegnn.distributed.shard import read_shard
 from sparsegnn.nn import operator_for
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.distributed import (
     DistributedConfig,
     train_rank,
-    write_partitioned,
 )
 from sparsegnn.train.fullgraph import TrainConfig, train_single
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sparsegnn.data import load_cora, sbm
+from sparsegnn.data import load_cora, row_normalize, sbm
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train import TrainConfig, build_model, fit, load_checkpoint, local_task, train_single
 from sparsegnn.train.checkpoint import save_checkpoint
-from sparsegnn.train.fullgraph import row_normalize
 
 
 @pytest.fixture(scope="module")

@@ -26,11 +26,11 @@ import pytest
 import torch
 
 from conftest import assert_user_error, run_cli, snapshot
+from sparsegnn.data import row_normalize
 from sparsegnn.data.generators import from_spec
 from sparsegnn.data.io import load_graph, save_graph
 from sparsegnn.train import TrainConfig, train_single
 from sparsegnn.train.checkpoint import read_checkpoint
-from sparsegnn.train.fullgraph import row_normalize
 
 pytestmark = pytest.mark.slow  # every case starts the CLI at least once (~4 s each here)
 

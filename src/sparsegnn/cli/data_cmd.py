@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparsegnn.cli.common import add_json_flag, emit, int_range, output_dir, output_file
-from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.errors import DataFormatError
 from sparsegnn.names import ALGORITHMS, PARTITIONERS
 
 if TYPE_CHECKING:
@@ -115,45 +115,18 @@ def _add_partition(actions: Any) -> None:
 def _run_partition(args: argparse.Namespace) -> int:
     from sparsegnn.data import load_any
     from sparsegnn.distributed.grid import grid_shape
-    from sparsegnn.train.distributed import write_partitioned
+    from sparsegnn.distributed.partitioned import write_partitioned
 
-    blocks = grid_shape(args.algo, args.nprocs, args.replication).row_blocks  # before loading
+    grid_shape(args.algo, args.nprocs, args.replication)  # an impossible grid: before loading
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
-    _check_partitionable(g, args.source, blocks)
     result = write_partitioned(
         g, Path(args.out), args.algo, args.nprocs, args.replication, args.model,
         args.partitioner or (Path(args.parts) if args.parts else None),
         normalize_features=not args.no_normalize_features, seed=args.seed or 0,
+        source=args.source,
     )
     text = f"wrote {result['ranks']} rank files for the {result['grid']} to {args.out}"
     return emit(args, result, text)
-
-
-def _check_partitionable(g: GraphData, source: str, blocks: int) -> None:
-    """Refuse, before any work, a graph that cannot be trained, a grid with empty blocks
-    or an operator too large to build.
-
-    The operator is a CSR matrix with one int64 row pointer per vertex (built, then
-    relabelled: two of them) besides its nonzeros, so a sparse id space (ids near 3e9 on
-    a few edges) needs tens of GiB although the edge list is tiny.
-    """
-    from sparsegnn.data.limits import require_memory
-
-    feature_bytes = 0 if g.x is None else g.x.element_size() * g.x.numel()
-    require_memory(2 * (8 * (g.num_nodes + 1) + 16 * g.num_edges + feature_bytes),
-                   f"partitioning {source} ({g.num_nodes} vertices, {g.num_edges} edges)")
-    missing = [name for name, value in (("features", g.x), ("labels", g.y),
-                                         ("a train mask", g.train_mask)) if value is None]
-    if missing:
-        raise InvalidValueError(
-            f"{source}: has no {', '.join(missing)}; distributed training needs features, "
-            "labels and split masks (an sbm spec or a converted dataset has them)"
-        )
-    if blocks > g.num_nodes:
-        raise InvalidValueError(
-            f"{source}: the grid has {blocks} vertex blocks but the graph only "
-            f"{g.num_nodes} vertices; use fewer ranks"
-        )
 
 
 _ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate, _add_partition]

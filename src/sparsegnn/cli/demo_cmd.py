@@ -10,10 +10,7 @@ import argparse
 from pathlib import Path
 
 from sparsegnn.cli.common import add_device_flag, add_json_flag, emit, int_range, resolve_device
-from sparsegnn.data import load_any
 from sparsegnn.errors import DataFormatError
-from sparsegnn.train import TrainConfig, train_single
-from sparsegnn.train.fullgraph import human_summary, row_normalize
 
 _FALLBACK = "sbm:nodes=3000,blocks=7,degree=8"
 
@@ -28,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sparsegnn.cli.train_cmd import fullgraph_summary
+    from sparsegnn.data import load_any, row_normalize
+    from sparsegnn.train import TrainConfig, train_single
+
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         # a folder the user named: a typo must not quietly train on the generated graph
         raise DataFormatError(f"{args.data_dir}: --data-dir is not a directory")
@@ -46,4 +47,4 @@ def run(args: argparse.Namespace) -> int:
     )
     _, result = train_single(graph, cfg, device)
     out = {"dataset": graph.name, "model": "gcn", "device": str(device), **result.summary()}
-    return emit(args, out, human_summary(graph.name, "gcn", result))
+    return emit(args, out, fullgraph_summary(graph.name, "gcn", result))

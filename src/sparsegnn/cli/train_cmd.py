@@ -1,8 +1,9 @@
 """``sparsegnn train``: full-graph (one process or partitioned ranks) or sampled minibatches.
 
-This module owns the flags; the work is done by :mod:`sparsegnn.train`. A run is
-distributed when ``--nprocs`` > 1, when ``--algo`` is given, or when torchrun launched it
-(``WORLD_SIZE`` set); it uses sampled minibatches with ``--mode minibatch``.
+This module owns the flags and the printed summaries; the work is done by
+:mod:`sparsegnn.train`. A run is distributed when ``--nprocs`` > 1, when ``--algo`` is
+given, when torchrun launched it (``WORLD_SIZE`` set) or when ``--dataset`` is a
+partitioned folder; it uses sampled minibatches with ``--mode minibatch``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sparsegnn.cli.common import (
     add_device_flag,
@@ -22,14 +24,12 @@ from sparsegnn.cli.common import (
     output_file,
     resolve_device,
 )
-from sparsegnn.data import load_any
-from sparsegnn.train import train_single
-from sparsegnn.train.fullgraph import (
-    check_trainable,
-    config_from_args,
-    human_summary,
-    row_normalize,
-)
+from sparsegnn.names import ALGORITHMS, PARTITIONERS
+
+if TYPE_CHECKING:
+    from sparsegnn.data import GraphData
+    from sparsegnn.train import TrainConfig, TrainResult
+    from sparsegnn.train.minibatch import MinibatchConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist = p.add_argument_group("distributed full-graph training")
     dist.add_argument("--nprocs", type=int_range(1), default=1,
                       help="spawn this many local ranks")
-    dist.add_argument("--algo", choices=("1d", "1.5d", "2d", "3d"), default=None)
+    dist.add_argument("--algo", choices=ALGORITHMS, default=None)
     dist.add_argument("--replication", type=int_range(1), default=1,
                       help="replication factor c (1.5D)")
     dist.add_argument(
@@ -97,41 +97,138 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def is_distributed(args: argparse.Namespace) -> bool:
-    """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, or a sharded graph."""
-    from sparsegnn.distributed.shard import is_shard_dir
-
-    return (
-        args.nprocs > 1
-        or args.algo is not None
-        or int(os.environ.get("WORLD_SIZE", "1")) > 1
-        or is_shard_dir(args.dataset)
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     resolve_device(args.device)  # a bogus --device is refused before any data is read
     if args.mode == "minibatch":
-        from sparsegnn.cli.train_minibatch import run_from_args
+        return _minibatch(args)
+    if _is_distributed(args):
+        return _distributed(args)
+    return _fullgraph(args)
 
-        return run_from_args(args)
-    if is_distributed(args):
-        from sparsegnn.cli.train_distributed import run_from_args
 
-        return run_from_args(args)
+def _is_distributed(args: argparse.Namespace) -> bool:
+    """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, or a sharded graph."""
+    from sparsegnn.distributed.shard import is_shard_dir
+
+    return (args.nprocs > 1 or args.algo is not None
+            or int(os.environ.get("WORLD_SIZE", "1")) > 1 or is_shard_dir(args.dataset))
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`~sparsegnn.train.TrainConfig` of parsed ``sparsegnn train`` options."""
+    from sparsegnn.train import TrainConfig
+
+    minibatch = args.mode == "minibatch"
+    return TrainConfig(
+        model=args.model or ("sage" if minibatch else "gcn"), hidden=args.hidden,
+        num_layers=args.layers if args.layers is not None else (3 if minibatch else 2),
+        dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay, epochs=args.epochs,
+        patience=args.patience, seed=args.seed, dtype=args.dtype, checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        progress=not args.no_progress,
+    )
+
+
+def _graph(args: argparse.Namespace) -> GraphData:
+    """The training graph, checked (a refusal names the --dataset given, not the name
+    stored in the file, often just 'graph') and with rows normalised unless asked not to."""
+    from sparsegnn.data import load_any, row_normalize
+
     graph = load_any(args.dataset, args.data_dir, seed=args.seed)
-    check_trainable(graph, args.dataset)  # a refusal names the --dataset given, not the
-    # name stored in the file (often just 'graph')
+    graph.check_trainable(args.dataset)
     if not args.no_normalize_features and graph.x is not None:
         graph.x = row_normalize(graph.x)
-    cfg = config_from_args(args)
+    return graph
+
+
+def _plain_config(cfg: Any) -> dict[str, Any]:
+    return {k: v if isinstance(v, int | float | str | bool | None) else str(v)
+            for k, v in asdict(cfg).items()}
+
+
+def _fullgraph(args: argparse.Namespace) -> int:
+    from sparsegnn.train import train_single
+
+    graph, cfg = _graph(args), config_from_args(args)
     device = resolve_device(args.device)
     _, result = train_single(graph, cfg, device)
-    out = {
-        "dataset": graph.name,
-        "model": cfg.model,
-        "device": str(device),
-        **result.summary(),
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-    }
-    return emit(args, out, human_summary(graph.name, cfg.model, result))
+    out = {"dataset": graph.name, "model": cfg.model, "device": str(device),
+           **result.summary(), "config": _plain_config(cfg)}
+    return emit(args, out, fullgraph_summary(graph.name, cfg.model, result))
+
+
+def fullgraph_summary(dataset: str, model: str, r: TrainResult) -> str:
+    """The two lines a person reads after a full-graph run (also ``sparsegnn demo``'s)."""
+    return (
+        f"{model} on {dataset}: test accuracy {r.test_accuracy:.4f} "
+        f"(best validation {r.best_val_accuracy:.4f} at epoch {r.best_epoch}, "
+        f"{r.epochs_run} epochs{', stopped early' if r.stopped_early else ''})\n"
+        f"median epoch time {r.epoch_time_s * 1e3:.1f} ms, "
+        f"peak memory {r.peak_memory_bytes / 2**20:.0f} MiB"
+    )
+
+
+def _minibatch(args: argparse.Namespace) -> int:
+    """``--mode minibatch``: one process, or replicated-topology ranks (``--nprocs``,
+    torchrun) that each sample their share of every minibatch."""
+    from dataclasses import replace
+
+    from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
+    from sparsegnn.train.minibatch_distributed import run_replicated
+
+    graph = _graph(args)
+    cfg = replace(config_from_args(args), model="sage")
+    mb = MinibatchConfig(args.sampler, tuple(args.fanouts), args.batch_size, args.bulk)
+    device = resolve_device(args.device)
+    data = MinibatchData.from_graph(graph, cfg.torch_dtype)
+    world, comm = 1, None
+    if args.nprocs > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        outcome = run_replicated(data, cfg, mb, args.nprocs, backend=args.backend,
+                                 timeout_s=args.timeout)
+        if outcome is None:  # not rank 0 of a torchrun job: rank 0 reports
+            return 0
+        summary, world, comm = outcome.summary, outcome.world_size, outcome.comm
+    else:
+        summary = fit_minibatch(data, cfg, mb, device)[1].summary()
+    out = {"dataset": graph.name, "model": "sage", "mode": "minibatch", "device": str(device),
+           "world_size": world, **summary, "minibatch": asdict(mb),
+           "config": _plain_config(cfg)}
+    if comm is not None:
+        out["comm_bytes"] = comm
+    return emit(args, out, _minibatch_summary(graph.name, mb, summary))
+
+
+def _minibatch_summary(dataset: str, mb: MinibatchConfig, r: dict[str, Any]) -> str:
+    fanouts = ",".join(map(str, mb.fanouts))
+    stopped = ", stopped early" if r["stopped_early"] else ""
+    return (
+        f"GraphSAGE on {dataset}, {mb.sampler} sampling (fan-outs {fanouts}, "
+        f"batch {mb.batch_size}, bulk {mb.bulk}): test accuracy {r['test_accuracy']:.4f} "
+        f"(best validation {r['best_val_accuracy']:.4f} at epoch {r['best_epoch']}, "
+        f"{r['epochs_run']} epochs{stopped})\n"
+        f"{r['seeds_per_second']:.0f} training seeds/s per rank, "
+        f"{r['minibatches_per_epoch']} minibatches/epoch, "
+        f"peak memory {r['peak_memory_bytes'] / 2**20:.0f} MiB"
+    )
+
+
+def _distributed(args: argparse.Namespace) -> int:
+    """Full-graph training on a grid of ranks (``--nprocs``/``--algo``, or torchrun); a
+    partitioned folder as ``--dataset`` supplies its own grid when none is given."""
+    from sparsegnn.train.distributed import DistributedConfig, DistributedJob, run_distributed
+
+    partition = args.partition if args.partition in (None, *PARTITIONERS) else Path(
+        args.partition)
+    dcfg = DistributedConfig(replication=args.replication, backend=args.backend,
+                             timeout_s=args.timeout, partition=partition, comm=args.comm)
+    job = DistributedJob.for_dataset(
+        args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
+        data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
+    run = run_distributed(job)
+    if run is None:  # not rank 0 of a torchrun job: rank 0 reports
+        return 0
+    out = run.summary(job)
+    text = fullgraph_summary(run.graph, job.cfg.model, run.result)
+    mib = out["comm"]["total_bytes_per_epoch"] / 2**20
+    text += f"\n{run.shape.describe()}: {mib:.2f} MiB sent per epoch (all ranks)"
+    return emit(args, out, text)

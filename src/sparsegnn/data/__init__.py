@@ -9,7 +9,7 @@ edge list).
 from sparsegnn.data.citeseer import default_featurizer, load_citeseer_text
 from sparsegnn.data.edges import degree_stats, directed_edge_index, undirected_edge_index
 from sparsegnn.data.generators import from_spec, parse_spec, rmat, sbm, uniform_random
-from sparsegnn.data.graph import GraphData
+from sparsegnn.data.graph import GraphData, row_normalize
 from sparsegnn.data.io import (
     DATASETS,
     FORMAT_VERSION,
@@ -47,6 +47,7 @@ __all__ = [
     "read_graph",
     "read_scipy_npz",
     "rmat",
+    "row_normalize",
     "save_graph",
     "sbm",
     "stratified_split",

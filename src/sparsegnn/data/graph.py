@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from sparsegnn.errors import DataFormatError, NonFiniteError
+from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
 
 
 @dataclass
@@ -58,6 +58,37 @@ class GraphData:
                 out[f"num_{split}"] = int(mask.sum())
         return out
 
+    def check_trainable(self, source: object = None) -> None:
+        """Refuse a graph training would run on NaN, with one line naming the graph.
+
+        Features, labels and a train/val/test split must exist; labels must be class ids
+        >= 0; features must be finite; no split may be empty (an empty train split is a NaN
+        loss, an empty validation split a NaN accuracy that early stopping cannot compare).
+        ``source`` is what the user named (``--dataset``), used in the message when given: a
+        file's stored name is often just ``'graph'``, which tells nobody which file it was.
+        """
+        name = f"graph {source}" if source is not None else f"graph {self.name!r}"
+        missing = [what for what, v in (("features", self.x), ("labels", self.y),
+                                        ("train_mask", self.train_mask),
+                                        ("val_mask", self.val_mask),
+                                        ("test_mask", self.test_mask)) if v is None]
+        if missing:
+            raise InvalidValueError(f"{name} has no {', '.join(missing)}; training needs "
+                                    "features, labels and train/val/test masks")
+        if self.y.numel() and int(self.y.min()) < 0:
+            row = int((self.y < 0).nonzero()[0, 0])
+            raise InvalidValueError(f"{name}: label of node {row} is {int(self.y[row])}; labels "
+                                    "must be class ids >= 0 (mask out unlabelled nodes instead)")
+        if self.x.is_floating_point():
+            bad = ~torch.isfinite(self.x).all(dim=1)
+            if bool(bad.any()):
+                raise NonFiniteError(f"{name}: feature row {int(bad.nonzero()[0, 0])} holds a NaN "
+                                     "or infinity; features must be finite")
+        for split in ("train", "val", "test"):
+            if not bool(getattr(self, f"{split}_mask").any()):
+                raise InvalidValueError(f"{name}: the {split} split is empty ({split}_mask is all "
+                                        "false); training needs nodes in every split")
+
 
 # Rows per step of the finiteness scan: its boolean temporary stays a few MiB.
 _ROWS = 1 << 14
@@ -101,3 +132,8 @@ def check_labels(y: np.ndarray, where: object) -> None:
             "(mask out unlabelled nodes instead)"
         )
 
+
+def row_normalize(x: torch.Tensor) -> torch.Tensor:
+    """Scale each feature row to sum 1 (rows of zeros stay zero): Planetoid's preprocessing."""
+    s = x.sum(1, keepdim=True)
+    return x / torch.where(s == 0, torch.ones_like(s), s)

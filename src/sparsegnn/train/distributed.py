@@ -14,18 +14,18 @@ same grid only; a checkpoint of another grid is refused with a clear error.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import (
-    BlockPartition,
     Communicator,
     DistributedOperator,
     DistributedTask,
@@ -35,34 +35,28 @@ from sparsegnn.distributed import (
     Session,
     SpmmCall,
     build_operator,
+    close_session,
+    gather_objects,
     grid_shape,
+    in_torchrun,
+    init_session,
     predict,
+    spawn,
 )
 from sparsegnn.distributed.comm_model import spmm_schedule
-from sparsegnn.distributed.grid import Algorithm
-from sparsegnn.distributed.shard import (
-    Shard,
-    make_shard,
-    manifest_shape,
-    read_manifest,
-    read_shard,
-    relabel,
-    write_shards,
-)
+from sparsegnn.distributed.partitioned import check_manifest, load_shard
+from sparsegnn.distributed.shard import Shard, is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.nn import graph_operator
-from sparsegnn.partition import PARTITIONERS, Adjacency, partition
+from sparsegnn.names import Algorithm
 from sparsegnn.train.checkpoint import content_hash, rank_checkpoint
 from sparsegnn.train.fullgraph import (
     EpochStats,
     TrainConfig,
     TrainResult,
     build_model,
-    check_trainable,
     fingerprint,
     fit,
     graph_fingerprint,
-    row_normalize,
 )
 
 _SEED_STRIDE = 1_000_003
@@ -106,100 +100,6 @@ class RankReport:
         return measured == self.predicted
 
 
-def partition_for(
-    num_nodes: int, shape: GridShape, path: Path | str | None,
-    edge_index: torch.Tensor | None = None, seed: int = 0,
-) -> BlockPartition:
-    """Even contiguous blocks, the blocks of a partition vector file (.npy or text), or
-    those a named partitioner (:data:`sparsegnn.partition.PARTITIONERS`) computes from
-    ``edge_index``."""
-    if path is None:
-        return BlockPartition.even(num_nodes, shape.row_blocks)
-    if str(path) in PARTITIONERS and not Path(path).is_file():
-        if edge_index is None:
-            raise GridError(f"the {path} partitioner needs the graph's edges")
-        parts = partition(
-            Adjacency.from_edge_index(edge_index, num_nodes), str(path), shape.row_blocks,
-            seed=seed,
-        )
-        return BlockPartition.from_parts(torch.from_numpy(parts), shape.row_blocks)
-    if not Path(path).is_file():
-        raise GridError(
-            f"partition file {path} not found; --partition takes a partitioner "
-            f"({', '.join(PARTITIONERS)}) or a file with one block id in "
-            f"[0, {shape.row_blocks}) per vertex (.npy or text)"
-        )
-    parts = np.load(path) if Path(path).suffix == ".npy" else np.loadtxt(path, dtype=np.int64)
-    if parts.shape != (num_nodes,):
-        raise GridError(
-            f"partition {path} has {parts.size} entries for a graph of {num_nodes} vertices"
-        )
-    return BlockPartition.from_parts(torch.from_numpy(parts.astype(np.int64)), shape.row_blocks)
-
-
-def operator_kind(model: str) -> str:
-    """The operator a model multiplies by, as a partitioned directory records it."""
-    return "gcn" if model == "gcn" else "mean"
-
-
-def check_manifest(path: str | Path, shape: GridShape, model: str) -> None:
-    """Refuse a partitioned directory written for another grid or operator."""
-    manifest = read_manifest(path)
-    written = manifest_shape(manifest)
-    if written != shape or manifest["operator"] != operator_kind(model):
-        raise GridError(
-            f"{path} was partitioned for {written.describe()} and the {manifest['operator']} "
-            f"operator; this run is {shape.describe()} with --model {model}"
-        )
-
-
-def load_shard(
-    source: Any, cfg: TrainConfig, shape: GridShape, rank: int,
-    parts: Path | str | None = None,
-) -> Shard:
-    """This rank's shard: from a partitioned directory (reads only its own file) or cut out
-    of a whole :class:`~sparsegnn.data.GraphData` held in memory."""
-    if isinstance(source, str | Path):
-        check_manifest(source, shape, cfg.model)
-        return read_shard(source, rank)
-    graph = source
-    check_trainable(graph)
-    part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, cfg.seed)
-    adj = graph_operator(graph.edge_index, graph.num_nodes, cfg.model)
-    rows = {"x": graph.x, "y": graph.y}
-    rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
-    adj, rows = relabel(adj.to(dtype=cfg.torch_dtype), rows, part.order)
-    return make_shard(graph.name, adj, rows, part, shape, rank)
-
-
-def write_partitioned(
-    graph: Any, out: Path, algo: Algorithm, nprocs: int, replication: int, model: str,
-    parts: Path | str | None = None, *, normalize_features: bool = True, seed: int = 0,
-) -> dict[str, Any]:
-    """Write the per-rank shards of ``graph`` for a grid (``sparsegnn data partition``).
-
-    ``parts``: a partition vector file or a partitioner name; the vertex order and block
-    boundaries it gives are kept in the manifest (``block_sizes``) and, for a named
-    partitioner, its vector in ``OUT/parts.npy`` so other grids can reuse it.
-    """
-    shape = grid_shape(algo, nprocs, replication)
-    check_trainable(graph)
-    part = partition_for(graph.num_nodes, shape, parts, graph.edge_index, seed)
-    adj = graph_operator(graph.edge_index, graph.num_nodes, model)
-    rows = {"x": row_normalize(graph.x) if normalize_features else graph.x, "y": graph.y}
-    rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
-    adj, rows = relabel(adj, rows, part.order)
-    write_shards(out, graph.name, adj, rows, part, shape, operator_kind(model))
-    if parts is not None and str(parts) in PARTITIONERS and part.order is not None:
-        np.save(out / "parts.npy", _parts_vector(part).numpy())
-    return {
-        "out": str(out), "grid": shape.describe(), "ranks": shape.size,
-        "operator": operator_kind(model),
-        "block_sizes": [part.size(i) for i in range(part.blocks)],
-        "bytes_per_rank": [(out / f"rank{r}.npz").stat().st_size for r in range(shape.size)],
-    }
-
-
 def use_global_dropout(model: nn.Module, num_nodes: int, rows: slice | torch.Tensor) -> None:
     """Make ``model`` apply the whole graph's dropout mask, restricted to this rank's rows.
 
@@ -240,7 +140,8 @@ def train_rank(
     grid = ProcessGrid.create(shape, members)
     if grid is None:
         return None
-    shard = load_shard(source, cfg, shape, grid.rank, dcfg.partition)
+    shard = load_shard(source, cfg.model, shape, grid.rank, dcfg.partition,
+                       dtype=cfg.torch_dtype, seed=cfg.seed)
     shard = shard.to(session.device, cfg.torch_dtype)
     sparse = dcfg.comm == "sparse"
     op: DistributedOperator
@@ -312,15 +213,6 @@ def _planned_spmm_bytes(
     return {p: v for p, v in out.items() if v["sent"] or v["recv"]}
 
 
-def _parts_vector(part: BlockPartition) -> torch.Tensor:
-    """Original vertex -> block id, the inverse of ``part.order`` and ``offsets``."""
-    assert part.order is not None
-    sizes = torch.tensor([part.size(i) for i in range(part.blocks)])
-    parts = torch.empty(part.num_nodes, dtype=torch.long)
-    parts[part.order] = torch.repeat_interleave(torch.arange(part.blocks), sizes)
-    return parts
-
-
 def _original_rows(shard: Shard, block: int) -> slice | torch.Tensor:
     """Original vertex ids of a block's rows, in local order (a slice when not relabelled)."""
     lo, hi = shard.part.block(block)
@@ -390,3 +282,94 @@ def comm_summary(reports: list[RankReport]) -> dict[str, Any]:
 def _total(volumes: Iterable[dict[str, dict[str, int]]], key: str = "sent") -> int:
     """Bytes sent (or received) by the given ranks together over all phases."""
     return sum(v.get(key, 0) for vol in volumes for v in vol.values())
+
+
+@dataclass(frozen=True)
+class DistributedJob:
+    """A whole distributed run: what to train on, how, and over how many ranks.
+
+    ``dataset`` is a dataset name, generator spec or graph file (every rank loads it) or
+    a partitioned folder (each rank reads its own file). Picklable for spawned ranks.
+    """
+
+    dataset: str
+    cfg: TrainConfig
+    dcfg: DistributedConfig
+    nprocs: int = 1
+    data_dir: str | None = None
+    normalize_features: bool = True
+
+    @classmethod
+    def for_dataset(cls, dataset: str, cfg: TrainConfig, dcfg: DistributedConfig,
+                    nprocs: int, algo: Algorithm | None = None, **kw: Any) -> DistributedJob:
+        """The job, with a partitioned folder's own grid filling what was not given
+        (``algo`` None, ``nprocs`` 1, replication 1 for 1.5D); else ``algo`` or 1D."""
+        dcfg = replace(dcfg, algo=algo or "1d")
+        if is_shard_dir(dataset):
+            written = manifest_shape(read_manifest(dataset))
+            algo = algo or written.algo
+            replication = (written.cols if algo == "1.5d" and dcfg.replication == 1
+                           else dcfg.replication)
+            dcfg = replace(dcfg, algo=algo, replication=replication)
+            nprocs = written.size if nprocs == 1 else nprocs
+        if dcfg.comm == "sparse" and dcfg.algo not in ("1d", "1.5d"):
+            raise GridError(f"--comm sparse supports --algo 1d and 1.5d, not {dcfg.algo}")
+        return cls(dataset, cfg, dcfg, nprocs, **kw)
+
+
+@dataclass
+class DistributedRun:
+    """Rank 0's view of a finished job: its training result and every rank's bytes."""
+
+    graph: str
+    shape: GridShape
+    backend: str
+    device: str
+    result: TrainResult
+    reports: list[RankReport]
+
+    def summary(self, job: DistributedJob) -> dict[str, Any]:
+        """The JSON result of ``sparsegnn train`` on ranks."""
+        config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(job.cfg).items()}
+        return {
+            "dataset": self.graph, "model": job.cfg.model, "algo": job.dcfg.algo,
+            "grid": [self.shape.rows, self.shape.cols, self.shape.layers],
+            "world_size": self.shape.size, "backend": self.backend, "device": self.device,
+            **self.result.summary(), "comm": comm_summary(self.reports), "config": config,
+        }
+
+
+def run_distributed(job: DistributedJob) -> DistributedRun | None:
+    """Run ``job`` on ``job.nprocs`` spawned local ranks, or as this process's rank under
+    torchrun; rank 0's :class:`DistributedRun` (``None`` on other torchrun ranks)."""
+    shape = grid_shape(job.dcfg.algo, job.nprocs, job.dcfg.replication)
+    if in_torchrun():
+        run = _run_job(job)
+        return run if int(os.environ["RANK"]) == 0 else None
+    if is_shard_dir(job.dataset):
+        check_manifest(job.dataset, shape, job.cfg.model)
+    threads = max(1, (os.cpu_count() or 1) // shape.size)
+    return spawn(_run_job, shape.size, (job,), threads=threads,
+                 heartbeat_timeout_s=job.dcfg.timeout_s)[0]
+
+
+def _run_job(job: DistributedJob) -> DistributedRun:
+    """One rank of a job: load (or read its shard), train, gather every rank's bytes."""
+    session = init_session(job.dcfg.backend, job.dcfg.timeout_s)
+    try:
+        if is_shard_dir(job.dataset):
+            source: Any = Path(job.dataset)
+            name = read_manifest(source)["name"]
+        else:
+            source = load_any(job.dataset, job.data_dir, seed=job.cfg.seed)
+            name = source.name
+            if job.normalize_features and source.x is not None:
+                source.x = row_normalize(source.x)
+        trained = train_rank(source, job.cfg, job.dcfg, session)
+        assert trained is not None  # the grid spans the whole job
+        _, result, report = trained
+        reports = gather_objects(report)
+    finally:
+        close_session()
+    shape = grid_shape(job.dcfg.algo, len(reports), job.dcfg.replication)
+    return DistributedRun(name, shape, session.backend, str(session.device), result, reports)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sparsegnn.errors import InvalidValueError, NonFiniteError
+from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import GCN, GraphSAGE, Operator, graph_operator
 from sparsegnn.train.checkpoint import Fingerprint, graph_hash
 from sparsegnn.train.loop import LoopConfig, LoopState, run_epochs
@@ -204,41 +204,9 @@ def _finish(model: nn.Module, task: Task, state: LoopState[EpochStats]) -> Train
     )
 
 
-def check_trainable(graph: Any, source: object = None) -> None:
-    """Refuse a graph the loop would train on NaN, with one line naming the graph.
-
-    Features, labels and a train/val/test split must exist; labels must be class ids
-    >= 0; features must be finite; no split may be empty (an empty train split is a NaN
-    loss, an empty validation split a NaN accuracy that early stopping cannot compare).
-    ``source`` is what the user named (``--dataset``), used in the message when given: a
-    file's stored name is often just ``'graph'``, which tells nobody which file it was.
-    """
-    name = f"graph {source}" if source is not None else f"graph {graph.name!r}"
-    missing = [what for what, v in (("features", graph.x), ("labels", graph.y),
-                                    ("train_mask", graph.train_mask),
-                                    ("val_mask", graph.val_mask),
-                                    ("test_mask", graph.test_mask)) if v is None]
-    if missing:
-        raise InvalidValueError(f"{name} has no {', '.join(missing)}; training needs "
-                                "features, labels and train/val/test masks")
-    if graph.y.numel() and int(graph.y.min()) < 0:
-        row = int((graph.y < 0).nonzero()[0, 0])
-        raise InvalidValueError(f"{name}: label of node {row} is {int(graph.y[row])}; labels "
-                                "must be class ids >= 0 (mask out unlabelled nodes instead)")
-    if graph.x.is_floating_point():
-        bad = ~torch.isfinite(graph.x).all(dim=1)
-        if bool(bad.any()):
-            raise NonFiniteError(f"{name}: feature row {int(bad.nonzero()[0, 0])} holds a NaN "
-                                 "or infinity; features must be finite")
-    for split in ("train", "val", "test"):
-        if not bool(getattr(graph, f"{split}_mask").any()):
-            raise InvalidValueError(f"{name}: the {split} split is empty ({split}_mask is all "
-                                    "false); training needs nodes in every split")
-
-
 def local_task(graph: Any, model: str, device: torch.device, dtype: torch.dtype) -> LocalTask:
     """The single-process task of a :class:`~sparsegnn.data.GraphData` with labels and masks."""
-    check_trainable(graph)
+    graph.check_trainable()
     op = graph_operator(graph.edge_index, graph.num_nodes, model).to(device=device, dtype=dtype)
     masks = {
         "train": graph.train_mask.to(device),
@@ -268,43 +236,4 @@ def graph_fingerprint(graph: Any, cfg: TrainConfig, world_size: int = 1,
     return fingerprint(
         cfg, graph=graph_hash(graph.num_nodes, graph.edge_index, tuple(graph.x.shape)),
         classes=graph.num_classes, world_size=world_size, algo=algo,
-    )
-
-
-def row_normalize(x: torch.Tensor) -> torch.Tensor:
-    """Scale each feature row to sum 1 (rows of zeros stay zero): Planetoid's preprocessing."""
-    s = x.sum(1, keepdim=True)
-    return x / torch.where(s == 0, torch.ones_like(s), s)
-
-
-def config_from_args(args: Any) -> TrainConfig:
-    """The :class:`TrainConfig` of parsed ``sparsegnn train`` options (any namespace)."""
-    minibatch = args.mode == "minibatch"
-    layers = args.layers if args.layers is not None else (3 if minibatch else 2)
-    model = args.model or ("sage" if minibatch else "gcn")
-    return TrainConfig(
-        model=model,
-        hidden=args.hidden,
-        num_layers=layers,
-        dropout=args.dropout,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        epochs=args.epochs,
-        patience=args.patience,
-        seed=args.seed,
-        dtype=args.dtype,
-        checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        progress=not args.no_progress,
-    )
-
-
-def human_summary(dataset: str, model: str, r: TrainResult) -> str:
-    return (
-        f"{model} on {dataset}: test accuracy {r.test_accuracy:.4f} "
-        f"(best validation {r.best_val_accuracy:.4f} at epoch {r.best_epoch}, "
-        f"{r.epochs_run} epochs{', stopped early' if r.stopped_early else ''})\n"
-        f"median epoch time {r.epoch_time_s * 1e3:.1f} ms, "
-        f"peak memory {r.peak_memory_bytes / 2**20:.0f} MiB"
     )

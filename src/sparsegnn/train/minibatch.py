@@ -29,7 +29,7 @@ from sparsegnn.sampling.loader import MinibatchLoader
 from sparsegnn.sampling.samplers import Sampler
 from sparsegnn.sparse import CSRMatrix, row_norm
 from sparsegnn.train.checkpoint import rank_checkpoint, seed_everything
-from sparsegnn.train.fullgraph import TrainConfig, check_trainable, fingerprint
+from sparsegnn.train.fullgraph import TrainConfig, fingerprint
 from sparsegnn.train.loop import LoopConfig, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
@@ -105,7 +105,7 @@ class MinibatchData:
 
     @classmethod
     def from_graph(cls, graph: Any, dtype: torch.dtype = torch.float32) -> MinibatchData:
-        check_trainable(graph)
+        graph.check_trainable()
         adj = CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes).to(dtype=dtype)
         masks = {"train": graph.train_mask, "val": graph.val_mask, "test": graph.test_mask}
         return cls(adj, graph.x.to(dtype), graph.y, masks)
@@ -230,18 +230,4 @@ def _train_epoch(
         seeds += b
     return MinibatchEpoch(
         epoch, total_loss / max(seeds, 1), 0.0, time.perf_counter() - start, seeds
-    )
-
-
-def human_summary(dataset: str, mb: MinibatchConfig, r: dict[str, Any]) -> str:
-    fanouts = ",".join(map(str, mb.fanouts))
-    stopped = ", stopped early" if r["stopped_early"] else ""
-    return (
-        f"GraphSAGE on {dataset}, {mb.sampler} sampling (fan-outs {fanouts}, "
-        f"batch {mb.batch_size}, bulk {mb.bulk}): test accuracy {r['test_accuracy']:.4f} "
-        f"(best validation {r['best_val_accuracy']:.4f} at epoch {r['best_epoch']}, "
-        f"{r['epochs_run']} epochs{stopped})\n"
-        f"{r['seeds_per_second']:.0f} training seeds/s per rank, "
-        f"{r['minibatches_per_epoch']} minibatches/epoch, "
-        f"peak memory {r['peak_memory_bytes'] / 2**20:.0f} MiB"
     )

@@ -76,3 +76,16 @@ def train_replicated(
         wall_timeout_s=wall_timeout_s,
         heartbeat_timeout_s=timeout_s,
     )
+
+
+def run_replicated(
+    data: MinibatchData, cfg: TrainConfig, mb: MinibatchConfig, nprocs: int, *,
+    backend: str | None = None, timeout_s: float = 60.0,
+) -> RankOutcome | None:
+    """``nprocs`` spawned local ranks, or this process's rank under torchrun; rank 0's
+    outcome (``None`` on the other torchrun ranks)."""
+    if nprocs > 1:
+        return train_replicated(data, cfg, mb, nprocs, backend=backend,
+                                timeout_s=timeout_s)[0]
+    outcome = train_replicated_rank(data, cfg, mb, backend, timeout_s)
+    return outcome if outcome.rank == 0 else None
