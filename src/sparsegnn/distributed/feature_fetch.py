@@ -21,11 +21,7 @@ class PartitionedFeatures:
     """This rank's block of the feature matrix and the collective :meth:`fetch`."""
 
     def __init__(self, rows: torch.Tensor, owners: RowOwners):
-        if rows.shape[0] != owners.hi - owners.lo:
-            raise ValueError(
-                f"got {rows.shape[0]} feature rows, the partition gives this rank "
-                f"{owners.hi - owners.lo}"
-            )
+        owners.check_rows(rows.shape[0], "the feature block")
         self.rows, self.owners = rows, owners
 
     @classmethod

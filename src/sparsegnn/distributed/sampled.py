@@ -111,6 +111,12 @@ class RowOwners:
         self.lo, self.hi = ranges[group.me // replication]
         self._starts = torch.tensor([a for a, _ in ranges], dtype=torch.long)
 
+    def check_rows(self, rows: int, what: str) -> None:
+        """Refuse a local block whose row count is not this rank's share of the partition."""
+        if rows != self.hi - self.lo:
+            raise ValueError(f"{what} has {rows} rows, the partition gives this rank "
+                             f"{self.hi - self.lo}")
+
     def ask(
         self, request: torch.Tensor, answer: Callable[[torch.Tensor], torch.Tensor]
     ) -> torch.Tensor:
@@ -136,11 +142,7 @@ class PartitionedTopology:
     """
 
     def __init__(self, block: CSRMatrix, owners: RowOwners):
-        if block.shape[0] != owners.hi - owners.lo:
-            raise ValueError(
-                f"block has {block.shape[0]} rows, the partition gives this rank "
-                f"{owners.hi - owners.lo}"
-            )
+        owners.check_rows(block.shape[0], "block")
         self.block, self.owners = block, owners
 
     @classmethod
