@@ -1,4 +1,4 @@
-"""sparsegnn's on-disk graph format, and conversion from common edge-list formats.
+"""sparsegnn's on-disk graph format, and the one entry point to every graph source.
 
 A graph is one ``.npz`` archive of plain arrays, read back with ``allow_pickle=False`` so a
 downloaded file can never execute code. Strings (texts, node ids, class names) are stored
@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
-import warnings
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +28,7 @@ import torch
 from numpy.lib.npyio import NpzFile
 
 from sparsegnn.data.citeseer import load_citeseer_text
-from sparsegnn.data.edges import directed_edge_index, undirected_edge_index
+from sparsegnn.data.edgelist import edges_to_graph, read_edge_list
 from sparsegnn.data.generators import from_spec, is_spec
 from sparsegnn.data.graph import GraphData, check_features, check_labels
 from sparsegnn.data.planetoid import load_cora
@@ -39,8 +37,6 @@ from sparsegnn.errors import DataFormatError
 FORMAT_VERSION = 1
 _MASKS = ("train_mask", "val_mask", "test_mask")
 _STRING_LISTS = ("texts", "node_ids", "class_names")
-# num_nodes is stored as int64, so the largest id is one less than its maximum.
-_MAX_NODES = 2**63 - 1
 
 PathLike = str | os.PathLike[str]
 
@@ -311,37 +307,6 @@ def _unpack_meta(data: np.ndarray, path: Path) -> dict[str, object]:
 
 
 # ---------------------------------------------------------------------- other formats
-def read_edge_list(
-    path: PathLike, *, num_nodes: int | None = None, undirected: bool = True
-) -> GraphData:
-    """A text edge list: two integer columns (space, tab or comma separated), ``#`` comments.
-
-    Further columns (weights, timestamps) are ignored. The first data line is taken as a
-    CSV header only if one of its first two fields is not a number: a numeric line that is
-    not two integers (``1.5 2``) is a mistake in the data, not a header, and dropping it
-    would lose an edge silently. Ids are used as given, so ``num_nodes`` defaults to the
-    largest id plus one. ``undirected`` stores both directions; either way self-loops and
-    repeated edges are dropped.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataFormatError(f"{path}: no such file")
-    sniffed = _sniff_edge_list(path)
-    if sniffed is None:  # only comments and blank lines
-        return _edges_to_graph(np.zeros(0), np.zeros(0), num_nodes, undirected, path)
-    delimiter, skip = sniffed
-    try:
-        with warnings.catch_warnings():  # a header and no data is an empty graph, said once
-            warnings.filterwarnings("ignore", "loadtxt: input contained no data")
-            pairs = np.loadtxt(path, dtype=np.int64, comments="#", delimiter=delimiter,
-                               usecols=(0, 1), skiprows=skip, ndmin=2)
-    except (ValueError, OSError, UnicodeDecodeError) as err:
-        raise DataFormatError(
-            f"{path}: {_first_bad_line(path, delimiter, skip) or err}"
-        ) from err
-    return _edges_to_graph(pairs[:, 0], pairs[:, 1], num_nodes, undirected, path)
-
-
 def read_scipy_npz(
     path: PathLike, *, undirected: bool = True
 ) -> GraphData:
@@ -356,7 +321,7 @@ def read_scipy_npz(
         raise DataFormatError(f"{path}: not a scipy.sparse .npz matrix ({err})") from err
     if adj.shape[0] != adj.shape[1]:
         raise DataFormatError(f"{path}: adjacency must be square, got shape {adj.shape}")
-    return _edges_to_graph(adj.row, adj.col, adj.shape[0], undirected, path)
+    return edges_to_graph(adj.row, adj.col, adj.shape[0], undirected, path)
 
 
 def read_graph(path: PathLike, *, undirected: bool = True) -> GraphData:
@@ -432,87 +397,3 @@ def convert(
     g = load_any(source, root, undirected=undirected)
     save_graph(g, out, compress=compress)
     return g
-
-
-def _sniff_edge_list(path: Path) -> tuple[str | None, int] | None:
-    """Delimiter (comma or whitespace) and lines to skip up to a header; None if no data.
-
-    Only a first data line with a non-numeric field among its first two is a header.
-    """
-    try:
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                data = line.split("#", 1)[0].strip()
-                if not data:
-                    continue
-                delimiter = "," if "," in data else None
-                fields = _fields(data, delimiter)
-                if not all(_NUMBER.fullmatch(s) for s in fields):
-                    return delimiter, lineno
-                return delimiter, 0
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataFormatError(f"{path}: not readable as UTF-8 text ({err})") from err
-    return None
-
-
-def _first_bad_line(path: Path, delimiter: str | None, skip: int) -> str | None:
-    """Which line of an edge list is not two int64 ids, said the way a user fixes it.
-
-    numpy's own message counts rows after comments and the header, not file lines; this
-    rescans the file (only on failure) to name the line as an editor shows it.
-    """
-    try:
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                data = line.split("#", 1)[0].strip()
-                if lineno <= skip or not data:
-                    continue
-                fields = _fields(data, delimiter)
-                if len(fields) < 2 or not all(_fits_int64(s) for s in fields):
-                    shown = data if len(data) <= 60 else data[:57] + "..."
-                    return (f"line {lineno}: expected two integer node ids below 2**63, "
-                            f"got {shown!r}")
-    except (OSError, UnicodeDecodeError) as err:
-        return f"not readable as UTF-8 text ({err})"
-    return None
-
-
-def _fields(data: str, delimiter: str | None) -> list[str]:
-    """The first two fields of a data line, as numpy's loadtxt splits them."""
-    return [s.strip() for s in data.split(delimiter)][:2]
-
-
-# A decimal number as a data file writes one: 12, -3, 1.5, .5, 2e9 (not "nan" or "0x1f").
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-_INTEGER = re.compile(r"[+-]?\d+")
-
-
-def _fits_int64(text: str) -> bool:
-    return bool(_INTEGER.fullmatch(text)) and -(2**63) <= int(text) < 2**63
-
-
-def _edges_to_graph(
-    src: np.ndarray, dst: np.ndarray, num_nodes: int | None, undirected: bool, path: Path
-) -> GraphData:
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    if src.size and min(int(src.min()), int(dst.min())) < 0:
-        raise DataFormatError(f"{path}: node ids must be non-negative")
-    largest = max(int(src.max()), int(dst.max())) + 1 if src.size else 0
-    if largest > _MAX_NODES:
-        raise DataFormatError(
-            f"{path}: node id {largest - 1} leaves no room for num_nodes in int64; "
-            f"ids must be below {_MAX_NODES}"
-        )
-    if num_nodes is None:
-        num_nodes = largest
-    elif largest > num_nodes:
-        raise DataFormatError(f"{path}: node id {largest - 1} >= num_nodes {num_nodes}")
-    build = undirected_edge_index if undirected else directed_edge_index
-    return GraphData(
-        edge_index=build(src, dst, num_nodes),
-        num_nodes=num_nodes,
-        name=path.stem,
-        meta={"source": str(path), "undirected": undirected},
-    )
-
