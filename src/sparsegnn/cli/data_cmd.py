@@ -138,7 +138,7 @@ def _run_info(args: argparse.Namespace) -> int:
     from sparsegnn.data import degree_stats, load_any
 
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
-    result = {"source": args.source, **g.summary(),
+    result = {"source": args.source, **g.counts(),
               **degree_stats(g.edge_index, g.num_nodes)}
     return emit(args, result, _describe(g, result))
 

@@ -46,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
         f"{graph.num_features} features, {graph.num_classes} classes; device {device}"
     )
     _, result = train_single(graph, cfg, device)
-    out = {"dataset": graph.name, "model": "gcn", "device": str(device), **result.summary()}
+    out = {"dataset": graph.name, "model": "gcn", "device": str(device), **result.to_dict()}
     return emit(args, out, fullgraph_summary(graph.name, "gcn", result))

@@ -153,7 +153,7 @@ def _fullgraph(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     _, result = train_single(graph, cfg, device)
     out = {"dataset": graph.name, "model": cfg.model, "device": str(device),
-           **result.summary(), "config": _plain_config(cfg)}
+           **result.to_dict(), "config": _plain_config(cfg)}
     return emit(args, out, fullgraph_summary(graph.name, cfg.model, result))
 
 
@@ -189,7 +189,7 @@ def _minibatch(args: argparse.Namespace) -> int:
             return 0
         summary, world, comm = outcome.summary, outcome.world_size, outcome.comm
     else:
-        summary = fit_minibatch(data, cfg, mb, device)[1].summary()
+        summary = fit_minibatch(data, cfg, mb, device)[1].to_dict()
     out = {"dataset": graph.name, "model": "sage", "mode": "minibatch", "device": str(device),
            "world_size": world, **summary, "minibatch": asdict(mb),
            "config": _plain_config(cfg)}
@@ -227,7 +227,7 @@ def _distributed(args: argparse.Namespace) -> int:
     run = run_distributed(job)
     if run is None:  # not rank 0 of a torchrun job: rank 0 reports
         return 0
-    out = run.summary(job)
+    out = run.to_dict(job)
     text = fullgraph_summary(run.graph, job.cfg.model, run.result)
     mib = out["comm"]["total_bytes_per_epoch"] / 2**20
     text += f"\n{run.shape.describe()}: {mib:.2f} MiB sent per epoch (all ranks)"

@@ -43,7 +43,7 @@ class GraphData:
     def num_classes(self) -> int:
         return 0 if self.y is None else int(self.y.max()) + 1
 
-    def summary(self) -> dict[str, object]:
+    def counts(self) -> dict[str, object]:
         """Counts a user wants to see first (the `data info` output)."""
         out: dict[str, object] = {
             "name": self.name,

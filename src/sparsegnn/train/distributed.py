@@ -328,14 +328,14 @@ class DistributedRun:
     result: TrainResult
     reports: list[RankReport]
 
-    def summary(self, job: DistributedJob) -> dict[str, Any]:
+    def to_dict(self, job: DistributedJob) -> dict[str, Any]:
         """The JSON result of ``sparsegnn train`` on ranks."""
         config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(job.cfg).items()}
         return {
             "dataset": self.graph, "model": job.cfg.model, "algo": job.dcfg.algo,
             "grid": [self.shape.rows, self.shape.cols, self.shape.layers],
             "world_size": self.shape.size, "backend": self.backend, "device": self.device,
-            **self.result.summary(), "comm": comm_summary(self.reports), "config": config,
+            **self.result.to_dict(), "comm": comm_summary(self.reports), "config": config,
         }
 
 

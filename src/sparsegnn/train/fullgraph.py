@@ -109,7 +109,7 @@ class TrainResult:
     history: list[EpochStats] = field(default_factory=list)
     stopped_early: bool = False
 
-    def summary(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["losses"] = [h.loss for h in self.history]
         del out["history"]

@@ -75,7 +75,7 @@ class MinibatchEpoch:
 
 @dataclass
 class MinibatchResult:
-    """What a minibatch run produced; ``summary()`` is the CLI's JSON."""
+    """What a minibatch run produced; ``to_dict()`` is the CLI's JSON."""
 
     epochs_run: int
     best_epoch: int
@@ -87,7 +87,7 @@ class MinibatchResult:
     stopped_early: bool = False
     history: list[MinibatchEpoch] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["losses"] = [h.loss for h in self.history]
         del out["history"]

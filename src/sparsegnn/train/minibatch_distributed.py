@@ -53,7 +53,7 @@ def train_replicated_rank(
             sync=GradientSum(comm, group),
         )
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        return RankOutcome(session.rank, session.world_size, result.summary(), state, comm.counts())
+        return RankOutcome(session.rank, session.world_size, result.to_dict(), state, comm.counts())
     finally:
         close_session()
 
