@@ -17,7 +17,11 @@ GeV, >= 3 hits, |eta| < 4).
 
 Track building is the walkthrough, keeping tracks of at least 5, 6 or 7 hits (the CKF
 keeps tracks of >= 6 measurements); that length and the edge-score cut (0.1-0.9) are the
-pair with the best efficiency minus fake rate on two training events. Seconds per event,
+pair with the best efficiency minus fake rate on two training events
+(``sparsegnn.tracking.pipeline.tune``). ``--save-models DIR`` writes each model with those
+settings and its module map, so ``sparsegnn track reconstruct --events TEST --model
+DIR/NAME.pt --out TRACKS`` and ``sparsegnn track evaluate --events TEST --tracks TRACKS``
+reproduce the GNN row with no other flags. Seconds per event,
 one thread each, CSV reading excluded on both sides: GNN = graph construction + edge scoring + track
 building; CKF = space points + seeding + parameter estimation + CKF + greedy ambiguity
 resolution (ACTS's own timing). The speedup is CKF time / GNN time (above 1: the GNN is
@@ -40,21 +44,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row, emit, print_table
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import Event, event_files, read_events
-from sparsegnn.tracking.filter import EdgeFilter
-from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
-from sparsegnn.tracking.metrics import TrackMetrics, combine, track_metrics
-from sparsegnn.tracking.model import INConfig, InteractionNetwork
-from sparsegnn.tracking.pipeline import edge_summary, evaluate_tracks, missed_summary
-from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
-from sparsegnn.tracking.train import TrackTrainConfig, predict, save_model, train
-from sparsegnn.tracking.truth import DEFAULT_TARGETS
+from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap
+from sparsegnn.tracking.metrics import TrackMetrics
+from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.pipeline import Reconstruction, evaluate_events, tune
+from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.train import TrackTrainConfig, train
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
 # Doublet cuts chosen on pileup-50 ttbar training events (docs/tracking.md): pT >~ 0.5 GeV,
 # |z0| < 200 mm, pairs under 10 mm apart in r (overlapping modules) skip the slope cuts.
 CUTS = DoubletCuts(dphi=0.08, phi_slope=0.0006, z0=200.0, min_dr=10.0)
-MIN_HITS_CHOICES = (5, 6, 7)  # minimum track lengths tried (the CKF's own is 6)
-CUT_CHOICES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # tried on training events
 
 
 @dataclass(frozen=True)
@@ -94,77 +94,51 @@ def events_dir(root: Path, ds: Dataset, split: str) -> Path:
     return directory
 
 
+def gnn_settings(cfg: TrackTrainConfig, cuts: DoubletCuts = CUTS) -> RecoConfig:
+    """How the benchmarks reconstruct with a model trained with ``cfg``: module-level map,
+    ``cuts``, whole-event scoring, walkthrough (cut and length still to tune)."""
+    return RecoConfig(map_level="module", cuts=cuts, train_sample_nodes=cfg.max_sample_nodes,
+                      fanouts=tuple(cfg.fanouts), seed_order=cfg.seed_order,
+                      method="walkthrough")
+
+
 def run_gnn(map_events: list[Event], train_events: list[Event], test_events: list[Event],
             epochs: int, save_to: Path | None = None) -> tuple[TrackMetrics, dict[str, float]]:
-    """Train on ``train_events``, reconstruct ``test_events``; pooled metrics and timings."""
-    module_map = ModuleMap.learn(map_events + train_events, "module")
-    graphs = [module_map_graph(ev, module_map, CUTS) for ev in train_events]
+    """Train on ``train_events``, reconstruct ``test_events``; pooled metrics and timings.
+
+    ``save_to`` gets the model with its tuned settings and module map (``sparsegnn track
+    reconstruct --model`` then reproduces this row) and the map beside it (``.map.npz``)."""
+    cfg = TrackTrainConfig(model=INConfig(hidden=64, iterations=6), epochs=epochs)
+    reco = Reconstruction(gnn_settings(cfg),
+                          module_map=ModuleMap.learn(map_events + train_events, "module"))
+    graphs = [reco.graph(ev) for ev in train_events]
     start = time.perf_counter()
-    model, report = train(graphs, TrackTrainConfig(model=INConfig(hidden=64, iterations=6),
-                                                   epochs=epochs))
+    reco.model, report = train(graphs, cfg)
     train_s = time.perf_counter() - start
+    metrics, timing, reco = score_gnn(reco, train_events[:2], graphs[:2], test_events)
     if save_to is not None:
         save_to.parent.mkdir(parents=True, exist_ok=True)
-        save_model(save_to, model, report)
-        module_map.save(save_to.with_suffix(".map.npz"))
-    metrics, timing = score_gnn(model, module_map, train_events[:2], graphs[:2], test_events)
+        reco.save(save_to, report)
+        reco.module_map.save(save_to.with_suffix(".map.npz"))
     return metrics, {**timing, "train_seconds": train_s}
 
 
-def score_gnn(model: InteractionNetwork, module_map: ModuleMap, tune_events: list[Event],
-              tune_graphs: list[HitGraph], test_events: list[Event],
-              cuts: DoubletCuts = CUTS, edge_filter: EdgeFilter | None = None
-              ) -> tuple[TrackMetrics, dict[str, float]]:
-    """Choose the cut and track length on training events, then reconstruct and score the
-    test events (graphs built with ``cuts``, pruned by ``edge_filter`` when given; the
-    ``tune_graphs`` come pruned): pooled track metrics, seconds per event and mean edge
-    figures."""
-    cut, min_hits = choose_reco(model, tune_events, tune_graphs)
-    results, seconds = [], 0.0
-    for ev in test_events:
-        start = time.perf_counter()
-        graph, scores, tracks = reconstruct(ev, module_map, model, cut, cuts, min_hits,
-                                            edge_filter)
-        seconds += time.perf_counter() - start
-        results.append(evaluate_tracks(ev, graph, scores, tracks, cut, DEFAULT_TARGETS))
+def score_gnn(reco: Reconstruction, tune_events: list[Event], tune_graphs: list[HitGraph],
+              test_events: list[Event]) -> tuple[TrackMetrics, dict[str, float], Reconstruction]:
+    """Choose the cut and track length on training events (``sparsegnn.tracking.pipeline.
+    tune``), then reconstruct and score the test events (graph construction, the filter
+    when ``reco`` has one, scoring and track building timed; the ``tune_graphs`` come
+    pruned): pooled track metrics, seconds per event and mean edge figures, and the tuned
+    reconstruction."""
+    reco = tune(reco, tune_events, tune_graphs)
+    run = evaluate_events(reco, test_events)
     n = len(test_events)
-    edges = edge_summary(results)
-    return combine([r.tracks for r in results]), {
-        "seconds_per_event": seconds / n, "edges_per_event": edges["num_edges"] / n,
-        "cut": cut, "min_track_hits": min_hits,
+    edges = run.edges()
+    return run.tracks, {
+        "seconds_per_event": run.seconds_per_event, "edges_per_event": edges["num_edges"] / n,
+        "cut": reco.config.cut, "min_track_hits": reco.config.min_track_hits,
         **{k: edges[k] for k in ("graph_efficiency", "edge_efficiency", "edge_purity")},
-        **missed_summary(results)}
-
-
-def reconstruct(event: Event, module_map: ModuleMap, model: InteractionNetwork, cut: float,
-                cuts: DoubletCuts, min_track_hits: int, edge_filter: EdgeFilter | None = None
-                ) -> tuple[HitGraph, EdgeScores, Tracks]:
-    """The GNN's reconstruction of one event, the part timed per event: graph
-    construction (and the filter), edge scoring and walkthrough track building."""
-    graph = module_map_graph(event, module_map, cuts)
-    if edge_filter is not None:
-        graph = edge_filter.prune(graph)
-    scores = predict(model, graph)
-    return graph, scores, build_tracks(scores, cut, "walkthrough", min_track_hits)
-
-
-def choose_reco(model: InteractionNetwork, events: list[Event], graphs: list[HitGraph]
-                ) -> tuple[float, int]:
-    """The edge-score cut and minimum track length with the best efficiency minus fake
-    rate on training events (the test events stay unseen).
-
-    Positives are up-weighted by the negatives per positive in the loss, which pushes
-    scores up, so 0.5 is not the natural cut. The TrackML score would barely see fakes
-    (it weighs hits, and a fragment holds few), hence efficiency minus fake rate.
-    """
-    scores = [predict(model, g) for g in graphs]
-
-    def quality(choice: tuple[float, int]) -> float:
-        m = combine([track_metrics(ev, build_tracks(s, choice[0], "walkthrough", choice[1]))[0]
-                     for ev, s in zip(events, scores, strict=True)])
-        return m.efficiency - m.fake_rate
-
-    return max(((c, n) for c in CUT_CHOICES for n in MIN_HITS_CHOICES), key=quality)
+        **run.missed()}, reco
 
 
 def row(ds: Dataset, method: str, test: list[Event], m: TrackMetrics, seconds: float,

@@ -44,10 +44,12 @@ from _harness import Row
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.filter import FilterConfig, save_filter, train_filter
-from sparsegnn.tracking.graph import DoubletCuts, ModuleMap, module_map_graph
+from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
+from sparsegnn.tracking.infer import load_model
+from sparsegnn.tracking.pipeline import Reconstruction
 from sparsegnn.tracking.sampling import SEED_ORDERS
-from sparsegnn.tracking.train import TrackTrainConfig, load_model, save_model, train
-from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, report, row, score_gnn
+from sparsegnn.tracking.train import TrackTrainConfig, train
+from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, gnn_settings, report, row, score_gnn
 from tracking_sampled import FULL as SAMPLED_DATASETS
 
 DATASETS = {"ttbar_pu200": SAMPLED_DATASETS[1],
@@ -87,28 +89,30 @@ def bench(args: argparse.Namespace) -> list[Row]:
     if args.init is None and not args.epochs:
         raise SystemExit("--epochs 0 scores a given model: give --init")
     model = None if args.init is None else load_model(args.init)
-    graphs = [module_map_graph(ev, mmap, cuts) for ev in train_events]
+    cfg = TrackTrainConfig(epochs=args.epochs, lr=args.lr, pos_weight=args.pos_weight,
+                           max_sample_nodes=args.max_sample_nodes, fanouts=args.fanouts,
+                           seed_order=args.seed_order, seed=args.seed)
+    reco = Reconstruction(gnn_settings(cfg, cuts), model, mmap)
+    graphs = [reco.graph(ev) for ev in train_events]
     edges_before = sum(g.num_edges for g in graphs)
     start = time.perf_counter()
     edge_filter = None
     if args.filter_keep is not None:
         edge_filter = train_filter(graphs, FilterConfig(keep=args.filter_keep, seed=args.seed))
         graphs = [edge_filter.prune(g) for g in graphs]
+        reco.edge_filter = edge_filter
     filter_seconds = time.perf_counter() - start
     start = time.perf_counter()
+    train_report = None
     if args.epochs:
-        cfg = TrackTrainConfig(epochs=args.epochs, lr=args.lr, pos_weight=args.pos_weight,
-                               max_sample_nodes=args.max_sample_nodes, fanouts=args.fanouts,
-                               seed_order=args.seed_order, seed=args.seed)
-        model, train_report = train(graphs, cfg, init=model, checkpoint=args.checkpoint,
-                              resume=args.resume)
-        if args.save:
-            save_model(args.save, model, train_report)
+        reco.model, train_report = train(graphs, cfg, init=model, checkpoint=args.checkpoint,
+                                         resume=args.resume)
     if args.save and edge_filter is not None:
         save_filter(args.save.with_suffix(".filter.pt"), edge_filter)
     tune_seconds = time.perf_counter() - start
-    gnn, timing = score_gnn(model, mmap, train_events[:1], graphs[:1], test_events, cuts,
-                            edge_filter)
+    gnn, timing, reco = score_gnn(reco, train_events[:1], graphs[:1], test_events)
+    if args.save and train_report is not None:  # with its tuned settings, map and filter
+        reco.save(args.save, train_report)
     ckf, ckf_run = evaluate_ckf(test_dir, args.limit_test)
     extra = {"init": None if args.init is None else str(args.init), "fine_tune_epochs": args.epochs,
              "fine_tune_seconds": tune_seconds, "module_map_pairs": len(mmap),

@@ -20,7 +20,8 @@ seconds per event (graph construction + edge scoring + track building, process t
 With ``--ckf`` ACTS's seeding + CKF runs on the same held-out events and is scored by
 the same code, so the GNN's efficiency and time at pileup 200 stand beside the CKF's.
 The score cut and minimum track length are chosen for each model on the first large
-training event by tracking.py's rule (best efficiency minus fake rate), so neither model
+training event by the library's rule (``sparsegnn.tracking.pipeline.tune``, best
+efficiency minus fake rate), so neither model
 is judged at an operating point it was not tuned for (``--reco legacy``: the fixed cut
 0.5 and every track, as in the earlier runs of docs/tracking.md).
 
@@ -46,14 +47,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row, emit, print_table, rss_bytes
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import read_events
-from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
-from sparsegnn.tracking.metrics import combine, edge_metrics, track_metrics
+from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap
+from sparsegnn.tracking.infer import load_model
 from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.pipeline import Reconstruction, evaluate_events, tune
 from sparsegnn.tracking.sampling import SEED_ORDERS
-from sparsegnn.tracking.train import TrackTrainConfig, load_model, train
+from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.train.checkpoint import load_checkpoint
 from sparsegnn.train.memory import peak_memory_bytes
-from tracking import CUTS, DEFAULT_DATA, Dataset, choose_reco, events_dir, reconstruct
+from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, gnn_settings
 
 # (name, gun, pileup, map events, train events, test events, seed): small, then large
 FULL = (Dataset("sampled_ttbar_pu50", None, 50, 0, 6, 0, 61),  # not tracking.py's ttbar_pu50
@@ -124,25 +126,15 @@ def _result_of(proc: Any, queue: Any) -> dict[str, Any]:
                            "sending its result") from None
 
 
-def evaluate(model: Any, test_events: list, module_map: ModuleMap, cuts: DoubletCuts,
-             cut: float, min_track_hits: int) -> dict[str, float]:
-    """Edge metrics at ``cut``, tracking metrics (pooled) and reconstruction time per event."""
-    eff, pur, auc, per_event = [], [], [], []
-    seconds = 0.0
-    for ev in test_events:
-        start = time.process_time()
-        g, scores, tracks = reconstruct(ev, module_map, model, cut, cuts, min_track_hits)
-        seconds += time.process_time() - start
-        em = edge_metrics(g, scores.scores, cut)
-        eff.append(em.efficiency)
-        pur.append(em.purity)
-        auc.append(em.auc)
-        per_event.append(track_metrics(ev, tracks)[0])
-    tm = combine(per_event)
-    return {"cut": cut, "min_track_hits": min_track_hits,
-            "edge_efficiency": float(np.mean(eff)), "edge_purity": float(np.mean(pur)),
-            "edge_auc": float(np.mean(auc)), "tracking_efficiency": tm.efficiency,
-            "fake_rate": tm.fake_rate, "seconds_per_event": seconds / len(test_events)}
+def evaluate(reco: Reconstruction, test_events: list) -> dict[str, float]:
+    """Edge metrics at the cut, tracking metrics (pooled) and reconstruction time per
+    event (process time: graph construction + edge scoring + track building)."""
+    run = evaluate_events(reco, test_events, clock=time.process_time)
+    edges, tm = run.edges(), run.tracks
+    return {"cut": reco.config.cut, "min_track_hits": reco.config.min_track_hits,
+            **{k: edges[k] for k in ("edge_efficiency", "edge_purity", "edge_auc")},
+            "tracking_efficiency": tm.efficiency, "fake_rate": tm.fake_rate,
+            "seconds_per_event": run.seconds_per_event}
 
 
 def ckf_row(test_dir: Path, test_events: list, limit: int | None, max_seeds: int) -> Row:
@@ -173,10 +165,11 @@ def bench(args: argparse.Namespace) -> list[Row]:
     module_map = (ModuleMap.load(args.module_map) if args.module_map
                   else ModuleMap.learn(train_events, "module"))
     cuts, fixed = RECO[args.reco]
-    graphs = [module_map_graph(ev, module_map, cuts) for ev in train_events]
+    graphs = [Reconstruction(gnn_settings(TrackTrainConfig(), cuts), module_map=module_map
+                             ).graph(ev) for ev in train_events]
     # the cut is chosen on the first large training event: one the baseline skipped in
     # training, like the test events, and sampled training used, like tracking.py's choice
-    tune = slice(len(small_events), len(small_events) + 1)
+    tuned = slice(len(small_events), len(small_events) + 1)
     sizes = [g.num_nodes for g in graphs]
     limit = args.skip_larger_than or int(np.sqrt(min(sizes) * max(sizes)))
     common = {"model": INConfig(hidden=64, iterations=6), "seed": args.seed, "lr": args.lr,
@@ -191,7 +184,11 @@ def bench(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     for method, cfg in configs.items():
         model, info = train_isolated(graphs, cfg, args.init)
-        cut, min_hits = fixed or choose_reco(model, train_events[tune], graphs[tune])
+        reco = Reconstruction(gnn_settings(cfg, cuts), model, module_map)
+        if fixed:
+            reco = reco.with_config(cut=fixed[0], min_track_hits=fixed[1])
+        else:
+            reco = tune(reco, train_events[tuned], graphs[tuned])
         rows.append({"method": method, "train_events": len(graphs),
                      "train_hits_min": min(sizes), "train_hits_max": max(sizes),
                      "test_events": len(test_events),
@@ -203,7 +200,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
                      "seed_order": cfg.seed_order if cfg.max_sample_nodes else None,
                      "reco": args.reco, "init": str(args.init) if args.init else None,
                      "lr": cfg.lr, **info,
-                     **evaluate(model, test_events, module_map, cuts, cut, min_hits)})
+                     **evaluate(reco, test_events)})
     if args.ckf:
         rows += [ckf_row(test_dir, test_events, args.limit_test, m) for m in args.ckf_max_seeds]
     return rows

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sparsegnn.cli.main import main
-from sparsegnn.tracking.train import load_model
+from sparsegnn.tracking.infer import load_model
 from tracking_toys import toy_graphs
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"

@@ -19,7 +19,7 @@ from sparsegnn.tracking.filter import (
     vertex_z,
 )
 from sparsegnn.tracking.graph import ModuleMap, module_map_graph
-from sparsegnn.tracking.train import save_model
+from sparsegnn.tracking.infer import save_model
 from tracking_toys import straight_tracks
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -10,18 +10,11 @@ import pytest
 import torch
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking.infer import load_model, predict, predict_sampled, save_model
 from sparsegnn.tracking.metrics import roc_auc
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.sampling import seed_order
-from sparsegnn.tracking.train import (
-    TrackTrainConfig,
-    load_model,
-    predict,
-    predict_sampled,
-    save_model,
-    train,
-    train_data_parallel,
-)
+from sparsegnn.tracking.train import TrackTrainConfig, train, train_data_parallel
 from tracking_toys import toy_graphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -28,8 +28,9 @@ import torch
 from conftest import assert_user_error, run_cli, snapshot
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
+from sparsegnn.tracking.infer import save_model
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
-from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, save_model, train
+from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, train
 from tracking_toys import straight_tracks
 
 pytestmark = pytest.mark.slow  # every case starts the CLI at least once (~4 s each here)

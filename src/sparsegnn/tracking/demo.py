@@ -15,24 +15,17 @@ gun because it needs only pyacts (ttbar needs Pythia8 too).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from sparsegnn.tracking.events import Event, read_events
-from sparsegnn.tracking.graph import DoubletCuts, ModuleMap, module_map_graph
-from sparsegnn.tracking.metrics import TrackMetrics, combine
-from sparsegnn.tracking.model import INConfig, InteractionNetwork
-from sparsegnn.tracking.pipeline import (
-    EventResult,
-    edge_summary,
-    evaluate_tracks,
-    plot_results,
-)
-from sparsegnn.tracking.reco import build_tracks
-from sparsegnn.tracking.train import TrackTrainConfig, predict, save_model, train
+from sparsegnn.tracking.events import read_events
+from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
+from sparsegnn.tracking.metrics import TrackMetrics
+from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.pipeline import Reconstruction, evaluate_events, plot_results
+from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.tracking.truth import DEFAULT_TARGETS
 
 # The cuts docs/tracking.md tuned on particle-gun events (pT >= ~0.3 GeV, |z0| < 300 mm).
@@ -55,6 +48,10 @@ class DemoConfig:
     ckf: bool = True
     seed: int = 7
     progress: bool = True
+
+    def overridden(self, **given: Any) -> DemoConfig:
+        """A copy with the given fields replaced (``None``: keep this one's)."""
+        return replace(self, **{k: v for k, v in given.items() if v is not None})
 
 
 @dataclass
@@ -115,18 +112,24 @@ def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig()) -> DemoResult:
     stages["simulate"], clock = time.perf_counter() - clock, time.perf_counter()
 
     train_events, test_events = read_events(dirs["train"]), read_events(dirs["test"])
-    module_map = ModuleMap.learn(train_events, "layer")
-    graphs = [module_map_graph(ev, module_map, DEMO_CUTS) for ev in train_events]
-    stages["graphs"], clock = time.perf_counter() - clock, time.perf_counter()
-
     tcfg = TrackTrainConfig(model=INConfig(hidden=cfg.hidden, iterations=cfg.iterations),
                             epochs=cfg.epochs, max_sample_nodes=cfg.max_sample_nodes,
                             seed=cfg.seed)
-    model, report = train(graphs, tcfg)
-    save_model(out / "model.pt", model, report)
+    settings = RecoConfig(map_level="layer", cuts=DEMO_CUTS,
+                          train_sample_nodes=tcfg.max_sample_nodes, fanouts=tcfg.fanouts,
+                          seed_order=tcfg.seed_order, cut=cfg.cut, method="walkthrough",
+                          min_track_hits=cfg.min_track_hits)
+    reco = Reconstruction(settings, module_map=ModuleMap.learn(train_events, "layer"))
+    graphs = [reco.graph(ev) for ev in train_events]
+    stages["graphs"], clock = time.perf_counter() - clock, time.perf_counter()
+
+    reco.model, report = train(graphs, tcfg)
+    reco.save(out / "model.pt", report)  # 'track reconstruct --model' reconstructs as below
     stages["train"] = time.perf_counter() - clock
 
-    results, stages["reconstruct"] = _reconstruct(test_events, module_map, model, cfg)
+    evaluation = evaluate_events(reco, test_events, progress=cfg.progress)
+    stages["reconstruct"] = evaluation.seconds
+    results = evaluation.results
     plots = [str(p) for p in plot_results(results, DEFAULT_TARGETS, out / "plots")]
 
     ckf = ckf_seconds = None
@@ -137,9 +140,8 @@ def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig()) -> DemoResult:
         ckf, run = evaluate_ckf(dirs["test"])
         ckf_seconds = run.seconds_per_event
         stages["ckf"] = time.perf_counter() - clock
-    return DemoResult(cfg, combine([r.tracks for r in results]), ckf,
-                      stages["reconstruct"] / len(test_events), ckf_seconds,
-                      edge_summary(results), stages, plots)
+    return DemoResult(cfg, evaluation.tracks, ckf, evaluation.seconds_per_event, ckf_seconds,
+                      evaluation.edges(), stages, plots)
 
 
 def _simulate(out: Path, cfg: DemoConfig) -> dict[str, Path]:
@@ -153,18 +155,3 @@ def _simulate(out: Path, cfg: DemoConfig) -> dict[str, Path]:
         simulate_gun(dirs[split], GunConfig(events=n, particles=cfg.particles, seed=seed,
                                             progress=cfg.progress))
     return dirs
-
-
-def _reconstruct(events: list[Event], module_map: ModuleMap, model: InteractionNetwork,
-                 cfg: DemoConfig) -> tuple[list[EventResult], float]:
-    """Each event's graph, scores and tracks, measured; and the reconstruction seconds
-    (graph construction + scoring + track building, metrics excluded)."""
-    results, seconds = [], 0.0
-    for ev in tqdm(events, desc="reconstruct", unit="event", disable=not cfg.progress):
-        start = time.perf_counter()
-        graph = module_map_graph(ev, module_map, DEMO_CUTS)
-        scores = predict(model, graph)
-        tracks = build_tracks(scores, cfg.cut, "walkthrough", cfg.min_track_hits)
-        seconds += time.perf_counter() - start
-        results.append(evaluate_tracks(ev, graph, scores, tracks, cfg.cut, DEFAULT_TARGETS))
-    return results, seconds

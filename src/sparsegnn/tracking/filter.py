@@ -154,10 +154,26 @@ def keep_threshold(logits: torch.Tensor, target: torch.Tensor, keep: float) -> f
     return float(ranked[min(drop, ranked.numel() - 1)])
 
 
+def filter_state(filt: EdgeFilter) -> dict:
+    """The filter as plain data and tensors (sizes, weights, threshold): what a filter file
+    holds, and what a model file carries when its reconstruction prunes with a filter."""
+    return {"filter": {"hidden": filt.hidden, "layers": filt.layers},
+            "state_dict": filt.state_dict()}
+
+
+def filter_from_state(state: dict, source: str | Path) -> EdgeFilter:
+    """The filter of :func:`filter_state`'s ``state``; ``source`` names the file in errors."""
+    try:
+        filt = EdgeFilter(**state["filter"])
+        filt.load_state_dict(state["state_dict"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise DataFormatError(f"{source} holds no usable edge filter ({err})") from err
+    return filt.eval()
+
+
 def save_filter(path: str | Path, filt: EdgeFilter) -> None:
-    sizes = {"hidden": filt.hidden, "layers": filt.layers}
-    save_checkpoint(path, {"filter": sizes, "state_dict": filt.state_dict()},
-                    {"kind": FILTER_KIND, **sizes})
+    state = filter_state(filt)
+    save_checkpoint(path, state, {"kind": FILTER_KIND, **state["filter"]})
 
 
 def load_filter(path: str | Path) -> EdgeFilter:
@@ -166,10 +182,15 @@ def load_filter(path: str | Path) -> EdgeFilter:
     if ckpt.fingerprint.get("kind") != FILTER_KIND:
         raise DataFormatError(f"{path} is not an edge filter (write one with 'track "
                               "train-filter')")
-    try:
-        filt = EdgeFilter(**ckpt.state["filter"])
-        filt.load_state_dict(ckpt.state["state_dict"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        raise DataFormatError(f"{path} holds no usable edge filter ({err})") from err
-    return filt.eval()
+    return filter_from_state(ckpt.state, path)
 
+
+def filter_summary(filt: EdgeFilter, graphs: list[HitGraph]) -> dict[str, float]:
+    """What ``filt`` keeps of ``graphs`` (its training graphs, for ``track train-filter``):
+    its threshold, the fractions of edges and of target edges kept, the mean purity after."""
+    pruned = [filt.prune(g) for g in graphs]
+    return {"threshold": float(filt.threshold),
+            "edges_kept": sum(g.num_edges for g in pruned) / sum(g.num_edges for g in graphs),
+            "targets_kept": (sum(int(g.target.sum()) for g in pruned)
+                             / sum(int(g.target.sum()) for g in graphs)),
+            "mean_purity_after": float(np.mean([g.stats().purity for g in pruned]))}

@@ -1,34 +1,165 @@
-"""The stages composed: graph -> edge scores -> tracks -> metrics, one event at a time.
+"""Tracking as one pipeline: graph -> [doublet filter] -> edge scores -> tracks -> metrics.
 
-Each stage hands the next a typed object (:class:`HitGraph`, :class:`EdgeScores`,
-:class:`Tracks`); this module only wires them and keeps the intermediate results an
-evaluation reports (graph statistics, edge metrics, track metrics, per-particle matches).
+:class:`Reconstruction` holds every choice between an event and its tracks (a
+:class:`~sparsegnn.tracking.settings.RecoConfig`, the model or none for oracle scores,
+the module map, the optional doublet filter) and runs the stages on one event, each
+handing the next a typed object (:class:`HitGraph`, :class:`EdgeScores`,
+:class:`Tracks`). The command line (``track build-graphs|reconstruct|evaluate|demo``)
+and every tracking benchmark reconstruct through it. :func:`tune` is the rule that
+chooses the score cut and minimum track length on training events; a model saved by
+:meth:`Reconstruction.save` carries the result, so ``track reconstruct --model M``
+reconstructs as the benchmark that tuned it did. :func:`evaluate_events` measures a
+reconstruction on events (edge metrics, track metrics, per-particle matches).
 """
 
 from __future__ import annotations
 
-import csv
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event
-from sparsegnn.tracking.graph import GraphStats, HitGraph
+from sparsegnn.tracking.graph import GraphStats, HitGraph, ModuleMap, module_map_graph, truth_graph
+from sparsegnn.tracking.infer import TrackModel, load_track_model, predict, predict_sampled
 from sparsegnn.tracking.metrics import (
     EdgeMetrics,
     MissedParticles,
     ParticleMatches,
     TrackMetrics,
+    combine,
     edge_metrics,
     missed_particles,
     track_metrics,
 )
 from sparsegnn.tracking.model import InteractionNetwork
 from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
-from sparsegnn.tracking.train import predict, predict_sampled
-from sparsegnn.tracking.truth import TargetConfig
+from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig
+
+# What tune() tries on training events: edge-score cuts, and minimum track lengths (the
+# CKF keeps tracks of >= 6 measurements).
+CUT_CHOICES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+MIN_TRACK_HITS_CHOICES = (5, 6, 7)
+
+
+@dataclass(frozen=True)
+class EventReco:
+    """One event's reconstruction: its graph, edge scores and tracks."""
+
+    graph: HitGraph
+    scores: EdgeScores
+    tracks: Tracks
+
+
+@dataclass
+class Reconstruction:
+    """Graph construction -> optional doublet filter -> edge scoring -> track building.
+
+    ``model`` ``None`` scores edges by their truth labels (an oracle: what graph
+    construction and track building alone allow). A module-map graph needs
+    ``module_map``; ``edge_filter`` prunes every graph this builds (graphs given to
+    :meth:`run` are used as they are: ``track build-graphs --filter`` pruned them).
+    """
+
+    config: RecoConfig = field(default_factory=RecoConfig)
+    model: InteractionNetwork | None = None
+    module_map: ModuleMap | None = None
+    edge_filter: object | None = None  # an EdgeFilter (torch; imported where it is built)
+    targets: TargetConfig = DEFAULT_TARGETS
+    device: torch.device | str = "cpu"
+
+    @classmethod
+    def from_model(cls, found: TrackModel | str | Path, device: torch.device | str = "cpu",
+                   targets: TargetConfig = DEFAULT_TARGETS,
+                   base: RecoConfig | None = None) -> Reconstruction:
+        """The reconstruction a model file carries (its settings, or ``base`` (default
+        :class:`RecoConfig`) for a file without them; its module map and filter)."""
+        if not isinstance(found, TrackModel):
+            found = load_track_model(found, device)
+        config = found.settings or base or RecoConfig()
+        return cls(config, found.model, found.module_map, found.edge_filter, targets, device)
+
+    def with_config(self, **given: object) -> Reconstruction:
+        """A copy whose settings take the given values (``None``: keep this one's)."""
+        return replace(self, config=self.config.overridden(**given))
+
+    def graph(self, event: Event) -> HitGraph:
+        """``event``'s graph as the settings build it, pruned by the filter if there is one."""
+        if self.config.graph == "truth":
+            graph = truth_graph(event, self.targets)
+        else:
+            if self.module_map is None:
+                raise InvalidValueError("a module-map graph needs a module map (give one, or "
+                                        "events to learn it from)")
+            graph = module_map_graph(event, self.module_map, self.config.cuts, self.targets)
+        return graph if self.edge_filter is None else self.edge_filter.prune(graph)
+
+    def score(self, graph: HitGraph) -> EdgeScores:
+        """Model probabilities (whole event, or ShaDow subgraphs of at most
+        ``config.sample_nodes`` hits with the fan-outs and seed order of training:
+        bounded memory, many times the time), or the truth labels without a model."""
+        cfg = self.config
+        if self.model is None:
+            return EdgeScores(graph.name, graph.edge_index, graph.y.astype(np.float64),
+                              graph.num_nodes)
+        if cfg.sample_nodes is not None:
+            return predict_sampled(self.model, graph, cfg.sample_nodes, cfg.fanouts,
+                                   device=self.device, seed_order=cfg.seed_order)[0]
+        return predict(self.model, graph, self.device)
+
+    def build(self, scores: EdgeScores) -> Tracks:
+        cfg = self.config
+        return build_tracks(scores, cfg.cut, cfg.method, cfg.min_track_hits)
+
+    def run(self, event: Event, graph: HitGraph | None = None) -> EventReco:
+        """Every stage on ``event`` (from ``graph`` when given, else building it)."""
+        graph = self.graph(event) if graph is None else graph
+        scores = self.score(graph)
+        return EventReco(graph, scores, self.build(scores))
+
+    def measure(self, event: Event, reco: EventReco) -> EventResult:
+        """``reco``'s edges (at the cut) and tracks against ``event``'s truth."""
+        return evaluate_tracks(event, reco.graph, reco.scores, reco.tracks, self.config.cut,
+                               self.targets)
+
+    def save(self, path: str | Path, report: object) -> None:
+        """The model with everything this reconstruction uses it with (settings, module
+        map, filter), so that :meth:`from_model` rebuilds this reconstruction."""
+        from sparsegnn.tracking.infer import save_model
+
+        if self.model is None:
+            raise InvalidValueError("an oracle reconstruction has no model to save")
+        save_model(path, self.model, report, self.config, self.module_map, self.edge_filter)
+
+
+def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGraph] | None = None,
+         cuts: Sequence[float] = CUT_CHOICES,
+         lengths: Sequence[int] = MIN_TRACK_HITS_CHOICES) -> Reconstruction:
+    """``reco`` with the edge-score cut and minimum track length that give the best
+    efficiency minus fake rate on ``events`` (training events: the test events stay unseen).
+
+    Positives are up-weighted by the negatives per positive in the loss, which pushes
+    scores up, so 0.5 is not the natural cut. The TrackML score would barely see fakes
+    (it weighs hits, and a fragment holds few), hence efficiency minus fake rate. Ties go
+    to the first pair in (cut, length) order. Each event is scored once.
+    """
+    graphs = [reco.graph(ev) for ev in events] if graphs is None else list(graphs)
+    scores = [reco.score(g) for g in graphs]
+    method = reco.config.method
+
+    def quality(choice: tuple[float, int]) -> float:
+        m = combine([track_metrics(ev, build_tracks(s, choice[0], method, choice[1]),
+                                   reco.targets)[0]
+                     for ev, s in zip(events, scores, strict=True)])
+        return m.efficiency - m.fake_rate
+
+    cut, length = max(((c, n) for c in cuts for n in lengths), key=quality)
+    return reco.with_config(cut=cut, min_track_hits=length)
 
 
 @dataclass(frozen=True)
@@ -45,31 +176,6 @@ class EventResult:
     true_edges: np.ndarray  # [E] bool, for the score plot
 
 
-def score_edges(graph: HitGraph, model: InteractionNetwork | None,
-                device: torch.device | str = "cpu",
-                max_sample_nodes: int | None = None) -> EdgeScores:
-    """Model probabilities, or with no model the truth labels (an oracle classifier).
-
-    The oracle measures what graph construction and track building alone allow. With
-    ``max_sample_nodes`` the model scores ShaDow subgraphs of at most that many hits
-    (:func:`~sparsegnn.tracking.train.predict_sampled`): bounded memory for events too
-    large to score whole, at many times the time.
-    """
-    if model is not None and max_sample_nodes is not None:
-        return predict_sampled(model, graph, max_sample_nodes, device=device)[0]
-    if model is not None:
-        return predict(model, graph, device)
-    return EdgeScores(graph.name, graph.edge_index, graph.y.astype(np.float64), graph.num_nodes)
-
-
-def evaluate_event(event: Event, graph: HitGraph, scores: EdgeScores, cut: float, method: str,
-                   targets: TargetConfig, min_track_hits: int = 1
-                   ) -> tuple[EventResult, Tracks]:
-    """Build tracks from ``scores`` and measure edges and tracks against ``event``'s truth."""
-    tracks = build_tracks(scores, cut, method, min_track_hits)
-    return evaluate_tracks(event, graph, scores, tracks, cut, targets), tracks
-
-
 def evaluate_tracks(event: Event, graph: HitGraph, scores: EdgeScores, tracks: Tracks,
                     cut: float, targets: TargetConfig) -> EventResult:
     """Measure built ``tracks`` (and the edges at ``cut``) against ``event``'s truth."""
@@ -77,6 +183,49 @@ def evaluate_tracks(event: Event, graph: HitGraph, scores: EdgeScores, tracks: T
     return EventResult(event.name, graph.stats(), edge_metrics(graph, scores.scores, cut),
                        metrics, matches, missed_particles(event, graph, scores.scores, cut,
                                                           matches), scores, graph.y)
+
+
+@dataclass
+class Evaluation:
+    """A reconstruction measured on events; ``seconds`` is the reconstruction's alone
+    (graph construction, filter, scoring and track building; metrics excluded)."""
+
+    results: list[EventResult]
+    seconds: float
+
+    @property
+    def tracks(self) -> TrackMetrics:
+        """Track metrics pooled over the events."""
+        return combine([r.tracks for r in self.results])
+
+    @property
+    def seconds_per_event(self) -> float:
+        return self.seconds / max(len(self.results), 1)
+
+    def edges(self) -> dict[str, float]:
+        return edge_summary(self.results)
+
+    def missed(self) -> dict[str, int]:
+        return missed_summary(self.results)
+
+
+def evaluate_events(reco: Reconstruction, events: Sequence[Event],
+                    graphs: Sequence[HitGraph] | None = None,
+                    clock: Callable[[], float] = time.perf_counter,
+                    progress: bool = False) -> Evaluation:
+    """Reconstruct each event (from its given graph, else building it) and measure it;
+    ``clock`` times the reconstruction (``time.process_time`` for CPU time)."""
+    from tqdm.auto import tqdm
+
+    results, seconds = [], 0.0
+    given = [None] * len(events) if graphs is None else list(graphs)
+    for ev, graph in tqdm(list(zip(events, given, strict=True)), desc="reconstruct",
+                          unit="event", disable=not progress):
+        start = clock()
+        out = reco.run(ev, graph)
+        seconds += clock() - start
+        results.append(reco.measure(ev, out))
+    return Evaluation(results, seconds)
 
 
 def edge_summary(results: list[EventResult]) -> dict[str, float]:
@@ -111,10 +260,74 @@ def plot_results(results: list[EventResult], targets: TargetConfig, out_dir: str
     return [*written, score_plot(scores, true, out_dir)]
 
 
-def write_tracks(path: str | Path, event: Event, tracks: Tracks) -> None:
-    """TrackML submission rows ``hit_id,track_id``; hits on no track get their own ids."""
-    labels = tracks.with_singletons().hit_track
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["hit_id", "track_id"])
-        writer.writerows(zip(event.hit_id.tolist(), labels.tolist(), strict=True))
+def with_module_map(reco: Reconstruction, path: Path | None,
+                    learn_from: Callable[[], Sequence[Event]]) -> Reconstruction:
+    """``reco`` with the module map its graphs are built from: the file at ``path`` when
+    there is one, else the map ``reco`` carries (a model's), else one learnt at the
+    settings' level from ``learn_from()``'s events; written to ``path`` when it names no
+    file yet. A truth-graph reconstruction needs none and comes back as it is."""
+    if reco.config.graph == "truth":
+        return reco
+    if path is not None and path.is_file():
+        module_map = ModuleMap.load(path)
+    else:
+        module_map = reco.module_map or ModuleMap.learn(list(learn_from()),
+                                                        reco.config.map_level)
+        if path is not None:
+            module_map.save(path)
+    return replace(reco, module_map=module_map)
+
+
+def graphs_by_event(graphs: Sequence[HitGraph], events: Sequence[Event],
+                    source: str | Path) -> list[HitGraph]:
+    """The graph of each event, in the events' order; one error naming every event that
+    ``source`` holds no graph for."""
+    by_name = {g.name: g for g in graphs}
+    missing = [ev.name for ev in events if ev.name not in by_name]
+    if missing:
+        raise DataFormatError(f"{source}: no graph for event(s) {missing}")
+    return [by_name[ev.name] for ev in events]
+
+
+def score_written_tracks(events: Sequence[Event], directory: Path,
+                         targets: TargetConfig = DEFAULT_TARGETS
+                         ) -> tuple[TrackMetrics, dict]:
+    """Track metrics, pooled over ``events``, of the tracks ``track reconstruct`` wrote to
+    ``directory``; and its manifest (the settings they were built with)."""
+    from sparsegnn.tracking.store import TRACKS_FORMAT, read_manifest, read_tracks, tracks_file
+
+    manifest = read_manifest(directory, TRACKS_FORMAT)
+    missing = [ev.name for ev in events if tracks_file(ev.name) not in manifest["files"]]
+    if missing:
+        raise DataFormatError(f"{directory}: no tracks for event(s) {missing}")
+    metrics = [track_metrics(ev, read_tracks(directory / tracks_file(ev.name), ev), targets)[0]
+               for ev in events]
+    return combine(metrics), manifest
+
+
+def trained_settings(cfg: object, graphs_dir: Path | None = None) -> RecoConfig:
+    """The settings a model trained with ``cfg`` (a ``TrackTrainConfig``) is saved with:
+    the graph settings ``track build-graphs`` recorded in ``graphs_dir``'s manifest (if
+    any) and the ShaDow sampling of training (fan-outs and seed order also score it when
+    sampled scoring is asked for). Score cut and track length keep their defaults."""
+    from sparsegnn.tracking.store import GRAPHS_FORMAT, read_manifest
+
+    base = RecoConfig()
+    if graphs_dir is not None and (graphs_dir / "manifest.json").is_file():
+        try:
+            recorded = read_manifest(graphs_dir, GRAPHS_FORMAT).get("settings")
+        except DataFormatError:
+            recorded = None
+        if isinstance(recorded, dict):
+            graph = {k: recorded[k] for k in ("graph", "map_level", "cuts") if k in recorded}
+            base = RecoConfig.from_dict(graph, str(graphs_dir / "manifest.json"))
+    return replace(base, train_sample_nodes=cfg.max_sample_nodes, fanouts=tuple(cfg.fanouts),
+                   seed_order=cfg.seed_order)
+
+
+def graph_summary(graphs: Sequence[HitGraph]) -> dict:
+    """Per-event graph statistics and their means (``track build-graphs``)."""
+    per_event = [{"event": g.name, **g.stats().as_dict()} for g in graphs]
+    keys = ("num_nodes", "num_edges", "efficiency", "true_efficiency", "purity")
+    means = {f"mean_{k}": float(np.mean([e[k] for e in per_event])) for k in keys}
+    return {**means, "events": per_event}

@@ -17,6 +17,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+# The default minimum track length, for every caller (library, command line, benchmarks):
+# keep every track of two or more hits. Dense events want more (5-7; the rule in
+# sparsegnn.tracking.pipeline.tune chooses it on training events).
+MIN_TRACK_HITS = 1
+
 
 @dataclass(frozen=True)
 class EdgeScores:
@@ -52,7 +57,7 @@ class Tracks:
 
 
 def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components",
-                 min_hits: int = 1) -> Tracks:
+                 min_hits: int = MIN_TRACK_HITS) -> Tracks:
     """Tracks from the edges scored >= ``cut``; ``method`` is 'components' or 'walkthrough'.
 
     Tracks of fewer than ``min_hits`` hits are dropped (their hits go back to no track):

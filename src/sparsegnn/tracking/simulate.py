@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.optional import require
 from sparsegnn.tracking.events import read_columns
 
@@ -198,3 +198,21 @@ def _write(path: Path, header: str, columns: list[np.ndarray]) -> None:
         fh.write(header + "\n")
         for row in zip(*(c.tolist() for c in columns), strict=True):
             fh.write(",".join(map(repr, row)) + "\n")
+
+
+def simulate_events(out_dir: str | Path, events: int, seed: int, gun: int | None = None,
+                    pileup: int = 0, pt_min: float = 0.5, pt_max: float = 10.0,
+                    progress: bool = True) -> dict:
+    """``track simulate``: ``gun`` muons per event, or (``gun`` None) Pythia8 ttbar with
+    ``pileup`` minimum-bias interactions; what was simulated, as plain data."""
+    if pt_min > pt_max:
+        raise InvalidValueError(f"--pt-min {pt_min} is above --pt-max {pt_max}")
+    if gun is None:
+        from sparsegnn.tracking.ttbar import TtbarConfig, simulate_ttbar
+
+        prefixes = simulate_ttbar(out_dir, TtbarConfig(events, pileup, seed, progress))
+        return {"out": str(out_dir), "events": prefixes, "ttbar": True, "pileup": pileup}
+    cfg = GunConfig(events=events, particles=gun, pt_min=pt_min, pt_max=pt_max, seed=seed,
+                    progress=progress)
+    return {"out": str(out_dir), "events": simulate_gun(out_dir, cfg),
+            "particles_per_event": gun}

@@ -1,5 +1,7 @@
 """Train the Interaction Network on hit graphs: ShaDow subgraphs, or whole events with a size cap.
 
+Training only: scoring and the model file are :mod:`sparsegnn.tracking.infer`'s.
+
 Two regimes, for comparison:
 
 * ``max_sample_nodes`` set: every event is cut into bounded ShaDow minibatches
@@ -38,21 +40,18 @@ from sparsegnn.distributed.comm import Communicator, Counts, Group
 from sparsegnn.distributed.sampled import GradientSum
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.graph import HitGraph
+from sparsegnn.tracking.infer import MODEL_KIND, TRAIN_KIND, graph_inputs, load_model, model_from
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
-from sparsegnn.tracking.reco import EdgeScores
 from sparsegnn.tracking.sampling import shadow_subgraphs
 from sparsegnn.train.checkpoint import (
     content_hash,
     rank_checkpoint,
     read_checkpoint,
-    save_checkpoint,
     seed_everything,
 )
 from sparsegnn.train.loop import LoopConfig, run_epochs
 
 log = logging.getLogger(__name__)
-# Checkpoint kinds: a finished model, and a training checkpoint (also usable as a model).
-MODEL_KIND, TRAIN_KIND = "track-model", "track-train"
 
 
 @dataclass(frozen=True)
@@ -324,11 +323,9 @@ def _steps(graph: HitGraph, cfg: TrackTrainConfig, epoch: int, device: torch.dev
 
 def _make_step(graph: HitGraph, nodes: np.ndarray, edges: np.ndarray, edge_index: np.ndarray,
                weight: np.ndarray, device: torch.device, covered: int | None = None) -> _Step:
-    ei = torch.from_numpy(edge_index).to(device)
+    inputs = graph_inputs(graph, nodes, edges, edge_index, device)
     return _Step(
-        x=torch.from_numpy(graph.node_features[nodes]).to(device),
-        edge_attr=torch.from_numpy(graph.edge_features[edges]).to(device),
-        ops=EdgeOperators(ei, int(nodes.size)),
+        x=inputs.x, edge_attr=inputs.edge_attr, ops=inputs.ops,
         target=torch.from_numpy(graph.target[edges]).to(device),
         weight=torch.from_numpy(np.asarray(weight, dtype=np.float32)).to(device),
         num_nodes=int(nodes.size),
@@ -349,7 +346,7 @@ class RankResult:
     comm: Counts
 
     def model(self) -> InteractionNetwork:
-        return _model_from(self.config, self.state_dict)
+        return model_from(self.config, self.state_dict)
 
 
 def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
@@ -392,83 +389,34 @@ def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
     return results[0].model(), results[0].report, results
 
 
-@torch.no_grad()
-def predict(model: InteractionNetwork, graph: HitGraph,
-            device: torch.device | str = "cpu") -> EdgeScores:
-    """Edge probabilities on a whole event graph (inference needs no gradients, so no sampling)."""
-    model.eval()
-    device = torch.device(device)
-    step = _make_step(graph, np.arange(graph.num_nodes), np.arange(graph.num_edges),
-                      graph.edge_index, loss_weights(graph), device)
-    scores = torch.sigmoid(model(step.x, step.edge_attr, step.ops)).cpu().numpy()
-    return EdgeScores(graph.name, graph.edge_index, scores.astype(np.float64), graph.num_nodes)
+def run_training(paths: list[Path], cfg: TrackTrainConfig, device: torch.device | str = "cpu",
+                 init: Path | None = None, checkpoint: Path | None = None,
+                 resume: bool = False, nprocs: int = 1, backend: str | None = None,
+                 timeout_s: float = 60.0
+                 ) -> tuple[InteractionNetwork | None, TrainReport | None, dict | None]:
+    """``track train``: here on ``device``, over ``nprocs`` spawned ranks, or as this
+    process's rank of a torchrun job. The model and report (``None`` on torchrun ranks
+    other than 0, where rank 0 writes and reports), and for ranks what each one held
+    and sent (``None`` for one process)."""
+    from sparsegnn.distributed import in_torchrun
 
-
-@torch.no_grad()
-def predict_sampled(model: InteractionNetwork, graph: HitGraph, max_nodes: int,
-                    fanouts: tuple[int, ...] = (4, 2), seed: int = 0, max_passes: int = 16,
-                    device: torch.device | str = "cpu",
-                    seed_order: str = "random") -> tuple[EdgeScores, float]:
-    """Edge probabilities scored in the context ShaDow training gave them; ``(scores, coverage)``.
-
-    A model trained on ShaDow subgraphs learnt each edge from its source hit's sampled
-    neighbourhood; scoring it on the whole event instead shows it a receptive field it
-    never trained on. Here an edge is scored in a minibatch where its source is a seed,
-    exactly as its loss was computed, and no step holds more than ``max_nodes`` hits, so
-    inference is bounded like training. An edge whose target hit falls outside the
-    sampled fan-out is not scored in that pass; further passes reseed only the sources of
-    unscored edges (edges scored more than once are averaged). ``coverage`` is the
-    fraction scored within ``max_passes``; the rest score 0. ``seed_order`` as in training.
-    """
-    model.eval()
-    device = torch.device(device)
-    total = np.zeros(graph.num_edges)
-    count = np.zeros(graph.num_edges, dtype=np.int64)
-    weight = loss_weights(graph)
-    seeds = None
-    for sweep in range(max_passes):
-        for sub in shadow_subgraphs(graph, max_nodes, fanouts, seed, sweep, seeds, seed_order):
-            step = _make_step(graph, sub.nodes, sub.edges, sub.edge_index, weight[sub.edges],
-                              device)
-            prob = torch.sigmoid(model(step.x, step.edge_attr, step.ops)).cpu().numpy()
-            scored = sub.edges[sub.loss_mask]
-            total[scored] += prob[sub.loss_mask]
-            count[scored] += 1
-        missing = count == 0
-        if not missing.any():
-            break
-        seeds = np.unique(graph.edge_index[0][missing])
-    scores = np.divide(total, count, out=np.zeros_like(total), where=count > 0)
-    coverage = float((count > 0).mean()) if graph.num_edges else 1.0
-    return EdgeScores(graph.name, graph.edge_index, scores, graph.num_nodes), coverage
-
-
-def save_model(path: str | Path, model: InteractionNetwork, report: TrainReport) -> None:
-    """Weights, sizes and the training report in one atomic checkpoint file."""
-    save_checkpoint(path, _model_state(model, report), {"kind": MODEL_KIND, **asdict(model.cfg)})
-
-
-def _model_state(model: InteractionNetwork, report: TrainReport) -> dict:
-    return {"config": asdict(model.cfg), "state_dict": model.state_dict(),
-            "report": report.as_dict()}
-
-
-def load_model(path: str | Path, device: torch.device | str = "cpu") -> InteractionNetwork:
-    """A model written by :func:`save_model`, or the model of a training checkpoint."""
-    ckpt = read_checkpoint(path)
-    kind = ckpt.fingerprint.get("kind")
-    if kind not in (MODEL_KIND, TRAIN_KIND):
-        raise DataFormatError(f"{path} is a {kind or 'untyped'} file, not an Interaction "
-                              "Network model (write one with 'track train')")
-    try:
-        if kind == TRAIN_KIND:  # the loop's layout: weights under "model", sizes in "extra"
-            return _model_from(ckpt.state["extra"]["config"], ckpt.state["model"]).to(device)
-        return _model_from(ckpt.state["config"], ckpt.state["state_dict"]).to(device)
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        raise DataFormatError(f"{path} holds no usable model ({err})") from err
-
-
-def _model_from(config: dict, state_dict: dict[str, torch.Tensor]) -> InteractionNetwork:
-    model = InteractionNetwork(INConfig(**config))
-    model.load_state_dict(state_dict)
-    return model
+    if nprocs == 1 and not in_torchrun():
+        start = None if init is None else load_model(init)
+        model, report = train([HitGraph.load(p) for p in paths], cfg, device, start,
+                              checkpoint, resume)
+        return model, report, None
+    names = [str(p) for p in paths]
+    given = (None if init is None else str(init),
+             None if checkpoint is None else str(checkpoint))
+    if in_torchrun():  # every rank ends with the same weights and the all-rank report
+        results = [train_rank(names, cfg, *given, backend, timeout_s, resume)]
+        if results[0].rank != 0:
+            return None, None, None
+        model, report = results[0].model(), results[0].report
+    else:
+        model, report, results = train_data_parallel(names, cfg, nprocs, *given, backend,
+                                                     timeout_s, resume=resume)
+    return model, report, {
+        "world_size": results[0].world_size, "events_per_rank": [r.events for r in results],
+        "bytes_sent_per_rank": [sum(p["sent"] for p in r.comm.values()) for r in results],
+        "comm_bytes": [r.comm for r in results]}

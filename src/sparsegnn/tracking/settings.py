@@ -1,0 +1,88 @@
+"""How a trained model is used: the settings a model file carries beside its weights.
+
+:class:`RecoConfig` is every choice between an event and its tracks: how the graph is
+built (truth, or a module map at some level plus doublet cuts), how edges are scored
+(whole events, or ShaDow subgraphs with the fan-outs and seed order the model was trained
+with), and how tracks are built (score cut, method, minimum length). A model file written
+with them (:func:`sparsegnn.tracking.infer.save_model`) reconstructs the way it was
+tuned with no other input; files written before these settings existed load with the
+defaults below. No torch here, so the command line can build one cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from sparsegnn.errors import DataFormatError
+from sparsegnn.tracking.graph import NO_CUTS, DoubletCuts
+from sparsegnn.tracking.reco import MIN_TRACK_HITS
+
+GRAPH_KINDS = ("module-map", "truth")
+MAP_LEVELS = ("module", "layer")
+METHODS = ("components", "walkthrough")
+
+
+@dataclass(frozen=True)
+class RecoConfig:
+    """Graph construction, edge scoring and track building of one reconstruction."""
+
+    graph: str = "module-map"  # "module-map" or "truth" (edges between consecutive hits)
+    map_level: str = "module"  # level of a module map learnt for this reconstruction
+    cuts: DoubletCuts = field(default_factory=lambda: NO_CUTS)
+    # ShaDow sampling: what the model was trained with (train_sample_nodes None: whole
+    # events), and the subgraph bound used to score (sample_nodes None: whole events)
+    train_sample_nodes: int | None = None
+    fanouts: tuple[int, ...] = (4, 2)
+    seed_order: str = "random"
+    sample_nodes: int | None = None
+    cut: float = 0.5
+    method: str = "components"
+    min_track_hits: int = MIN_TRACK_HITS
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (JSON, or a ``weights_only`` checkpoint)."""
+        out = asdict(self)
+        out["fanouts"] = list(self.fanouts)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "settings") -> RecoConfig:
+        """The inverse of :meth:`as_dict`; fields it lacks take their defaults (files of
+        older versions), unknown ones are refused."""
+        try:
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(data) - known)
+            if unknown:
+                raise ValueError(f"unknown fields {unknown}")
+            given = dict(data)
+            if "cuts" in given:
+                given["cuts"] = DoubletCuts(**given["cuts"])
+            if "fanouts" in given:
+                given["fanouts"] = tuple(int(f) for f in given["fanouts"])
+            return replace(cls(), **given).checked()
+        except (TypeError, ValueError, AttributeError) as err:
+            raise DataFormatError(f"{source}: unusable reconstruction settings ({err})") from err
+
+    def checked(self) -> RecoConfig:
+        """``self``, if every choice is one this library knows."""
+        for name, value, allowed in (("graph", self.graph, GRAPH_KINDS),
+                                     ("map_level", self.map_level, MAP_LEVELS),
+                                     ("method", self.method, METHODS)):
+            if value not in allowed:
+                raise ValueError(f"{name} {value!r} is not one of {allowed}")
+        if not 0.0 <= self.cut <= 1.0 or self.min_track_hits < 1:
+            raise ValueError(f"cut {self.cut} outside [0, 1] or min_track_hits "
+                             f"{self.min_track_hits} below 1")
+        return self
+
+    def overridden(self, **given: Any) -> RecoConfig:
+        """A copy with the given fields replaced; ``None`` values and cut fields of ``None``
+        (nothing given on the command line) keep this config's."""
+        cuts = {k: given.pop(k) for k in list(given) if k in _CUT_FIELDS}
+        cuts = {k: v for k, v in cuts.items() if v is not None}
+        keep = {k: v for k, v in given.items() if v is not None}
+        return replace(self, cuts=replace(self.cuts, **cuts), **keep).checked()
+
+
+_CUT_FIELDS = {f.name for f in fields(DoubletCuts)}

@@ -1,0 +1,147 @@
+"""`Reconstruction`: the stages as one object, the tuning rule, the model file's settings,
+and the stages chained on disk (`reconstruct --model M`, `evaluate --tracks DIR`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparsegnn.cli.main import main
+from sparsegnn.errors import DataFormatError
+from sparsegnn.tracking.events import read_events
+from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
+from sparsegnn.tracking.infer import load_model, load_track_model, predict, save_model
+from sparsegnn.tracking.metrics import combine, track_metrics
+from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.pipeline import (
+    Reconstruction,
+    evaluate_events,
+    score_written_tracks,
+    tune,
+)
+from sparsegnn.tracking.reco import MIN_TRACK_HITS, build_tracks
+from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.store import read_tracks, write_tracks
+from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, train
+from tracking_toys import straight_tracks
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def trained() -> tuple[Reconstruction, list, list]:
+    """A small model on toy events with its reconstruction (module map, cuts)."""
+    train_events = [straight_tracks(12, seed) for seed in range(3)]
+    test_events = [straight_tracks(12, seed) for seed in (10, 11)]
+    settings = RecoConfig(cuts=DoubletCuts(dphi=0.5), method="walkthrough")
+    reco = Reconstruction(settings, module_map=ModuleMap.learn(train_events))
+    graphs = [reco.graph(ev) for ev in train_events]
+    reco.model, _ = train(graphs, TrackTrainConfig(model=INConfig(hidden=8, iterations=1),
+                                                   epochs=3))
+    return reco, train_events, test_events
+
+
+def test_stages_compose_as_the_functions_do(trained) -> None:
+    reco, _, events = trained
+    out = reco.run(events[0])
+    scores = predict(reco.model, out.graph)
+    np.testing.assert_array_equal(out.scores.scores, scores.scores)
+    expected = build_tracks(scores, reco.config.cut, "walkthrough", reco.config.min_track_hits)
+    np.testing.assert_array_equal(out.tracks.hit_track, expected.hit_track)
+    oracle = Reconstruction(RecoConfig(graph="truth"))
+    run = evaluate_events(oracle, events)
+    assert run.tracks.efficiency == 1.0 and run.tracks.fake_rate == 0.0
+    assert run.seconds > 0 and len(run.results) == 2
+
+
+def test_tune_picks_the_best_pair_on_training_events(trained) -> None:
+    reco, train_events, _ = trained
+    tuned = tune(reco, train_events[:2], cuts=(0.3, 0.7), lengths=(2, 5))
+    scores = [reco.score(reco.graph(ev)) for ev in train_events[:2]]
+
+    def quality(cut: float, n: int) -> float:
+        m = combine([track_metrics(ev, build_tracks(s, cut, "walkthrough", n))[0]
+                     for ev, s in zip(train_events[:2], scores, strict=True)])
+        return m.efficiency - m.fake_rate
+
+    best = max(quality(c, n) for c in (0.3, 0.7) for n in (2, 5))
+    assert quality(tuned.config.cut, tuned.config.min_track_hits) == best
+    assert tuned.config.method == "walkthrough" and tuned.model is reco.model
+
+
+def test_model_file_carries_its_reconstruction(trained, tmp_path: Path) -> None:
+    reco, _, events = trained
+    tuned = reco.with_config(cut=0.4, min_track_hits=3)
+    tuned.save(tmp_path / "m.pt", TrainReport(1.0))
+    again = Reconstruction.from_model(tmp_path / "m.pt")
+    assert again.config == tuned.config
+    np.testing.assert_array_equal(again.module_map.pairs, reco.module_map.pairs)
+    np.testing.assert_array_equal(again.run(events[0]).tracks.hit_track,
+                                  tuned.run(events[0]).tracks.hit_track)
+    # a file without settings (older) loads with the defaults
+    save_model(tmp_path / "old.pt", reco.model, TrainReport(1.0))
+    old = load_track_model(tmp_path / "old.pt")
+    assert old.settings is None and old.module_map is None
+    assert Reconstruction.from_model(old).config == RecoConfig()
+    assert RecoConfig().min_track_hits == MIN_TRACK_HITS
+    assert load_model(tmp_path / "m.pt").cfg == reco.model.cfg
+
+
+def test_written_tracks_read_back_the_same(trained, tmp_path: Path) -> None:
+    reco, _, events = trained
+    tracks = reco.run(events[0]).tracks
+    write_tracks(tmp_path / "t.csv", events[0], tracks)
+    back = read_tracks(tmp_path / "t.csv", events[0])
+    assert track_metrics(events[0], back)[0] == track_metrics(events[0], tracks)[0]
+    (tmp_path / "bad.csv").write_text("hit_id,track_id\n1,0\n")
+    with pytest.raises(DataFormatError, match="hit ids"):
+        read_tracks(tmp_path / "bad.csv", events[0])
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present")
+def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model saved with its reconstruction: `reconstruct --model M` alone reproduces it
+    (the same metrics as the library's), `evaluate --tracks` scores what it wrote, and a
+    flag still overrides a saved setting."""
+    events = read_events(SAMPLE)
+    settings = RecoConfig(cuts=DoubletCuts(phi_slope=0.01), method="walkthrough", cut=0.3,
+                          min_track_hits=4)
+    reco = Reconstruction(settings, module_map=ModuleMap.learn(events))
+    reco.model, report = train([reco.graph(ev) for ev in events],
+                               TrackTrainConfig(model=INConfig(hidden=8, iterations=1),
+                                                epochs=1))
+    reco.save(tmp_path / "m.pt", report)
+    expected = evaluate_events(reco, events).tracks
+
+    out = _json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--model",
+                str(tmp_path / "m.pt"), "--out", str(tmp_path / "tracks"), "--device", "cpu")
+    assert out["settings"] == settings.as_dict()
+    scored = _json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--tracks",
+                   str(tmp_path / "tracks"))
+    assert {k: scored[k] for k in expected.as_dict()} == pytest.approx(expected.as_dict())
+    assert scored["settings"] == settings.as_dict()
+    assert score_written_tracks(events, tmp_path / "tracks")[0] == expected
+    # evaluate --model rebuilds the same tracks from the same saved settings
+    direct = _json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--model",
+                   str(tmp_path / "m.pt"), "--device", "cpu")
+    assert direct["tracking_efficiency"] == scored["tracking_efficiency"]
+    assert (direct["cut"], direct["min_track_hits"]) == (0.3, 4)
+
+    override = _json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--model",
+                     str(tmp_path / "m.pt"), "--out", str(tmp_path / "tracks2"), "--cut",
+                     "0.9", "--min-track-hits", "2", "--device", "cpu")
+    assert (override["settings"]["cut"], override["settings"]["min_track_hits"]) == (0.9, 2)
+    assert override["settings"]["cuts"] == settings.as_dict()["cuts"]
+    assert main(["track", "evaluate", "--events", str(SAMPLE), "--tracks",
+                 str(tmp_path / "m.pt")]) == 2
+    assert "manifest.json" in capsys.readouterr().err
