@@ -1,7 +1,7 @@
 """Interaction Network training-epoch time: sparsegnn's SpMM aggregation vs PyG MessagePassing.
 
-Run: ``python benchmarks/interaction_network.py [--events DIR] [--max-sample-nodes 4000]
-[--epochs 3] [--json]``.
+Run: ``python benchmarks/interaction_network.py [--quick] [--json] [--events DIR]
+[--max-sample-nodes 4000] [--epochs 3]``.
 
 Both sides compute the *same* function with the *same* weights (the peer wraps our
 :class:`InteractionNetwork`'s modules) on the *same* ShaDow subgraphs of module-map
@@ -15,13 +15,15 @@ the edge MLP to ``cat([x_j, x_i, e])``. Operator set-up (building incidence matr
 is inside the timed epoch. Before timing, the logits of both on the first subgraph are
 compared, so the numbers are for two implementations of one function.
 
-Default events: the TrackML sample (module map learnt from the event itself).
+Default events: the TrackML sample (module map learnt from the event itself). ``--quick``
+times one epoch of the first 8 subgraphs (1000-hit bound): a smoke run, not a measurement.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from _harness import emit
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import emit, make_parser
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
@@ -178,21 +182,30 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser(__doc__, quick_help="one epoch of the first 8 subgraphs of at most 1000 "
+                    "hits, seconds: a smoke run, not a measurement")
     p.add_argument("--events", type=Path, default=SAMPLE, help="TrackML events directory")
     p.add_argument("--limit", type=int, default=None, help="first N events only")
-    p.add_argument("--max-sample-nodes", type=int, default=4000,
-                   help="ShaDow subgraph bound (4000: what sampled training uses at pileup 200)")
+    p.add_argument("--max-sample-nodes", type=int, default=None,
+                   help="ShaDow subgraph bound (default 4000: what sampled training uses at "
+                        "pileup 200; --quick 1000)")
     p.add_argument("--fanouts", default="4,2", help="ShaDow fan-outs per hop")
     p.add_argument("--max-subgraphs", type=int, default=None,
                    help="time only the first N subgraphs of the epoch (large events)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--iterations", type=int, default=6)
-    p.add_argument("--epochs", type=int, default=2, help="timed epochs per implementation")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="timed epochs per implementation (default --repeats, else 2; "
+                        "--quick 1)")
     p.add_argument("--device", default=None)
-    p.add_argument("--json", action="store_true", help="print one JSON object last")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.max_sample_nodes is None:
+        args.max_sample_nodes = 1000 if args.quick else 4000
+    if args.epochs is None:
+        args.epochs = args.repeats or (1 if args.quick else 2)
+    if args.quick and args.max_subgraphs is None:
+        args.max_subgraphs = 8
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

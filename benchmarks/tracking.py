@@ -33,73 +33,35 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, emit, print_table
+from _harness import (
+    TRACKING_DATA,
+    Row,
+    TrackingDataset,
+    events_dir,
+    gnn_figures,
+    make_parser,
+    tracking_report,
+    tracking_row,
+)
 from sparsegnn.tracking.ckf import evaluate_ckf
-from sparsegnn.tracking.events import Event, event_files, read_events
-from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap
+from sparsegnn.tracking.events import Event, read_events
+from sparsegnn.tracking.graph import ModuleMap
 from sparsegnn.tracking.metrics import TrackMetrics
 from sparsegnn.tracking.model import INConfig
-from sparsegnn.tracking.pipeline import Reconstruction, evaluate_events, tune
-from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.pipeline import Reconstruction, tune_and_evaluate
+from sparsegnn.tracking.settings import walkthrough_settings
 from sparsegnn.tracking.train import TrackTrainConfig, train
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
-# Doublet cuts chosen on pileup-50 ttbar training events (docs/tracking.md): pT >~ 0.5 GeV,
-# |z0| < 200 mm, pairs under 10 mm apart in r (overlapping modules) skip the slope cuts.
-CUTS = DoubletCuts(dphi=0.08, phi_slope=0.0006, z0=200.0, min_dr=10.0)
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """One kind of event: simulation arguments, and train/test sizes and seeds."""
-
-    name: str
-    gun: int | None  # muons per event, or None for ttbar
-    pileup: int
-    map_events: int  # extra events the module map is learnt from (with the training ones)
-    train_events: int
-    test_events: int
-    seed: int
-
-
-FULL = [Dataset("gun1000", 1000, 0, 96, 16, 3, 11),
-        Dataset("ttbar_pu50", None, 50, 200, 34, 3, 21)]
-QUICK = [Dataset("gun200", 200, 0, 40, 2, 1, 31), Dataset("ttbar_pu5", None, 5, 10, 2, 1, 41)]
-_SPLIT_SEED = {"train": 0, "test": 1, "map": 2}
-
-
-def events_dir(root: Path, ds: Dataset, split: str) -> Path:
-    """Simulated events of ``ds``'s ``split``, simulated now unless already there."""
-    directory = root / ds.name / split
-    count = {"train": ds.train_events, "test": ds.test_events, "map": ds.map_events}[split]
-    seed = ds.seed + _SPLIT_SEED[split]
-    if directory.is_dir() and len(event_files(directory)) == count:
-        return directory
-    if ds.gun is not None:
-        from sparsegnn.tracking.simulate import GunConfig, simulate_gun
-
-        simulate_gun(directory, GunConfig(events=count, particles=ds.gun, seed=seed))
-    else:
-        from sparsegnn.tracking.ttbar import TtbarConfig, simulate_ttbar
-
-        simulate_ttbar(directory, TtbarConfig(events=count, pileup=ds.pileup, seed=seed))
-    return directory
-
-
-def gnn_settings(cfg: TrackTrainConfig, cuts: DoubletCuts = CUTS) -> RecoConfig:
-    """How the benchmarks reconstruct with a model trained with ``cfg``: module-level map,
-    ``cuts``, whole-event scoring, walkthrough (cut and length still to tune)."""
-    return RecoConfig(map_level="module", cuts=cuts, train_sample_nodes=cfg.max_sample_nodes,
-                      fanouts=tuple(cfg.fanouts), seed_order=cfg.seed_order,
-                      method="walkthrough")
+FULL = [TrackingDataset("gun1000", 1000, 0, 96, 16, 3, 11),
+        TrackingDataset("ttbar_pu50", None, 50, 200, 34, 3, 21)]
+QUICK = [TrackingDataset("gun200", 200, 0, 40, 2, 1, 31),
+         TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)]
 
 
 def run_gnn(map_events: list[Event], train_events: list[Event], test_events: list[Event],
@@ -109,49 +71,22 @@ def run_gnn(map_events: list[Event], train_events: list[Event], test_events: lis
     ``save_to`` gets the model with its tuned settings and module map (``sparsegnn track
     reconstruct --model`` then reproduces this row) and the map beside it (``.map.npz``)."""
     cfg = TrackTrainConfig(model=INConfig(hidden=64, iterations=6), epochs=epochs)
-    reco = Reconstruction(gnn_settings(cfg),
+    reco = Reconstruction(walkthrough_settings(cfg),
                           module_map=ModuleMap.learn(map_events + train_events, "module"))
     graphs = [reco.graph(ev) for ev in train_events]
     start = time.perf_counter()
     reco.model, report = train(graphs, cfg)
     train_s = time.perf_counter() - start
-    metrics, timing, reco = score_gnn(reco, train_events[:2], graphs[:2], test_events)
+    reco, run = tune_and_evaluate(reco, train_events[:2], graphs[:2], test_events)
     if save_to is not None:
         save_to.parent.mkdir(parents=True, exist_ok=True)
         reco.save(save_to, report)
         reco.module_map.save(save_to.with_suffix(".map.npz"))
-    return metrics, {**timing, "train_seconds": train_s}
+    return run.tracks, {**gnn_figures(reco, run), "train_seconds": train_s}
 
 
-def score_gnn(reco: Reconstruction, tune_events: list[Event], tune_graphs: list[HitGraph],
-              test_events: list[Event]) -> tuple[TrackMetrics, dict[str, float], Reconstruction]:
-    """Choose the cut and track length on training events (``sparsegnn.tracking.pipeline.
-    tune``), then reconstruct and score the test events (graph construction, the filter
-    when ``reco`` has one, scoring and track building timed; the ``tune_graphs`` come
-    pruned): pooled track metrics, seconds per event and mean edge figures, and the tuned
-    reconstruction."""
-    reco = tune(reco, tune_events, tune_graphs)
-    run = evaluate_events(reco, test_events)
-    n = len(test_events)
-    edges = run.edges()
-    return run.tracks, {
-        "seconds_per_event": run.seconds_per_event, "edges_per_event": edges["num_edges"] / n,
-        "cut": reco.config.cut, "min_track_hits": reco.config.min_track_hits,
-        **{k: edges[k] for k in ("graph_efficiency", "edge_efficiency", "edge_purity")},
-        **run.missed()}, reco
-
-
-def row(ds: Dataset, method: str, test: list[Event], m: TrackMetrics, seconds: float,
-        extra: dict[str, Any]) -> Row:
-    """One table row: a method on a dataset's test events."""
-    return {"dataset": ds.name, "method": method, "events": len(test),
-            "hits_per_event": sum(ev.num_hits for ev in test) / len(test),
-            "tracking_efficiency": m.efficiency, "fake_rate": m.fake_rate,
-            "duplicate_rate": m.duplicate_rate, "trackml_score": m.trackml_score,
-            "reconstructable": m.num_reconstructable, "seconds_per_event": seconds, **extra}
-
-
-def bench(ds: Dataset, root: Path, epochs: int, save_dir: Path | None = None) -> list[Row]:
+def bench(ds: TrackingDataset, root: Path, epochs: int, save_dir: Path | None = None
+          ) -> list[Row]:
     """GNN and CKF rows for one dataset (the GNN and its module map saved in ``save_dir``)."""
     map_dir, train_dir = events_dir(root, ds, "map"), events_dir(root, ds, "train")
     test_dir = events_dir(root, ds, "test")
@@ -160,31 +95,16 @@ def bench(ds: Dataset, root: Path, epochs: int, save_dir: Path | None = None) ->
     gnn, timing = run_gnn(read_events(map_dir), read_events(train_dir), test, epochs, save_to)
     ckf, ckf_run = evaluate_ckf(test_dir)
     gnn_extra = {k: v for k, v in timing.items() if k != "seconds_per_event"}
-    return [row(ds, "gnn", test, gnn, timing["seconds_per_event"], {"epochs": epochs,
-                                                                    **gnn_extra}),
-            row(ds, "ckf", test, ckf, ckf_run.seconds_per_event, {})]
-
-
-def summarise(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Speedups (CKF s / GNN s per dataset) and flat metrics."""
-    speedups, metrics = {}, {}
-    by_key = {(r["dataset"], r["method"]): r for r in rows}
-    for name in dict.fromkeys(r["dataset"] for r in rows):
-        gnn, ckf = by_key[(name, "gnn")], by_key[(name, "ckf")]
-        speedups[f"{name}_gnn_vs_ckf"] = ckf["seconds_per_event"] / gnn["seconds_per_event"]
-        for r in (gnn, ckf):
-            for key in ("tracking_efficiency", "fake_rate", "duplicate_rate",
-                        "seconds_per_event"):
-                metrics[f"{name}_{r['method']}_{key}"] = r[key]
-    return speedups, metrics
+    return [tracking_row(ds, "gnn", test, gnn, timing["seconds_per_event"],
+                         {"epochs": epochs, **gnn_extra}),
+            tracking_row(ds, "ckf", test, ckf, ckf_run.seconds_per_event, {})]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small events, a few minutes")
-    p.add_argument("--json", action="store_true", help="print a JSON summary last")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                   help=f"where simulated events are kept and reused (default {DEFAULT_DATA})")
+    p = make_parser(__doc__.splitlines()[0], quick_help="small events, under a minute once "
+                    "simulated (simulating them the first time takes longer)")
+    p.add_argument("--data", type=Path, default=TRACKING_DATA,
+                   help=f"where simulated events are kept and reused (default {TRACKING_DATA})")
     p.add_argument("--epochs", type=int, default=None,
                    help="GNN training epochs (default 30, --quick 3)")
     p.add_argument("--datasets", default=None,
@@ -207,16 +127,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"unknown dataset(s) {unknown}; choose from "
                              f"{[ds.name for ds in datasets]}")
         datasets = [ds for ds in datasets if ds.name in wanted]
-    report([r for ds in datasets for r in bench(ds, args.data, epochs, args.save_models)],
-           args.json)
-
-
-def report(rows: list[Row], as_json: bool) -> None:
-    """The table, the speedups and metrics, and the JSON line of GNN and CKF rows."""
-    print_table(rows, ["dataset", "method", "events", "hits_per_event", "tracking_efficiency",
-                       "fake_rate", "duplicate_rate", "seconds_per_event"])
-    speedups, metrics = summarise(rows)
-    emit(rows, speedups, metrics, as_json)
+    tracking_report([r for ds in datasets for r in bench(ds, args.data, epochs,
+                                                         args.save_models)], args.json)
 
 
 if __name__ == "__main__":

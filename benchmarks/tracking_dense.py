@@ -40,24 +40,33 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row
+from _harness import (
+    TRACKING_DATA,
+    TTBAR_PU200,
+    Row,
+    TrackingDataset,
+    events_dir,
+    gnn_figures,
+    make_parser,
+    tracking_report,
+    tracking_row,
+)
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.filter import FilterConfig, save_filter, train_filter
 from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
 from sparsegnn.tracking.infer import load_model
-from sparsegnn.tracking.pipeline import Reconstruction
+from sparsegnn.tracking.pipeline import Reconstruction, tune_and_evaluate
 from sparsegnn.tracking.sampling import SEED_ORDERS
+from sparsegnn.tracking.settings import TTBAR_CUTS, walkthrough_settings
 from sparsegnn.tracking.train import TrackTrainConfig, train
-from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, gnn_settings, report, row, score_gnn
-from tracking_sampled import FULL as SAMPLED_DATASETS
 
-DATASETS = {"ttbar_pu200": SAMPLED_DATASETS[1],
-            "gun5000": Dataset("gun5000", 5000, 0, 30, 8, 3, 5171)}
-QUICK = Dataset("gun500", 500, 0, 8, 2, 1, 5301)  # --quick: a smoke run, not a measurement
+DATASETS = {"ttbar_pu200": TTBAR_PU200,
+            "gun5000": TrackingDataset("gun5000", 5000, 0, 30, 8, 3, 5171)}
+QUICK = TrackingDataset("gun500", 500, 0, 8, 2, 1, 5301)  # --quick: a smoke run, not a measurement
 
 
-def module_map(args: argparse.Namespace, ds: Dataset) -> ModuleMap:
+def module_map(args: argparse.Namespace, ds: TrackingDataset) -> ModuleMap:
     """``--module-map`` (default: beside ``--init``), joined with a map learnt from the
     dataset's map and training events when it has map events of its own."""
     path = args.module_map or (args.init.with_suffix(".map.npz") if args.init else None)
@@ -75,7 +84,7 @@ def module_map(args: argparse.Namespace, ds: Dataset) -> ModuleMap:
 def doublet_cuts(args: argparse.Namespace) -> DoubletCuts:
     """tracking.py's cuts with the command line's overrides."""
     given = {"dphi": args.dphi, "phi_slope": args.phi_slope, "z0": args.z0}
-    return dataclasses.replace(CUTS, **{k: v for k, v in given.items() if v is not None})
+    return dataclasses.replace(TTBAR_CUTS, **{k: v for k, v in given.items() if v is not None})
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -92,7 +101,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     cfg = TrackTrainConfig(epochs=args.epochs, lr=args.lr, pos_weight=args.pos_weight,
                            max_sample_nodes=args.max_sample_nodes, fanouts=args.fanouts,
                            seed_order=args.seed_order, seed=args.seed)
-    reco = Reconstruction(gnn_settings(cfg, cuts), model, mmap)
+    reco = Reconstruction(walkthrough_settings(cfg, cuts), model, mmap)
     graphs = [reco.graph(ev) for ev in train_events]
     edges_before = sum(g.num_edges for g in graphs)
     start = time.perf_counter()
@@ -110,7 +119,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
     if args.save and edge_filter is not None:
         save_filter(args.save.with_suffix(".filter.pt"), edge_filter)
     tune_seconds = time.perf_counter() - start
-    gnn, timing, reco = score_gnn(reco, train_events[:1], graphs[:1], test_events)
+    reco, run = tune_and_evaluate(reco, train_events[:1], graphs[:1], test_events)
+    timing = gnn_figures(reco, run)
     if args.save and train_report is not None:  # with its tuned settings, map and filter
         reco.save(args.save, train_report)
     ckf, ckf_run = evaluate_ckf(test_dir, args.limit_test)
@@ -121,24 +131,24 @@ def bench(args: argparse.Namespace) -> list[Row]:
              "train_edges_kept_by_filter": sum(g.num_edges for g in graphs) / edges_before,
              **dataclasses.asdict(cuts), **timing}
     extra.pop("seconds_per_event")
-    return [row(ds, "gnn", test_events, gnn, timing["seconds_per_event"], extra),
-            row(ds, "ckf", test_events, ckf, ckf_run.seconds_per_event, {})]
+    return [tracking_row(ds, "gnn", test_events, run.tracks, timing["seconds_per_event"],
+                         extra),
+            tracking_row(ds, "ckf", test_events, ckf, ckf_run.seconds_per_event, {})]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = make_parser(__doc__.splitlines()[0],
+                    quick_help="smoke run on 500-muon events (2 training, 1 held out) with the "
+                               "filter, 3 epochs from scratch unless --init: not a measurement")
     p.add_argument("--init", type=Path, default=None,
                    help="trained model to start from (default: a new Interaction Network, "
                         "hidden 64, 6 iterations; slow to train at these densities)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run on 500-muon events (2 training, 1 held out) with the "
-                        "filter, 3 epochs from scratch unless --init: not a measurement")
     p.add_argument("--dataset", choices=sorted(DATASETS), default="ttbar_pu200")
     p.add_argument("--module-map", type=Path, default=None,
                    help="module map .npz (default: the --init path with .map.npz)")
-    p.add_argument("--dphi", type=float, default=None, help=f"default {CUTS.dphi}")
-    p.add_argument("--phi-slope", type=float, default=None, help=f"default {CUTS.phi_slope}")
-    p.add_argument("--z0", type=float, default=None, help=f"default {CUTS.z0}")
+    p.add_argument("--dphi", type=float, default=None, help=f"default {TTBAR_CUTS.dphi}")
+    p.add_argument("--phi-slope", type=float, default=None, help=f"default {TTBAR_CUTS.phi_slope}")
+    p.add_argument("--z0", type=float, default=None, help=f"default {TTBAR_CUTS.z0}")
     p.add_argument("--filter-keep", type=float, default=None,
                    help="train a doublet filter on the training graphs that keeps this "
                         "fraction of their target edges (e.g. 0.999), and prune every graph "
@@ -162,9 +172,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="continue the fine-tune from --checkpoint up to --epochs")
     p.add_argument("--limit-test", type=int, default=None,
                    help="use only the first N held-out events")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                   help=f"where simulated events are kept and reused (default {DEFAULT_DATA})")
-    p.add_argument("--json", action="store_true", help="print a JSON summary last")
+    p.add_argument("--data", type=Path, default=TRACKING_DATA,
+                   help=f"where simulated events are kept and reused (default {TRACKING_DATA})")
     return p.parse_args(argv)
 
 
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         args.epochs = min(args.epochs, 3)
         args.filter_keep = args.filter_keep or 0.999
     torch.set_num_threads(1)  # ACTS runs one thread too
-    report(bench(args), args.json)
+    tracking_report(bench(args), args.json)
 
 
 if __name__ == "__main__":

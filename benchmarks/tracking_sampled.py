@@ -44,7 +44,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, emit, print_table, rss_bytes
+from _harness import (
+    TRACKING_DATA,
+    TTBAR_PU200,
+    Row,
+    TrackingDataset,
+    emit,
+    events_dir,
+    make_parser,
+    print_table,
+    rss_bytes,
+)
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap
@@ -52,20 +62,20 @@ from sparsegnn.tracking.infer import load_model
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.pipeline import Reconstruction, evaluate_events, tune
 from sparsegnn.tracking.sampling import SEED_ORDERS
+from sparsegnn.tracking.settings import TTBAR_CUTS, walkthrough_settings
 from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.train.checkpoint import load_checkpoint
 from sparsegnn.train.memory import peak_memory_bytes
-from tracking import CUTS, DEFAULT_DATA, Dataset, events_dir, gnn_settings
 
 # (name, gun, pileup, map events, train events, test events, seed): small, then large
-FULL = (Dataset("sampled_ttbar_pu50", None, 50, 0, 6, 0, 61),  # not tracking.py's ttbar_pu50
-        Dataset("ttbar_pu200", None, 200, 0, 4, 2, 71))
-QUICK = (Dataset("sampled_ttbar_pu5", None, 5, 0, 3, 0, 81),
-         Dataset("ttbar_pu20", None, 20, 0, 2, 1, 91))
+# (the small set is not tracking.py's ttbar_pu50; the large one is tracking_dense.py's too)
+FULL = (TrackingDataset("sampled_ttbar_pu50", None, 50, 0, 6, 0, 61), TTBAR_PU200)
+QUICK = (TrackingDataset("sampled_ttbar_pu5", None, 5, 0, 3, 0, 81),
+         TrackingDataset("ttbar_pu20", None, 20, 0, 2, 1, 91))
 # Doublet cuts and the (edge-score cut, minimum track length): tracking.py's cuts with
 # both chosen per model on the first large training event, as tracking.py chooses them;
 # or the tighter cuts, the fixed cut 0.5 and every track, of the earlier docs rows.
-RECO = {"current": (CUTS, None),
+RECO = {"current": (TTBAR_CUTS, None),
         "legacy": (DoubletCuts(dphi=0.05, phi_slope=0.001, z0=300.0), (0.5, 1))}
 
 
@@ -165,7 +175,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     module_map = (ModuleMap.load(args.module_map) if args.module_map
                   else ModuleMap.learn(train_events, "module"))
     cuts, fixed = RECO[args.reco]
-    graphs = [Reconstruction(gnn_settings(TrackTrainConfig(), cuts), module_map=module_map
+    graphs = [Reconstruction(walkthrough_settings(TrackTrainConfig(), cuts), module_map=module_map
                              ).graph(ev) for ev in train_events]
     # the cut is chosen on the first large training event: one the baseline skipped in
     # training, like the test events, and sampled training used, like tracking.py's choice
@@ -184,7 +194,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     for method, cfg in configs.items():
         model, info = train_isolated(graphs, cfg, args.init)
-        reco = Reconstruction(gnn_settings(cfg, cuts), model, module_map)
+        reco = Reconstruction(walkthrough_settings(cfg, cuts), model, module_map)
         if fixed:
             reco = reco.with_config(cut=fixed[0], min_track_hits=fixed[1])
         else:
@@ -207,11 +217,10 @@ def bench(args: argparse.Namespace) -> list[Row]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="pileup 5 vs 20, a few minutes")
-    p.add_argument("--json", action="store_true", help="print a JSON summary last")
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                   help=f"where simulated events are kept and reused (default {DEFAULT_DATA})")
+    p = make_parser(__doc__.splitlines()[0], quick_help="pileup 5 vs 20, about a minute once "
+                    "simulated (simulating them the first time takes longer)")
+    p.add_argument("--data", type=Path, default=TRACKING_DATA,
+                   help=f"where simulated events are kept and reused (default {TRACKING_DATA})")
     p.add_argument("--epochs", type=int, default=None, help="default 8, --quick 2")
     p.add_argument("--baseline-epochs", type=int, default=None,
                    help="epochs of the skip baseline (default: --epochs); it takes far fewer "

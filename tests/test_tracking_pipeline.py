@@ -125,11 +125,11 @@ def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
 
     out = _json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--model",
                 str(tmp_path / "m.pt"), "--out", str(tmp_path / "tracks"), "--device", "cpu")
-    assert out["settings"] == settings.as_dict()
+    assert out["settings"] == settings.to_dict()
     scored = _json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--tracks",
                    str(tmp_path / "tracks"))
-    assert {k: scored[k] for k in expected.as_dict()} == pytest.approx(expected.as_dict())
-    assert scored["settings"] == settings.as_dict()
+    assert {k: scored[k] for k in expected.to_dict()} == pytest.approx(expected.to_dict())
+    assert scored["settings"] == settings.to_dict()
     assert score_written_tracks(events, tmp_path / "tracks")[0] == expected
     # evaluate --model rebuilds the same tracks from the same saved settings
     direct = _json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--model",
@@ -141,7 +141,7 @@ def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
                      str(tmp_path / "m.pt"), "--out", str(tmp_path / "tracks2"), "--cut",
                      "0.9", "--min-track-hits", "2", "--device", "cpu")
     assert (override["settings"]["cut"], override["settings"]["min_track_hits"]) == (0.9, 2)
-    assert override["settings"]["cuts"] == settings.as_dict()["cuts"]
+    assert override["settings"]["cuts"] == settings.to_dict()["cuts"]
     assert main(["track", "evaluate", "--events", str(SAMPLE), "--tracks",
                  str(tmp_path / "m.pt")]) == 2
     assert "manifest.json" in capsys.readouterr().err

@@ -197,7 +197,7 @@ def _build(args: argparse.Namespace) -> int:
     with output_folder(args.out, GRAPHS_FORMAT) as (tmp, manifest):
         for g in graphs:
             g.save(tmp / f"{g.name}.npz")
-        manifest([f"{g.name}.npz" for g in graphs], settings=reco.config.as_dict())
+        manifest([f"{g.name}.npz" for g in graphs], settings=reco.config.to_dict())
     result = {"out": str(args.out), "graph": reco.config.graph,
               "module_map_pairs": len(reco.module_map or ()), **graph_summary(graphs)}
     summary = (f"{len(graphs)} {reco.config.graph} graphs -> {args.out}: mean "
@@ -300,7 +300,7 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     save_model(args.out, model, report, trained_settings(cfg, args.graphs))
     last = report.epochs[-1] if report.epochs else None
-    result = {"out": str(args.out), "num_graphs": num_graphs, **report.as_dict()}
+    result = {"out": str(args.out), "num_graphs": num_graphs, **report.to_dict()}
     summary = f"trained on {num_graphs} graphs -> {args.out}"
     if ranks is not None:
         result.update(ranks)
@@ -357,9 +357,9 @@ def _reconstruct(args: argparse.Namespace) -> int:
             tracks = reco.run(ev, None if graphs is None else graphs[i]).tracks
             write_tracks(tmp / tracks_file(ev.name), ev, tracks)
             counts.append({"event": ev.name, "num_tracks": int((tracks.sizes() >= 3).sum())})
-        manifest([tracks_file(c["event"]) for c in counts], settings=reco.config.as_dict(),
+        manifest([tracks_file(c["event"]) for c in counts], settings=reco.config.to_dict(),
                  model=str(args.model), graphs=None if graphs is None else str(args.graphs))
-    result = {"out": str(args.out), "settings": reco.config.as_dict(), "events": counts}
+    result = {"out": str(args.out), "settings": reco.config.to_dict(), "events": counts}
     return emit(args, _clean(result), f"tracks of {len(counts)} events -> {args.out}")
 
 
@@ -397,7 +397,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         "events": len(events), "graph": "saved" if args.graphs else cfg.graph,
         "scores": "model" if found is not None else "oracle", "cut": cfg.cut,
         "method": cfg.method, "min_track_hits": cfg.min_track_hits,
-        **evaluation.edges(), **pooled.as_dict(), "missed_particles": evaluation.missed(),
+        **evaluation.edges(), **pooled.to_dict(), "missed_particles": evaluation.missed(),
     }
     if args.plots is not None:
         result["plots"] = [str(p) for p in plot_results(evaluation.results, reco.targets,
@@ -419,7 +419,7 @@ def _evaluate_tracks(args: argparse.Namespace) -> int:
     pooled, manifest = score_written_tracks(events, args.tracks, _targets(args))
     result = {"tracks": str(args.tracks), "events": len(events),
               "settings": manifest.get("settings"), "model": manifest.get("model"),
-              **pooled.as_dict()}
+              **pooled.to_dict()}
     return emit(args, _clean(result), f"tracks in {args.tracks}: " + _track_line(pooled))
 
 
@@ -455,7 +455,7 @@ def _ckf(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.ckf import evaluate_ckf
 
     pooled, run = evaluate_ckf(args.events, args.limit, _targets(args), args.max_seeds_per_spm)
-    result = {"events": len(run.tracks), **pooled.as_dict(),
+    result = {"events": len(run.tracks), **pooled.to_dict(),
               "seconds_per_event": run.seconds_per_event, "wall_seconds": run.wall_seconds}
     summary = (f"CKF on {len(run.tracks)} events: " + _track_line(pooled) + f", "
                f"{run.seconds_per_event:.3f} s/event (space points + seeding + CKF + ambiguity)")

@@ -74,14 +74,14 @@ class DemoResult:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "config": asdict(self.config),
-            **self.gnn.as_dict(),
+            **self.gnn.to_dict(),
             "seconds_per_event": self.gnn_seconds_per_event,
             **self.edges,
             "stage_seconds": self.stage_seconds,
             "plots": self.plots,
         }
         if self.ckf is not None:
-            out["ckf"] = {**self.ckf.as_dict(), "seconds_per_event": self.ckf_seconds_per_event}
+            out["ckf"] = {**self.ckf.to_dict(), "seconds_per_event": self.ckf_seconds_per_event}
         return out
 
     def summary(self) -> str:

@@ -235,7 +235,7 @@ class GraphStats:
     purity: float  # true edges / edges
     target_purity: float  # target edges / edges
 
-    def as_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
 

@@ -130,9 +130,9 @@ def save_model(path: str | Path, model: InteractionNetwork, report: TrainReport 
     """Weights, sizes and the training report in one atomic checkpoint file, with how the
     model is to be used when given (settings, module map, doublet filter)."""
     state: dict[str, Any] = {"config": asdict(model.cfg), "state_dict": model.state_dict(),
-                             "report": report if isinstance(report, dict) else report.as_dict()}
+                             "report": report if isinstance(report, dict) else report.to_dict()}
     if settings is not None:
-        state["settings"] = settings.as_dict()
+        state["settings"] = settings.to_dict()
     if module_map is not None:
         state["module_map"] = {"pairs": torch.from_numpy(module_map.pairs),
                                "level": module_map.level}

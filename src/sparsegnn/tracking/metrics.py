@@ -48,7 +48,7 @@ class TrackMetrics:
     num_fake: int
     num_duplicate: int
 
-    def as_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float]:
         """The fields, with the efficiency under the name every command prints."""
         d = asdict(self)
         return {"tracking_efficiency": d.pop("efficiency"), **d}

@@ -6,7 +6,8 @@ the module map, the optional doublet filter) and runs the stages on one event, e
 handing the next a typed object (:class:`HitGraph`, :class:`EdgeScores`,
 :class:`Tracks`). The command line (``track build-graphs|reconstruct|evaluate|demo``)
 and every tracking benchmark reconstruct through it. :func:`tune` is the rule that
-chooses the score cut and minimum track length on training events; a model saved by
+chooses the score cut and minimum track length on training events
+(:func:`tune_and_evaluate`: then measure held-out events); a model saved by
 :meth:`Reconstruction.save` carries the result, so ``track reconstruct --model M``
 reconstructs as the benchmark that tuned it did. :func:`evaluate_events` measures a
 reconstruction on events (edge metrics, track metrics, per-particle matches).
@@ -228,6 +229,18 @@ def evaluate_events(reco: Reconstruction, events: Sequence[Event],
     return Evaluation(results, seconds)
 
 
+def tune_and_evaluate(reco: Reconstruction, tune_events: Sequence[Event],
+                      tune_graphs: Sequence[HitGraph] | None, test_events: Sequence[Event],
+                      clock: Callable[[], float] = time.perf_counter
+                      ) -> tuple[Reconstruction, Evaluation]:
+    """Choose the cut and track length on training events (:func:`tune`, from their
+    ``tune_graphs`` when given: already pruned), then reconstruct and measure the held-out
+    ``test_events`` (graph construction, the filter when ``reco`` has one, scoring and
+    track building timed by ``clock``): the tuned reconstruction and its evaluation."""
+    reco = tune(reco, tune_events, tune_graphs)
+    return reco, evaluate_events(reco, test_events, clock=clock)
+
+
 def edge_summary(results: list[EventResult]) -> dict[str, float]:
     """Graph and edge metrics averaged over events (NaN where no event defines them, as
     AUC on a graph of true edges only); ``num_edges`` summed."""
@@ -327,7 +340,7 @@ def trained_settings(cfg: object, graphs_dir: Path | None = None) -> RecoConfig:
 
 def graph_summary(graphs: Sequence[HitGraph]) -> dict:
     """Per-event graph statistics and their means (``track build-graphs``)."""
-    per_event = [{"event": g.name, **g.stats().as_dict()} for g in graphs]
+    per_event = [{"event": g.name, **g.stats().to_dict()} for g in graphs]
     keys = ("num_nodes", "num_edges", "efficiency", "true_efficiency", "purity")
     means = {f"mean_{k}": float(np.mean([e[k] for e in per_event])) for k in keys}
     return {**means, "events": per_event}

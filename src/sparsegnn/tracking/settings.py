@@ -21,6 +21,9 @@ from sparsegnn.tracking.reco import MIN_TRACK_HITS
 GRAPH_KINDS = ("module-map", "truth")
 MAP_LEVELS = ("module", "layer")
 METHODS = ("components", "walkthrough")
+# Doublet cuts chosen on pileup-50 ttbar training events (docs/tracking.md): pT >~ 0.5 GeV,
+# |z0| < 200 mm, pairs under 10 mm apart in r (overlapping modules) skip the slope cuts.
+TTBAR_CUTS = DoubletCuts(dphi=0.08, phi_slope=0.0006, z0=200.0, min_dr=10.0)
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class RecoConfig:
     method: str = "components"
     min_track_hits: int = MIN_TRACK_HITS
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON, or a ``weights_only`` checkpoint)."""
         out = asdict(self)
         out["fanouts"] = list(self.fanouts)
@@ -48,7 +51,7 @@ class RecoConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "settings") -> RecoConfig:
-        """The inverse of :meth:`as_dict`; fields it lacks take their defaults (files of
+        """The inverse of :meth:`to_dict`; fields it lacks take their defaults (files of
         older versions), unknown ones are refused."""
         try:
             known = {f.name for f in fields(cls)}
@@ -86,3 +89,13 @@ class RecoConfig:
 
 
 _CUT_FIELDS = {f.name for f in fields(DoubletCuts)}
+
+
+def walkthrough_settings(cfg: Any, cuts: DoubletCuts = TTBAR_CUTS) -> RecoConfig:
+    """How a model trained with ``cfg`` (a ``TrackTrainConfig``) reconstructs on a
+    module-level map with ``cuts``: whole-event scoring, the ShaDow sampling of training
+    recorded, walkthrough track building (score cut and length still to tune, see
+    :func:`sparsegnn.tracking.pipeline.tune`)."""
+    return RecoConfig(map_level="module", cuts=cuts, train_sample_nodes=cfg.max_sample_nodes,
+                      fanouts=tuple(cfg.fanouts), seed_order=cfg.seed_order,
+                      method="walkthrough")

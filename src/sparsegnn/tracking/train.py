@@ -86,7 +86,7 @@ class TrainReport:
     pos_weight: float
     epochs: list[EpochReport] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"pos_weight": self.pos_weight, "epochs": [asdict(e) for e in self.epochs]}
 
 
