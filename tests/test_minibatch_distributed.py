@@ -27,13 +27,14 @@ def test_replicated_ranks_stay_identical_and_count_only_gradient_bytes() -> None
     outcomes = train_replicated(data, cfg, mb, 2, timeout_s=60, wall_timeout_s=150)
     assert [o.rank for o in outcomes] == [0, 1]
     first, second = outcomes
-    for name, value in first.state.items():
-        assert torch.equal(value, second.state[name]), f"replicas drifted in {name}"
-    assert first.summary["test_accuracy"] == second.summary["test_accuracy"]
-    steps = first.summary["epochs_run"] * first.summary["minibatches_per_epoch"]
-    params = sum(v.numel() for v in first.state.values())
-    assert set(first.comm) == {"grad_allreduce"}, "sampling must not communicate"
-    assert first.comm["grad_allreduce"]["sent"] == steps * params * 4  # float32, one peer
+    for name, value in first.value.state.items():
+        assert torch.equal(value, second.value.state[name]), f"replicas drifted in {name}"
+    assert first.value.summary["test_accuracy"] == second.value.summary["test_accuracy"]
+    steps = first.value.summary["epochs_run"] * first.value.summary["minibatches_per_epoch"]
+    params = sum(v.numel() for v in first.value.state.values())
+    assert set(first.comm.phases) == {"grad_allreduce"}, "sampling must not communicate"
+    assert first.comm.phases["grad_allreduce"]["sent"] == steps * params * 4  # float32, one peer
+    assert first.comm.sent == first.comm.phases["grad_allreduce"]["sent"]
 
 
 def _partitioned_vs_replicated(adj: CSRMatrix, x: torch.Tensor) -> list[dict[str, object]]:
@@ -70,7 +71,7 @@ def _compare(
             for op_a, op_b in zip(a.operators(3), b.operators(3), strict=True):
                 same &= op_a.shape == op_b.shape and torch.equal(op_a.crow, op_b.crow)
                 same &= torch.equal(op_a.col, op_b.col) and torch.equal(op_a.val, op_b.val)
-    return {"same": same, "comm": comm.counts(), "remote_rows": remote_rows}
+    return {"same": same, "comm": comm.counts().to_dict(), "remote_rows": remote_rows}
 
 
 @pytest.mark.distributed

@@ -185,14 +185,14 @@ def test_data_parallel_uneven_shares_stay_in_step_and_count_bytes(tmp_path: Path
                            fanouts=(4, 2))
     _, report, results = train_data_parallel(_graph_files(tmp_path, graphs), cfg, 2,
                                              timeout_s=60, wall_timeout_s=150)
-    assert [r.events for r in results] == [2, 1]  # events 0 and 2, event 1
-    for name, value in results[0].state_dict.items():
-        torch.testing.assert_close(results[1].state_dict[name], value, atol=0, rtol=0)
+    assert [r.value.events for r in results] == [2, 1]  # events 0 and 2, event 1
+    for name, value in results[0].value.state_dict.items():
+        torch.testing.assert_close(results[1].value.state_dict[name], value, atol=0, rtol=0)
     updates = sum(e.steps for e in report.epochs)
     assert all(e.events_used == 3 and e.max_step_nodes <= 30 for e in report.epochs)
-    n_params = sum(v.numel() for v in results[0].state_dict.values())
+    n_params = sum(v.numel() for v in results[0].value.state_dict.values())
     for r in results:  # one flat float32 gradient per optimiser step to the other rank
-        assert r.comm["grad_allreduce"]["sent"] == updates * n_params * 4
+        assert r.comm.phases["grad_allreduce"]["sent"] == updates * n_params * 4
 
 
 def test_data_parallel_refuses_more_ranks_than_events(tmp_path: Path) -> None:

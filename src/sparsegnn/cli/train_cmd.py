@@ -187,7 +187,8 @@ def _minibatch(args: argparse.Namespace) -> int:
                                  timeout_s=args.timeout)
         if outcome is None:  # not rank 0 of a torchrun job: rank 0 reports
             return 0
-        summary, world, comm = outcome.summary, outcome.world_size, outcome.comm
+        summary, world = outcome.value.summary, outcome.world_size
+        comm = outcome.comm.to_dict()
     else:
         summary = fit_minibatch(data, cfg, mb, device)[1].to_dict()
     out = {"dataset": graph.name, "model": "sage", "mode": "minibatch", "device": str(device),

@@ -11,13 +11,14 @@ out of a :class:`BlockPartition`; :func:`build_operator` gives the operator whos
 See docs/distributed.md.
 """
 
-from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
+from sparsegnn.distributed.comm import ByteCounts, Communicator, Group, ProcessGrid
 from sparsegnn.distributed.comm_model import SpmmCall, predict, spmm_schedule, tile_nnz
 from sparsegnn.distributed.grid import ALGORITHMS, GridError, GridShape, grid_shape
 from sparsegnn.distributed.launch import RankFailedError, spawn
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
 from sparsegnn.distributed.plan import RankVolume, block_pairs, epoch_volume, row_volume
 from sparsegnn.distributed.session import (
+    RankResult,
     Session,
     all_reduce_sum,
     barrier,
@@ -34,6 +35,7 @@ from sparsegnn.distributed.task import DistributedTask
 __all__ = [
     "ALGORITHMS",
     "BlockPartition",
+    "ByteCounts",
     "Communicator",
     "DistributedOperator",
     "DistributedTask",
@@ -43,6 +45,7 @@ __all__ = [
     "LocalBlocks",
     "ProcessGrid",
     "RankFailedError",
+    "RankResult",
     "RankVolume",
     "Session",
     "SparseCommunicator",

@@ -37,6 +37,25 @@ Counts = dict[str, dict[str, int]]
 
 
 @dataclass(frozen=True)
+class ByteCounts:
+    """What one rank sent and received, by phase (``{phase: {"sent": bytes, "recv": bytes,
+    "<collective>_sent": ...}}``): the record every multi-rank result carries."""
+
+    phases: Counts
+
+    @property
+    def sent(self) -> int:
+        return sum(c.get("sent", 0) for c in self.phases.values())
+
+    @property
+    def recv(self) -> int:
+        return sum(c.get("recv", 0) for c in self.phases.values())
+
+    def to_dict(self) -> Counts:
+        return {p: dict(c) for p, c in self.phases.items()}
+
+
+@dataclass(frozen=True)
 class Group:
     """A process group: its members' global ranks in group order and this rank's index."""
 
@@ -149,9 +168,9 @@ class Communicator:
         finally:
             self._phase = previous
 
-    def counts(self) -> Counts:
-        """A copy of ``{phase: {"sent": bytes, "recv": bytes, "<collective>_sent": ...}}``."""
-        return {p: dict(c) for p, c in self._counts.items()}
+    def counts(self) -> ByteCounts:
+        """A copy of what was counted so far, by phase."""
+        return ByteCounts({p: dict(c) for p, c in self._counts.items()})
 
     def _count(self, collective: str, sent: int, recv: int) -> None:
         c = self._counts[self._phase]

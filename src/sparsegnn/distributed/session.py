@@ -13,10 +13,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from sparsegnn.distributed.comm import ByteCounts
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -88,3 +92,15 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(tensor)
     return tensor
+
+
+@dataclass
+class RankResult(Generic[T]):
+    """What a rank of any multi-rank job hands back: who it is, its own result and the
+    bytes it sent and received (``train --nprocs`` minibatch ranks, tracking's
+    data-parallel ranks)."""
+
+    rank: int
+    world_size: int
+    value: T
+    comm: ByteCounts

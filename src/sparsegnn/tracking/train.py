@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from sparsegnn.distributed import close_session, init_session, spawn
-from sparsegnn.distributed.comm import Communicator, Counts, Group
+from sparsegnn.distributed import RankResult, close_session, init_session, spawn
+from sparsegnn.distributed.comm import Communicator, Group
 from sparsegnn.distributed.sampled import GradientSum
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.graph import HitGraph
@@ -334,16 +334,13 @@ def _make_step(graph: HitGraph, nodes: np.ndarray, edges: np.ndarray, edge_index
 
 
 @dataclass
-class RankResult:
-    """What one data-parallel rank hands back."""
+class TrainedShare:
+    """What one data-parallel rank trained: its share of the events and the model."""
 
-    rank: int
-    world_size: int
     events: int  # events in this rank's share
     config: dict  # the model's sizes (the init model's when fine-tuning)
     state_dict: dict[str, torch.Tensor]
     report: TrainReport
-    comm: Counts
 
     def model(self) -> InteractionNetwork:
         return model_from(self.config, self.state_dict)
@@ -351,7 +348,7 @@ class RankResult:
 
 def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
                checkpoint: str | None = None, backend: str | None = None,
-               timeout_s: float = 60.0, resume: bool = False) -> RankResult:
+               timeout_s: float = 60.0, resume: bool = False) -> RankResult[TrainedShare]:
     """One rank of data-parallel training (spawned, or under torchrun): it loads only its
     share of the graph files, ``paths[rank::world_size]``, so no rank holds every event."""
     session = init_session(backend, timeout_s)
@@ -366,8 +363,8 @@ def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
         model, report = train(graphs, cfg, session.device, start, checkpoint, resume,
                               parallel=parallel)
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        return RankResult(session.rank, session.world_size, len(graphs), asdict(model.cfg),
-                          state, report, comm.counts())
+        share = TrainedShare(len(graphs), asdict(model.cfg), state, report)
+        return RankResult(session.rank, session.world_size, share, comm.counts())
     finally:
         close_session()
 
@@ -376,7 +373,8 @@ def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
                         init: str | None = None, checkpoint: str | None = None,
                         backend: str | None = None, timeout_s: float = 60.0,
                         wall_timeout_s: float | None = None, resume: bool = False,
-                        ) -> tuple[InteractionNetwork, TrainReport, list[RankResult]]:
+                        ) -> tuple[InteractionNetwork, TrainReport,
+                                   list[RankResult[TrainedShare]]]:
     """Spawn ``nprocs`` local gloo ranks over the graph files; the trained model (every
     rank ends with the same weights; rank 0's are returned), its report and each rank's
     result (events, communication bytes by phase)."""
@@ -386,7 +384,7 @@ def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
     results = spawn(train_rank, nprocs,
                     (paths, cfg, init, checkpoint, backend, timeout_s, resume),
                     wall_timeout_s=wall_timeout_s, heartbeat_timeout_s=timeout_s)
-    return results[0].model(), results[0].report, results
+    return results[0].value.model(), results[0].value.report, results
 
 
 def run_training(paths: list[Path], cfg: TrackTrainConfig, device: torch.device | str = "cpu",
@@ -412,11 +410,11 @@ def run_training(paths: list[Path], cfg: TrackTrainConfig, device: torch.device 
         results = [train_rank(names, cfg, *given, backend, timeout_s, resume)]
         if results[0].rank != 0:
             return None, None, None
-        model, report = results[0].model(), results[0].report
+        model, report = results[0].value.model(), results[0].value.report
     else:
         model, report, results = train_data_parallel(names, cfg, nprocs, *given, backend,
                                                      timeout_s, resume=resume)
     return model, report, {
-        "world_size": results[0].world_size, "events_per_rank": [r.events for r in results],
-        "bytes_sent_per_rank": [sum(p["sent"] for p in r.comm.values()) for r in results],
-        "comm_bytes": [r.comm for r in results]}
+        "world_size": results[0].world_size, "events_per_rank": [r.value.events for r in results],
+        "bytes_sent_per_rank": [r.comm.sent for r in results],
+        "comm_bytes": [r.comm.to_dict() for r in results]}

@@ -224,12 +224,12 @@ class _EpochMeter:
     """Bytes per epoch: the counter difference between consecutive ``on_epoch`` calls."""
 
     def __init__(self, comm: Communicator) -> None:
-        self.comm, self.previous = comm, comm.counts()
+        self.comm, self.previous = comm, comm.counts().phases
         self.last: dict[str, dict[str, int]] = {}
         self.constant = True
 
     def on_epoch(self, stats: EpochStats) -> None:
-        now = self.comm.counts()
+        now = self.comm.counts().phases
         delta = {}
         for phase, counts in now.items():
             before = self.previous.get(phase, {})

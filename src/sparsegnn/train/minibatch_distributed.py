@@ -13,22 +13,22 @@ from typing import Any
 
 import torch
 
-from sparsegnn.distributed import close_session, init_session, spawn
-from sparsegnn.distributed.comm import Communicator, Counts, Group
+from sparsegnn.distributed import RankResult, close_session, init_session, spawn
+from sparsegnn.distributed.comm import Communicator, Group
 from sparsegnn.distributed.sampled import GradientSum
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
 
 
 @dataclass
-class RankOutcome:
-    """What one rank reports back: its result, final weights and communication."""
+class Replica:
+    """One replica's training result (the JSON summary) and its final weights."""
 
-    rank: int
-    world_size: int
     summary: dict[str, Any]
     state: dict[str, torch.Tensor]
-    comm: Counts
+
+
+RankOutcome = RankResult[Replica]
 
 
 def train_replicated_rank(
@@ -53,7 +53,8 @@ def train_replicated_rank(
             sync=GradientSum(comm, group),
         )
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        return RankOutcome(session.rank, session.world_size, result.to_dict(), state, comm.counts())
+        return RankResult(session.rank, session.world_size, Replica(result.to_dict(), state),
+                          comm.counts())
     finally:
         close_session()
 
