@@ -23,11 +23,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from sparsegnn.errors import InvalidValueError
-from sparsegnn.nn import GraphSAGE
+from sparsegnn.nn import GraphSAGE, operator_for
 from sparsegnn.sampling import LadiesSampler, NodeWiseSampler, ShadowSampler
 from sparsegnn.sampling.loader import MinibatchLoader
 from sparsegnn.sampling.samplers import Sampler
-from sparsegnn.sparse import CSRMatrix, row_norm
+from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.checkpoint import rank_checkpoint, seed_everything
 from sparsegnn.train.fullgraph import TrainConfig, fingerprint
 from sparsegnn.train.loop import LoopConfig, run_epochs
@@ -115,7 +115,7 @@ class _Evaluator:
     """Full-neighbourhood inference: every layer multiplies by the mean operator of A."""
 
     def __init__(self, data: MinibatchData, device: torch.device):
-        self.op = row_norm(data.adj).to(device)
+        self.op = operator_for("sage", data.adj).to(device)
         self.x, self.y = data.x.to(device), data.y.to(device)
         self.masks = {k: v.to(device) for k, v in data.masks.items()}
 
