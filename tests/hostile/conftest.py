@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickletools
+import shlex
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
 
 def run_cli(*args: str | os.PathLike[str], cwd: Path | None = None, timeout: float = 180,
@@ -55,3 +60,66 @@ def snapshot(*roots: Path) -> dict[str, str]:
 def workdir(tmp_path: Path) -> Path:
     """An empty folder for one case's inputs and outputs."""
     return tmp_path
+
+
+class _TouchMarker:
+    """Unpickling this runs a shell command: what a crafted checkpoint or model does."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (self.command,)
+
+
+def write_crafted_checkpoint(evil: Path, marker: Path,
+                             fingerprint: dict[str, str] | None = None) -> None:
+    """A file shaped like our checkpoints whose unpickling would ``touch marker``; proven
+    to run that command when loaded the unsafe way (the marker is removed again)."""
+    torch.save({"format": "sparsegnn-checkpoint", "version": 1,
+                "fingerprint": fingerprint or {}, "checksum": "",
+                "state": _TouchMarker(f"touch {shlex.quote(str(marker))}")}, evil)
+    _prove_it_runs_code(evil, marker)
+
+
+def _prove_it_runs_code(evil: Path, marker: Path) -> None:
+    """The crafted file really calls ``os.system`` when unpickled the unsafe way (else the
+    refusal below would prove nothing); the marker it makes is removed again."""
+    with zipfile.ZipFile(evil) as z:
+        pkl = next(n for n in z.namelist() if n.endswith("data.pkl"))
+        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(z.read(pkl))]
+    assert ("GLOBAL", f"{os.system.__module__} system") in ops
+    torch.load(evil, weights_only=False)
+    assert marker.is_file()
+    marker.unlink()
+
+
+def tree(*roots: Path) -> dict[str, str]:
+    """:func:`snapshot` plus every folder, so an empty folder left behind shows too."""
+    dirs = {str(p): "<dir>" for root in roots if root.is_dir()
+            for p in root.rglob("*") if p.is_dir()}
+    return {**snapshot(*roots), **dirs}
+
+
+def run_all(argvs: list[tuple[str | Path, ...]], cwd: Path
+             ) -> list[subprocess.CompletedProcess[str]]:
+    """Run the commands of one case side by side (each CLI start is seconds of imports)."""
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda argv: run_cli(*argv, cwd=cwd), argvs))
+
+
+def all_refused(cases: list[tuple[tuple[str | Path, ...], tuple[str, ...]]], cwd: Path,
+                 *roots: Path) -> list[str]:
+    """Run every ``(argv, names)``; each must be a one-line user error naming ``names``,
+    and ``roots`` must be exactly as before (inputs unchanged, nothing created)."""
+    before = tree(*roots)
+    procs = run_all([argv for argv, _ in cases], cwd)
+    lines, failures = [], []
+    for (argv, names), proc in zip(cases, procs, strict=True):
+        try:
+            lines.append(assert_user_error(proc, *names))
+        except AssertionError as err:
+            failures.append(f"sparsegnn {' '.join(map(str, argv))}:\n{err}")
+    assert not failures, "\n\n".join(failures)
+    assert tree(*roots) == before
+    return lines

@@ -11,13 +11,8 @@ in-process.
 from __future__ import annotations
 
 import json
-import os
-import pickletools
-import shlex
 import shutil
-import subprocess
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_user_error, run_cli, snapshot
+from conftest import (
+    all_refused,
+    write_crafted_checkpoint,
+)
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.infer import save_model
@@ -52,16 +50,6 @@ class Inputs:
     ckpt: Path  # a training checkpoint of that size on ``graphs``
     evil: Path  # torch.save of a checkpoint-shaped dict whose state runs `touch MARKER`
     marker: Path  # what loading ``evil`` unsafely creates
-
-
-class _TouchMarker:
-    """Unpickling this runs a shell command: what a crafted model file does."""
-
-    def __init__(self, command: str):
-        self.command = command
-
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return os.system, (self.command,)
 
 
 def _write_event(directory: Path, prefix: str, ev: Event) -> None:
@@ -121,55 +109,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
 
     marker = root / "MARKER"
     evil = root / "evil.pt"
-    torch.save({"format": "sparsegnn-checkpoint", "version": 1,
-                "fingerprint": {"kind": "track-model"}, "checksum": "",
-                "state": _TouchMarker(f"touch {shlex.quote(str(marker))}")}, evil)
-    _prove_it_runs_code(evil, marker)
+    write_crafted_checkpoint(evil, marker, {"kind": "track-model"})
     return Inputs(root, events, bad_events, graphs, model, ckpt, evil, marker)
-
-
-def _prove_it_runs_code(evil: Path, marker: Path) -> None:
-    """The crafted file really calls ``os.system`` when unpickled the unsafe way (else the
-    refusal cases below would prove nothing); the marker it makes is removed again."""
-    with zipfile.ZipFile(evil) as z:
-        pkl = next(n for n in z.namelist() if n.endswith("data.pkl"))
-        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(z.read(pkl))]
-    assert ("GLOBAL", f"{os.system.__module__} system") in ops
-    torch.load(evil, weights_only=False)
-    assert marker.is_file()
-    marker.unlink()
-
-
-# ---------------------------------------------------------------------- helpers
-def _tree(*roots: Path) -> dict[str, str]:
-    """:func:`snapshot` plus every folder, so an empty folder left behind shows too."""
-    dirs = {str(p): "<dir>" for root in roots if root.is_dir()
-            for p in root.rglob("*") if p.is_dir()}
-    return {**snapshot(*roots), **dirs}
-
-
-def _run_all(argvs: list[tuple[str | Path, ...]], cwd: Path
-             ) -> list[subprocess.CompletedProcess[str]]:
-    """Run the commands of one case side by side (each CLI start is seconds of imports)."""
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
-        return list(pool.map(lambda argv: run_cli(*argv, cwd=cwd), argvs))
-
-
-def _all_refused(cases: list[tuple[tuple[str | Path, ...], tuple[str, ...]]], cwd: Path,
-                 *roots: Path) -> list[str]:
-    """Run every ``(argv, names)``; each must be a one-line user error naming ``names``,
-    and ``roots`` must be exactly as before (inputs unchanged, nothing created)."""
-    before = _tree(*roots)
-    procs = _run_all([argv for argv, _ in cases], cwd)
-    lines, failures = [], []
-    for (argv, names), proc in zip(cases, procs, strict=True):
-        try:
-            lines.append(assert_user_error(proc, *names))
-        except AssertionError as err:
-            failures.append(f"sparsegnn {' '.join(map(str, argv))}:\n{err}")
-    assert not failures, "\n\n".join(failures)
-    assert _tree(*roots) == before
-    return lines
 
 
 def _flip(src: Path, dst: Path) -> Path:
@@ -194,7 +135,7 @@ def test_crafted_model_runs_no_code(workdir: Path, inputs: Inputs) -> None:
     ckpt = shutil.copy(inputs.evil, workdir / "evil.ckpt")
     ev, g, evil = inputs.events, inputs.graphs, inputs.evil
     named = ("evil.pt", "refused")
-    _all_refused([
+    all_refused([
         (("track", "evaluate", "--events", ev, "--model", evil), named),
         (("track", "reconstruct", "--events", ev, "--graphs", g, "--model", evil,
           "--out", workdir / "tracks"), named),
@@ -215,7 +156,7 @@ def test_flipped_bytes_are_refused_by_checksum(workdir: Path, inputs: Inputs) ->
     model = _flip(inputs.model, workdir / "flipped.pt")
     ckpt = _flip(inputs.ckpt, workdir / "flipped.ckpt")
     ev, g = inputs.events, inputs.graphs
-    _all_refused([
+    all_refused([
         (("track", "evaluate", "--events", ev, "--graphs", g, "--model", model),
          ("flipped.pt", "corrupt", "the file recorded")),
         (("track", "train", "--graphs", g, "--out", workdir / "b.pt", "--checkpoint", ckpt,
@@ -230,7 +171,7 @@ def test_resume_with_another_model_size_names_the_field(workdir: Path,
     argv = ("track", "train", "--graphs", inputs.graphs, "--out", workdir / "m.pt",
             "--hidden", "16", "--iterations", "1", "--epochs", "2", "--checkpoint", ckpt,
             "--resume")
-    [line] = _all_refused([(argv, ("run.ckpt", "hidden 8 in the file, 16 in this run"))],
+    [line] = all_refused([(argv, ("run.ckpt", "hidden 8 in the file, 16 in this run"))],
                           workdir, workdir, inputs.root)
     assert line.count(" in the file") == 1  # only the field that differs
 
@@ -242,7 +183,7 @@ def test_build_failing_part_way_leaves_out_as_it_was(workdir: Path, inputs: Inpu
     earlier = workdir / "earlier"
     shutil.copytree(inputs.graphs, earlier)
     argv = ("track", "build-graphs", "--events", inputs.bad_events, "--out", earlier)
-    _all_refused([(argv, (f"{_EV2}-hits.csv", "line 3"))], workdir, workdir, inputs.root)
+    all_refused([(argv, (f"{_EV2}-hits.csv", "line 3"))], workdir, workdir, inputs.root)
 
 
 def test_reconstruct_failing_part_way_leaves_out_as_it_was(workdir: Path,
@@ -256,7 +197,7 @@ def test_reconstruct_failing_part_way_leaves_out_as_it_was(workdir: Path,
     earlier.mkdir()
     (earlier / "event000000001-tracks.csv").write_text("hit_id,track_id\n1,1\n")
     _write_manifest(earlier, "sparsegnn-track-tracks")
-    _all_refused([
+    all_refused([
         (("track", "reconstruct", "--events", inputs.events, "--graphs", graphs,
           "--model", inputs.model, "--out", out, "--device", "cpu"),
          ("no graph for event", _EV2))
@@ -272,7 +213,7 @@ def test_outputs_never_replace_a_folder_of_other_files(workdir: Path, inputs: In
     graphs = workdir / "graphs"
     shutil.copytree(inputs.graphs, graphs)
     ev = inputs.events
-    _all_refused([
+    all_refused([
         (("track", "build-graphs", "--events", ev, "--out", mine), ("mine", "not empty")),
         (("track", "reconstruct", "--events", ev, "--graphs", graphs, "--model", inputs.model,
           "--device", "cpu", "--out", graphs), ("graphs", "not an earlier sparsegnn-track-"
@@ -300,7 +241,7 @@ def test_corrupt_graph_file_is_named(workdir: Path, inputs: Inputs) -> None:
     arrays["edge_index"][1, -1] = 999
     np.savez(out_of_range / f"{_EV2}.npz", **arrays)
     ev = inputs.events
-    _all_refused([
+    all_refused([
         (("track", "train", "--graphs", truncated, "--out", workdir / "m.pt", *_FAST),
          (f"truncated/{_EV2}.npz",)),
         (("track", "reconstruct", "--events", ev, "--graphs", pickled, "--model", inputs.model,
@@ -316,7 +257,7 @@ def test_numeric_options_are_range_checked(workdir: Path, inputs: Inputs) -> Non
     trainer = ("track", "train", "--graphs", inputs.graphs, "--out", workdir / "m.pt")
     reco = ("track", "reconstruct", "--events", inputs.events, "--graphs", inputs.graphs,
             "--model", inputs.model, "--out", workdir / "tracks")
-    _all_refused([
+    all_refused([
         ((*trainer, "--hidden", "0"), ("--hidden", "0")),
         ((*trainer, "--lr", "nan"), ("--lr", "nan")),
         ((*trainer, "--epochs", "0"), ("--epochs", "0")),
@@ -335,7 +276,7 @@ def test_out_on_a_regular_file_creates_nothing(workdir: Path, inputs: Inputs) ->
     afile.write_text("not a folder")
     ev, g = inputs.events, inputs.graphs
     named = ("afile", "not a directory")
-    _all_refused([
+    all_refused([
         (("track", "build-graphs", "--events", ev, "--out", afile), named),
         (("track", "reconstruct", "--events", ev, "--graphs", g, "--model", inputs.model,
           "--out", afile / "tracks" / "deeper"), named),

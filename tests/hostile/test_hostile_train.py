@@ -10,22 +10,16 @@ once per module in-process, exactly as the CLI would make them.
 
 from __future__ import annotations
 
-import os
-import pickletools
-import shlex
 import shutil
-import subprocess
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pytest
-import torch
 
-from conftest import assert_user_error, run_cli, snapshot
+from conftest import all_refused, assert_user_error, run_all, tree, write_crafted_checkpoint
 from sparsegnn.data import row_normalize
 from sparsegnn.data.generators import from_spec
 from sparsegnn.data.io import load_graph, save_graph
@@ -54,16 +48,6 @@ class Inputs:
     marker: Path  # what loading ``evil`` unsafely creates
 
 
-class _TouchMarker:
-    """Unpickling this runs a shell command: what a crafted checkpoint does."""
-
-    def __init__(self, command: str):
-        self.command = command
-
-    def __reduce__(self) -> tuple[object, tuple[str]]:
-        return os.system, (self.command,)
-
-
 def _checkpoint(graph_file: Path, path: Path, dtype: Literal["float32", "float64"]) -> Path:
     """The checkpoint ``sparsegnn train --dataset graph_file --epochs 2 --checkpoint path``
     writes (same defaults, same row-normalised features, same fingerprint)."""
@@ -83,55 +67,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     ckpt64 = _checkpoint(graph, root / "run64.pt", "float64")
     marker = root / "MARKER"
     evil = root / "evil.pt"
-    torch.save({"format": "sparsegnn-checkpoint", "version": 1, "fingerprint": {},
-                "checksum": "", "state": _TouchMarker(f"touch {shlex.quote(str(marker))}")},
-               evil)
-    _prove_it_runs_code(evil, marker)
+    write_crafted_checkpoint(evil, marker)
     return Inputs(root, graph, other, ckpt, ckpt64, evil, marker)
-
-
-def _prove_it_runs_code(evil: Path, marker: Path) -> None:
-    """The crafted file really calls ``os.system`` when unpickled the unsafe way (else the
-    refusal below would prove nothing); the marker it makes is removed again."""
-    with zipfile.ZipFile(evil) as z:
-        pkl = next(n for n in z.namelist() if n.endswith("data.pkl"))
-        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(z.read(pkl))]
-    assert ("GLOBAL", f"{os.system.__module__} system") in ops
-    torch.load(evil, weights_only=False)
-    assert marker.is_file()
-    marker.unlink()
-
-
-# ---------------------------------------------------------------------- helpers
-def _tree(*roots: Path) -> dict[str, str]:
-    """:func:`snapshot` plus every folder, so an empty folder left behind shows too."""
-    dirs = {str(p): "<dir>" for root in roots if root.is_dir()
-            for p in root.rglob("*") if p.is_dir()}
-    return {**snapshot(*roots), **dirs}
-
-
-def _run_all(argvs: list[tuple[str | Path, ...]], cwd: Path
-             ) -> list[subprocess.CompletedProcess[str]]:
-    """Run the commands of one case side by side (each CLI start is seconds of imports)."""
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
-        return list(pool.map(lambda argv: run_cli(*argv, cwd=cwd), argvs))
-
-
-def _all_refused(cases: list[tuple[tuple[str | Path, ...], tuple[str, ...]]], cwd: Path,
-                 *roots: Path) -> list[str]:
-    """Run every ``(argv, names)``; each must be a one-line user error naming ``names``,
-    and ``roots`` must be exactly as before (inputs unchanged, nothing created)."""
-    before = _tree(*roots)
-    procs = _run_all([argv for argv, _ in cases], cwd)
-    lines, failures = [], []
-    for (argv, names), proc in zip(cases, procs, strict=True):
-        try:
-            lines.append(assert_user_error(proc, *names))
-        except AssertionError as err:
-            failures.append(f"sparsegnn {' '.join(map(str, argv))}:\n{err}")
-    assert not failures, "\n\n".join(failures)
-    assert _tree(*roots) == before
-    return lines
 
 
 def _resume(graph: Path, ckpt: Path, *extra: str) -> tuple[str | Path, ...]:
@@ -166,7 +103,7 @@ def test_crafted_checkpoint_runs_no_code(workdir: Path, inputs: Inputs) -> None:
     """A pickle that runs `touch MARKER` when loaded is refused unread: no MARKER (neither
     the one it names nor one in the working folder), one line naming the file."""
     ckpt = shutil.copy(inputs.evil, workdir / "evil.pt")
-    line, = _all_refused([(_resume(inputs.graph, ckpt), ("evil.pt", "refused"))],
+    line, = all_refused([(_resume(inputs.graph, ckpt), ("evil.pt", "refused"))],
                          workdir, workdir, inputs.root)
     assert "could run code" in line
     assert not inputs.marker.exists() and not (workdir / "MARKER").exists()
@@ -177,14 +114,14 @@ def test_flipped_bytes_are_refused_by_checksum(workdir: Path, inputs: Inputs) ->
     """A good checkpoint with eight bytes of its largest tensor inverted loads as tensors;
     the checksum refuses it and the resumed run neither trains nor rewrites the file."""
     ckpt = _flip(inputs.ckpt, workdir / "flipped.pt")
-    _all_refused([(_resume(inputs.graph, ckpt), ("flipped.pt", "corrupt", "hashes to"))],
+    all_refused([(_resume(inputs.graph, ckpt), ("flipped.pt", "corrupt", "hashes to"))],
                  workdir, workdir, inputs.root)
 
 
 # ---------------------------------------------------------------------- 3. dtype
 def test_float64_checkpoint_is_not_resumed_as_float32(workdir: Path, inputs: Inputs) -> None:
     ckpt = shutil.copy(inputs.ckpt64, workdir / "run64.pt")
-    line, = _all_refused([(_resume(inputs.graph, ckpt),
+    line, = all_refused([(_resume(inputs.graph, ckpt),
                            ("run64.pt", "dtype float64 in the file, float32 in this run"))],
                          workdir, workdir, inputs.root)
     assert _fields(line) == ["dtype"]  # only what differs
@@ -195,7 +132,7 @@ def test_checkpoint_of_another_run_names_the_field(workdir: Path, inputs: Inputs
     """Another model kind, another hidden size, another graph of the very same sizes:
     each is one line naming the field and both values, never a load_state_dict error."""
     ckpt = shutil.copy(inputs.ckpt, workdir / "run.pt")
-    lines = _all_refused([
+    lines = all_refused([
         (_resume(inputs.graph, ckpt, "--model", "sage"),
          ("run.pt", "model gcn in the file, sage in this run")),
         (_resume(inputs.graph, ckpt, "--hidden", "32"),
@@ -212,11 +149,11 @@ def test_nonfinite_loss_keeps_the_last_good_checkpoint(workdir: Path, inputs: In
     save would otherwise overwrite) is byte-identical. ``--lr`` must apply on resume for
     this to happen: the saved optimiser state used to bring back the saved rate."""
     ckpt = shutil.copy(inputs.ckpt, workdir / "run.pt")
-    before = _tree(workdir, inputs.root)
-    proc, = _run_all([_resume(inputs.graph, ckpt, "--epochs", "4", "--lr", "1e30")], workdir)
+    before = tree(workdir, inputs.root)
+    proc, = run_all([_resume(inputs.graph, ckpt, "--epochs", "4", "--lr", "1e30")], workdir)
     line = assert_user_error(proc, "run.pt", "loss is nan", "last good state")
     assert line.split("error: ", 1)[1].startswith("epoch 3:")
-    assert _tree(workdir, inputs.root) == before
+    assert tree(workdir, inputs.root) == before
 
 
 # ---------------------------------------------------------------------- 6. graph checks
@@ -252,7 +189,7 @@ def test_untrainable_graphs_are_refused_naming_the_file(workdir: Path,
         path = _graph_file(workdir / f"{name}.npz", inputs, **change)
         cases.append((("train", "--dataset", path, "--checkpoint", ckpt, *_FAST),
                       (f"{name}.npz", *names)))
-    _all_refused(cases, workdir, workdir, inputs.root)
+    all_refused(cases, workdir, workdir, inputs.root)
 
 
 # ---------------------------------------------------------------------- 7, 8. options
@@ -267,7 +204,7 @@ def test_out_of_range_options_are_refused(workdir: Path, inputs: Inputs) -> None
            ("--lr", "nan"), ("--dropout", "1.5"), ("--layers", "0"), ("--device", "bogus"),
            ("--mode", "minibatch", "--fanouts", "abc"), ("--epochs", "0"),
            ("--timeout", "-1")]
-    _all_refused([((*base, *argv), (argv[-2], argv[-1])) for argv in bad],
+    all_refused([((*base, *argv), (argv[-2], argv[-1])) for argv in bad],
                  workdir, workdir, inputs.root)
 
 
@@ -280,14 +217,14 @@ def test_temp_file_of_a_killed_save_is_removed(workdir: Path, inputs: Inputs) ->
     stale.write_bytes(b"half a checkpoint")
     others = workdir / ".other.pt.k3j9x2a1.tmp"
     others.write_bytes(b"someone else's")
-    before = _tree(inputs.root)
-    proc, = _run_all([("train", "--dataset", inputs.graph, "--checkpoint", ckpt, *_FAST)],
+    before = tree(inputs.root)
+    proc, = run_all([("train", "--dataset", inputs.graph, "--checkpoint", ckpt, *_FAST)],
                      workdir)
     assert proc.returncode == 0, proc.stderr
     assert not stale.exists() and others.read_bytes() == b"someone else's"
     assert sorted(p.name for p in workdir.iterdir()) == [".other.pt.k3j9x2a1.tmp", "run.pt"]
     assert read_checkpoint(ckpt).state["loop"]["epoch"] == 2
-    assert _tree(inputs.root) == before
+    assert tree(inputs.root) == before
 
 
 def test_checkpoint_path_that_cannot_be_a_file_is_refused(workdir: Path,
@@ -296,7 +233,7 @@ def test_checkpoint_path_that_cannot_be_a_file_is_refused(workdir: Path,
     training, and nothing created (tests run as root, so no permission-based case)."""
     (workdir / "dir").mkdir()
     (workdir / "somefile").write_text("not a folder")
-    _all_refused([
+    all_refused([
         (("train", "--dataset", inputs.graph, "--checkpoint", workdir / "dir", *_FAST),
          ("--checkpoint", "dir", "is a directory")),
         (("train", "--dataset", inputs.graph, "--checkpoint",
