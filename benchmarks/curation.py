@@ -28,14 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, Stopwatch, emit, make_parser
 from sparsegnn.curation import essential_web, read_labels
-from sparsegnn.curation.annotate import annotate
+from sparsegnn.curation.annotate import annotate, annotate_over_ranks
 from sparsegnn.curation.citeseer import run_citeseer
 from sparsegnn.curation.demo import CONFIGS
-from sparsegnn.curation.distil import Annotator, distil
+from sparsegnn.curation.distil import distil
 from sparsegnn.curation.ingest import IngestConfig, ingest
 from sparsegnn.curation.student import StudentConfig
 from sparsegnn.curation.synthetic import SyntheticConfig, write_corpus
-from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.train.memory import peak_memory_bytes
 
 
@@ -59,16 +58,6 @@ def citeseer(data_dir: str | None, work: Path, n_boot: int, seed: int) -> dict[s
     return out
 
 
-def _annotate_rank(store: str, model: str, out: str) -> dict[str, Any]:
-    """Rank body: annotate this rank's share of the store (see sparsegnn.curation.annotate)."""
-    init_session("gloo", timeout_s=600)
-    try:
-        report = annotate(store, Annotator.load(model), out, batch_rows=16384, progress=False)
-        return {"seconds": report.seconds, "peak_memory_gib": report.peak_memory_bytes / 2**30}
-    finally:
-        close_session()
-
-
 def scale(num_docs: int, labelled: int, work: Path, epochs: int, ranks: int) -> dict[str, Any]:
     """Generate, ingest, distil on a labelled prefix, annotate everything (in one process,
     then, with ``ranks`` > 1, again over that many local gloo ranks)."""
@@ -89,12 +78,14 @@ def scale(num_docs: int, labelled: int, work: Path, epochs: int, ranks: int) -> 
     over_ranks: dict[str, Any] = {}
     if ranks > 1:
         result.annotator.save(work / "student.pt")
-        per_rank = spawn(_annotate_rank, ranks, (str(work / "store"), str(work / "student.pt"),
-                                                 str(work / "ranks.parquet")))
-        seconds = max(r["seconds"] for r in per_rank)
+        per_rank = annotate_over_ranks(work / "store", work / "student.pt",
+                                       work / "ranks.parquet", ranks)
+        seconds = max(r.value.seconds for r in per_rank)
         over_ranks = {"ranks": ranks, "annotate_seconds_ranks": seconds,
                       "annotate_docs_per_second_ranks": num_docs / seconds,
-                      "peak_memory_gib_per_rank": max(r["peak_memory_gib"] for r in per_rank)}
+                      "peak_memory_gib_per_rank": max(r.value.peak_memory_bytes
+                                                      for r in per_rank) / 2**30,
+                      "bytes_sent_per_rank": [r.comm.sent for r in per_rank]}
     return {**over_ranks,
         "num_docs": num_docs, "labelled_docs": labelled,
         "generate_seconds": generate_s, "ingest_seconds": ingest_s,

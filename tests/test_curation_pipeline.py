@@ -221,9 +221,12 @@ def _annotate_rank(store: str, model: str, out: str) -> int:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_annotation_over_ranks_equals_one_process(corpus: Path, tmp_path: Path, ranks: int):
+def test_annotation_over_ranks_equals_one_process(corpus: Path, tmp_path: Path, ranks: int,
+                                                  capsys: pytest.CaptureFixture):
     """Each rank annotates a share of the row groups (5 groups: uneven shares at 3 ranks)
-    and the concatenated file is the single-process one, row for row."""
+    and the concatenated file is the single-process one, row for row: ranks started as
+    torchrun starts them (3), or by ``curate annotate --nprocs`` (2), which also reports
+    the bytes of the one all-reduce."""
     from sparsegnn.curation.annotate import annotate
     from sparsegnn.distributed.launch import spawn
 
@@ -236,9 +239,18 @@ def test_annotation_over_ranks_equals_one_process(corpus: Path, tmp_path: Path, 
     one = pq.read_table(annotate(store, annotator, tmp_path / "one.parquet", batch_rows=40,
                                  progress=False).output)
     out = tmp_path / "many.parquet"
-    reports = spawn(_annotate_rank, ranks, (str(store), str(tmp_path / "model.pt"), str(out)),
-                    wall_timeout_s=120)
-    assert reports == [0] * ranks
+    if ranks == 3:
+        reports = spawn(_annotate_rank, ranks, (str(store), str(tmp_path / "model.pt"),
+                                                str(out)), wall_timeout_s=120)
+        assert reports == [0] * ranks
+    else:
+        capsys.readouterr()
+        assert main(["curate", "annotate", "--corpus", str(store), "--model",
+                     str(tmp_path / "model.pt"), "--out", str(out), "--batch-rows", "40",
+                     "--nprocs", "2", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        # each rank sends its zero-padded H0 (300 documents x hidden 8, float32) once
+        assert got["world_size"] == 2 and got["bytes_sent_per_rank"] == [300 * 8 * 4] * 2
     many = pq.read_table(out)
     assert many.column("id").to_pylist() == one.column("id").to_pylist()
     for cat in ("document_type_v1", "free_decimal_correspondence"):

@@ -145,29 +145,39 @@ def _register_annotate(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, type=output_file,
                    help="default: CORPUS/annotations.parquet")
     p.add_argument("--batch-rows", type=int_range(1), default=16384)
+    p.add_argument("--nprocs", type=int_range(1), default=1,
+                   help="annotate over this many local gloo ranks (under torchrun: its ranks)")
     p.add_argument("--no-progress", action="store_true")
     add_json_flag(p)
     p.set_defaults(func=_annotate)
 
 
 def _annotate(args: argparse.Namespace) -> int:
-    from sparsegnn.curation.annotate import annotate
+    from sparsegnn.curation.annotate import annotate, annotate_over_ranks
     from sparsegnn.curation.distil import Annotator
     from sparsegnn.distributed import close_session, in_torchrun, init_session
 
-    # Under torchrun every rank annotates a share; annotation runs on the CPU, so gloo.
-    rank = init_session("gloo").rank if in_torchrun() else 0
-    try:
-        report = annotate(args.corpus, Annotator.load(args.model), args.out,
-                          batch_rows=args.batch_rows, progress=not args.no_progress)
-    finally:
-        close_session()
-    if rank != 0:
-        return 0
+    out = args.out if args.out is not None else Path(args.corpus) / "annotations.parquet"
+    extra: dict[str, Any] = {}
+    if args.nprocs > 1:
+        ranks = annotate_over_ranks(args.corpus, args.model, out, args.nprocs,
+                                    batch_rows=args.batch_rows)
+        report = ranks[0].value
+        extra = {"world_size": len(ranks), "bytes_sent_per_rank": [r.comm.sent for r in ranks]}
+    else:
+        # Under torchrun every rank annotates a share; annotation runs on the CPU, so gloo.
+        rank = init_session("gloo").rank if in_torchrun() else 0
+        try:
+            report = annotate(args.corpus, Annotator.load(args.model), out,
+                              batch_rows=args.batch_rows, progress=not args.no_progress)
+        finally:
+            close_session()
+        if rank != 0:
+            return 0
     summary = (f"annotated {report.num_documents} documents in {report.seconds:.1f} s "
                f"({report.docs_per_second:.0f} docs/s, peak memory "
                f"{report.peak_memory_bytes / 2**20:.0f} MiB) -> {report.output}")
-    return emit(args, asdict(report), summary)
+    return emit(args, {**asdict(report), **extra}, summary)
 
 
 # --------------------------------------------------------------------------- query

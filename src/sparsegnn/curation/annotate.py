@@ -39,7 +39,16 @@ from sparsegnn.curation.store import (
     parquet_metadata,
     refuse_overwrite,
 )
-from sparsegnn.distributed import all_reduce_sum, barrier, rank_and_world
+from sparsegnn.distributed import (
+    RankResult,
+    all_reduce_sum,
+    barrier,
+    close_session,
+    init_session,
+    rank_and_world,
+    spawn,
+)
+from sparsegnn.distributed.comm import Communicator, Group
 from sparsegnn.optional import require
 from sparsegnn.train.memory import peak_memory_bytes
 
@@ -105,12 +114,14 @@ def annotate(
     *,
     batch_rows: int = 16384,
     progress: bool = True,
+    comm: Communicator | None = None,
 ) -> AnnotateReport:
     """Annotate every document of the store; writes ``annotations.parquet`` by default.
 
     In an initialised process group of several ranks, every rank must call this with the
-    same arguments; each annotates its share and rank 0 writes the output file. The
-    output records the documents' fingerprint, and appears whole or not at all."""
+    same arguments; each annotates its share and rank 0 writes the output file (``comm``,
+    when given, counts the bytes of the one collective). The output records the
+    documents' fingerprint, and appears whole or not at all."""
     start = time.perf_counter()
     store_dir = Path(store_dir)
     store = store_dir / DOCUMENTS_FILE
@@ -124,7 +135,8 @@ def annotate(
     partial = out.with_name(out.name + ".partial")
     part = out.with_name(f"{out.name}.part{rank}") if world > 1 else partial
     try:
-        _annotate_share(annotator, store_dir, share, batch_rows, part, fingerprint, progress)
+        _annotate_share(annotator, store_dir, share, batch_rows, part, fingerprint, progress,
+                        comm)
         if world > 1:
             barrier()
             if rank == 0:
@@ -143,7 +155,8 @@ def annotate(
 
 
 def _annotate_share(annotator: Annotator, store_dir: Path, share: Share, batch_rows: int,
-                    part: Path, fingerprint: str | None, progress: bool) -> None:
+                    part: Path, fingerprint: str | None, progress: bool,
+                    comm: Communicator | None) -> None:
     """Encode this rank's share, propagate over the whole graph, write the share's rows."""
     rank, world = rank_and_world()
     store = store_dir / DOCUMENTS_FILE
@@ -151,20 +164,48 @@ def _annotate_share(annotator: Annotator, store_dir: Path, share: Share, batch_r
                disable=not progress or rank != 0)
     with bar:
         h0 = _full_h0(encode_corpus(annotator, store, batch_rows, bar, share.row_groups),
-                      share, share.total, world)
+                      share, share.total, world, comm)
         z = annotator.model.eval().propagate(h0, annotator.graph(store_dir,
                                                                  corpus_ids(store_dir)))
         del h0
         _write_share(annotator, store, z, share, batch_rows, part, bar, fingerprint)
 
 
-def _full_h0(local: torch.Tensor, share: Share, n: int, world: int) -> torch.Tensor:
+def _full_h0(local: torch.Tensor, share: Share, n: int, world: int,
+             comm: Communicator | None) -> torch.Tensor:
     """Every document's ``H0`` from each rank's share (an all-reduce of zero-padded rows)."""
     if world == 1:
         return local
     h0 = local.new_zeros(n, local.shape[1])
     h0[share.start:share.stop] = local
-    return all_reduce_sum(h0)
+    if comm is None:
+        return all_reduce_sum(h0)
+    rank, _ = rank_and_world()
+    with comm.phase("h0_allreduce"):
+        return comm.all_reduce(h0, Group(tuple(range(world)), rank))
+
+
+def annotate_over_ranks(store_dir: str | Path, model: str | Path, out_path: str | Path,
+                        nprocs: int, *, batch_rows: int = 16384, timeout_s: float = 600.0,
+                        ) -> list[RankResult[AnnotateReport]]:
+    """Annotate the store over ``nprocs`` spawned local gloo ranks; every rank's report
+    and the bytes it sent, in rank order (rank 0 wrote the output)."""
+    return spawn(_annotate_rank, nprocs, (str(store_dir), str(model), str(out_path),
+                                          batch_rows, timeout_s),
+                 heartbeat_timeout_s=timeout_s)
+
+
+def _annotate_rank(store_dir: str, model: str, out_path: str, batch_rows: int,
+                   timeout_s: float) -> RankResult[AnnotateReport]:
+    """One rank of :func:`annotate_over_ranks` (or of a torchrun job)."""
+    session = init_session("gloo", timeout_s)  # annotation runs on the CPU
+    try:
+        comm = Communicator()
+        report = annotate(store_dir, Annotator.load(model), out_path, batch_rows=batch_rows,
+                          progress=False, comm=comm)
+    finally:
+        close_session()
+    return RankResult(session.rank, session.world_size, report, comm.counts())
 
 
 def _write_share(annotator: Annotator, store: Path, z: torch.Tensor, share: Share,
