@@ -26,12 +26,14 @@ from torch.nn import functional as F
 
 from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import (
+    ByteCounts,
     Communicator,
     DistributedOperator,
     DistributedTask,
     GridError,
     GridShape,
     ProcessGrid,
+    RankResult,
     Session,
     SpmmCall,
     build_operator,
@@ -344,17 +346,18 @@ def run_distributed(job: DistributedJob) -> DistributedRun | None:
     torchrun; rank 0's :class:`DistributedRun` (``None`` on other torchrun ranks)."""
     shape = grid_shape(job.dcfg.algo, job.nprocs, job.dcfg.replication)
     if in_torchrun():
-        run = _run_job(job)
-        return run if int(os.environ["RANK"]) == 0 else None
+        mine = _run_job(job)
+        return mine.value if mine.rank == 0 else None
     if is_shard_dir(job.dataset):
         check_manifest(job.dataset, shape, job.cfg.model)
     threads = max(1, (os.cpu_count() or 1) // shape.size)
     return spawn(_run_job, shape.size, (job,), threads=threads,
-                 heartbeat_timeout_s=job.dcfg.timeout_s)[0]
+                 heartbeat_timeout_s=job.dcfg.timeout_s)[0].value
 
 
-def _run_job(job: DistributedJob) -> DistributedRun:
-    """One rank of a job: load (or read its shard), train, gather every rank's bytes."""
+def _run_job(job: DistributedJob) -> RankResult[DistributedRun]:
+    """One rank of a job: load (or read its shard), train, gather every rank's bytes; its
+    own bytes are those of its last epoch."""
     session = init_session(job.dcfg.backend, job.dcfg.timeout_s)
     try:
         if is_shard_dir(job.dataset):
@@ -372,4 +375,5 @@ def _run_job(job: DistributedJob) -> DistributedRun:
     finally:
         close_session()
     shape = grid_shape(job.dcfg.algo, len(reports), job.dcfg.replication)
-    return DistributedRun(name, shape, session.backend, str(session.device), result, reports)
+    run = DistributedRun(name, shape, session.backend, str(session.device), result, reports)
+    return RankResult(session.rank, session.world_size, run, ByteCounts(report.epoch_bytes))
