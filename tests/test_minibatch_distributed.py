@@ -1,4 +1,4 @@
-"""Replicated-topology distributed minibatch training on local gloo ranks."""
+"""Distributed minibatch training (replicated and partitioned topology) on local gloo ranks."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import torch
 from sparsegnn.cli.main import main
 from sparsegnn.data import rmat, sbm
 from sparsegnn.distributed import Group, close_session, init_session, spawn
+from sparsegnn.distributed.comm import Communicator
 from sparsegnn.distributed.feature_fetch import PartitionedFeatures
-from sparsegnn.distributed.sampled import ExchangeCommunicator, PartitionedTopology
+from sparsegnn.distributed.sampled import ExchangeCommunicator, GradientSum, PartitionedTopology
 from sparsegnn.sampling import NodeWiseSampler, batch_generator, epoch_permutation
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import TrainConfig
-from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData
-from sparsegnn.train.minibatch_distributed import train_replicated
+from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
+from sparsegnn.train.minibatch_distributed import Handoff, fit_partitioned, train_replicated
 
 
 @pytest.mark.distributed
@@ -104,3 +105,85 @@ def test_cli_minibatch_with_nprocs_reports_ranks_and_bytes(
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["world_size"] == 2 and out["epochs_run"] == 1
     assert out["comm_bytes"]["grad_allreduce"]["sent"] > 0
+
+
+def _replicated_then_partitioned(
+    data: MinibatchData, cfg: TrainConfig, mb: MinibatchConfig, replication: int
+) -> dict[str, object]:
+    """One job, both topologies: replicated training, then partitioned training from the
+    same seeds; each rank's final weights, summaries and partitioned bytes."""
+    session = init_session("gloo", timeout_s=60)
+    try:
+        comm = Communicator()
+        world = Group(tuple(range(session.world_size)), session.rank)
+        model, rep = fit_minibatch(data, cfg, mb, rank=session.rank,
+                                   world_size=session.world_size, sync=GradientSum(comm, world))
+        rep_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        part = fit_partitioned(session, Handoff(data), cfg, mb, replication)
+        return {"replicated": (rep.to_dict(), rep_state, comm.counts().to_dict()),
+                "partitioned": (part.value.summary, part.value.state, part.comm.to_dict())}
+    finally:
+        close_session()
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("nprocs, replication", [(2, 1), (4, 2)])
+def test_partitioned_training_reproduces_replicated_weights(nprocs: int, replication: int) -> None:
+    data = MinibatchData.from_graph(sbm(160, 2, 6, num_features=6, seed=3), torch.float64)
+    cfg = TrainConfig(model="sage", hidden=8, num_layers=2, epochs=3, patience=5,
+                      dtype="float64", progress=False)
+    mb = MinibatchConfig("sage", (3, 2), batch_size=40, bulk=2, prefetch=True)
+    per_rank = spawn(_replicated_then_partitioned, nprocs, (data, cfg, mb, replication),
+                     wall_timeout_s=200)
+    for r in per_rank:
+        rep_summary, rep_state, rep_comm = r["replicated"]
+        part_summary, part_state, part_comm = r["partitioned"]
+        for name, value in rep_state.items():
+            torch.testing.assert_close(part_state[name], value, rtol=0, atol=1e-6)
+        # The same minibatches: the same per-epoch losses and the same model selection.
+        assert part_summary["losses"] == pytest.approx(rep_summary["losses"], abs=1e-9)
+        for key in ("epochs_run", "best_epoch", "best_val_accuracy", "test_accuracy",
+                    "minibatches_per_epoch"):
+            assert part_summary[key] == rep_summary[key], key
+        # Gradient bytes are the replicated run's exactly; sampling and fetch communicate.
+        assert part_comm["grad_allreduce"] == rep_comm["grad_allreduce"]
+        assert part_comm["sampling"]["sent"] > 0 and part_comm["feature_fetch"]["recv"] > 0
+        assert part_comm["evaluation"]["sent"] > 0
+    first_state = per_rank[0]["partitioned"][1]
+    for r in per_rank[1:]:
+        for name, value in r["partitioned"][1].items():
+            assert torch.equal(value, first_state[name]), f"ranks drifted in {name}"
+    for phase in ("sampling", "feature_fetch", "evaluation"):
+        sent = sum(r["partitioned"][2][phase]["sent"] for r in per_rank)
+        assert sent == sum(r["partitioned"][2][phase]["recv"] for r in per_rank), phase
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_cli_minibatch_partitioned_topology_reports_phases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [
+        "train", "--mode", "minibatch", "--nprocs", "2", "--topology", "partitioned",
+        "--dataset", "sbm:nodes=120,blocks=2,degree=6", "--fanouts", "3,3", "--layers", "2",
+        "--epochs", "1", "--batch-size", "32", "--no-progress", "--json",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["world_size"] == 2 and out["topology"] == "partitioned"
+    assert out["replication"] == 1
+    assert {"sampling", "feature_fetch", "grad_allreduce"} <= set(out["comm_bytes"])
+    assert all(out["comm_bytes"][p]["sent"] > 0 for p in ("sampling", "feature_fetch"))
+
+
+def test_partitioned_topology_refuses_layerwise_samplers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [
+        "train", "--mode", "minibatch", "--nprocs", "2", "--topology", "partitioned",
+        "--sampler", "ladies", "--dataset", "sbm:nodes=60,blocks=2,degree=4",
+        "--layers", "2", "--fanouts", "3,3", "--epochs", "1", "--no-progress",
+    ]  # fmt: skip
+    assert main(argv) != 0
+    assert "sage" in capsys.readouterr().err

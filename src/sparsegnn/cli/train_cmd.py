@@ -94,6 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="per-layer fan-outs (sage, shadow; default 15,10,5)")
     mb.add_argument("--batch-size", type=int_range(1), default=1024)
     mb.add_argument("--bulk", type=int_range(1), default=64, help="minibatches sampled per call")
+    mb.add_argument(
+        "--topology", choices=("replicated", "partitioned"), default="replicated",
+        help="with several ranks: every rank holds the whole graph (replicated), or its "
+        "rows of A and of the features only (partitioned, 1.5D with --replication)",
+    )
     p.set_defaults(func=run)
 
 
@@ -169,34 +174,44 @@ def fullgraph_summary(dataset: str, model: str, r: TrainResult) -> str:
 
 
 def _minibatch(args: argparse.Namespace) -> int:
-    """``--mode minibatch``: one process, or replicated-topology ranks (``--nprocs``,
-    torchrun) that each sample their share of every minibatch."""
+    """``--mode minibatch``: one process, or ranks (``--nprocs``, torchrun) that each
+    sample their share of every minibatch, from the whole topology (replicated) or from
+    their rows of it (``--topology partitioned``)."""
     from dataclasses import replace
 
     from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
-    from sparsegnn.train.minibatch_distributed import run_replicated
+    from sparsegnn.train.minibatch_distributed import Handoff, run_minibatch
 
     graph = _graph(args)
+    name = graph.name
     cfg = replace(config_from_args(args), model="sage")
     mb = MinibatchConfig(args.sampler, tuple(args.fanouts), args.batch_size, args.bulk)
     device = resolve_device(args.device)
-    data = MinibatchData.from_graph(graph, cfg.torch_dtype)
     world, comm = 1, None
+    extra: dict[str, Any] = {}
     if args.nprocs > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        outcome = run_replicated(data, cfg, mb, args.nprocs, backend=args.backend,
-                                 timeout_s=args.timeout)
+        # Handed over so that a partitioned torchrun rank keeps only its rows.
+        handoff = Handoff(MinibatchData.from_graph(graph, cfg.torch_dtype))
+        del graph
+        outcome = run_minibatch(handoff, cfg, mb, args.nprocs, topology=args.topology,
+                                replication=args.replication, backend=args.backend,
+                                timeout_s=args.timeout)
         if outcome is None:  # not rank 0 of a torchrun job: rank 0 reports
             return 0
         summary, world = outcome.value.summary, outcome.world_size
         comm = outcome.comm.to_dict()
+        extra = {"topology": args.topology}
+        if args.topology == "partitioned":
+            extra["replication"] = args.replication
     else:
+        data = MinibatchData.from_graph(graph, cfg.torch_dtype)
         summary = fit_minibatch(data, cfg, mb, device)[1].to_dict()
-    out = {"dataset": graph.name, "model": "sage", "mode": "minibatch", "device": str(device),
-           "world_size": world, **summary, "minibatch": asdict(mb),
+    out = {"dataset": name, "model": "sage", "mode": "minibatch", "device": str(device),
+           "world_size": world, **extra, **summary, "minibatch": asdict(mb),
            "config": _plain_config(cfg)}
     if comm is not None:
         out["comm_bytes"] = comm
-    return emit(args, out, _minibatch_summary(graph.name, mb, summary))
+    return emit(args, out, _minibatch_summary(name, mb, summary))
 
 
 def _minibatch_summary(dataset: str, mb: MinibatchConfig, r: dict[str, Any]) -> str:

@@ -32,6 +32,10 @@ class PartitionedFeatures:
         owners = RowOwners(x.shape[0], replication, comm, group)
         return cls(x[owners.lo : owners.hi].clone(), owners)
 
+    @property
+    def num_features(self) -> int:
+        return int(self.rows.shape[1])
+
     def fetch(self, ids: torch.Tensor) -> torch.Tensor:
         """``x[ids]`` assembled from the owners; every rank must call it (ids may be empty)."""
         with self.owners.comm.phase("feature_fetch"):

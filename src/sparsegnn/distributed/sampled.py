@@ -34,6 +34,15 @@ from sparsegnn.distributed.partition import split_range
 from sparsegnn.sparse import CSRMatrix
 
 
+def separate_group(group: Group) -> Group:
+    """The same members on a process group of their own (collective over all ranks).
+
+    Collectives of two threads interleave safely only on different groups: the minibatch
+    loader samples and fetches on one while the training thread all-reduces on another.
+    """
+    return Group(group.ranks, group.me, dist.new_group(list(group.ranks)))
+
+
 class GradientSum:
     """Sum every parameter's gradient over all ranks, one flat all-reduce per step."""
 
@@ -121,7 +130,7 @@ class RowOwners:
         self, request: torch.Tensor, answer: Callable[[torch.Tensor], torch.Tensor]
     ) -> torch.Tensor:
         """Send each request (row id first) to its row's owner; the answers, in order."""
-        vertex = request if request.dim() == 1 else request[:, 0]
+        vertex = request if request.dim() == 1 else request[:, 0].contiguous()
         block = torch.searchsorted(self._starts.to(vertex.device), vertex, right=True) - 1
         dest = block * self.replication + self.group.me % self.replication
         order = torch.argsort(dest, stable=True)

@@ -9,6 +9,10 @@ ranks change when a minibatch is produced, never what it contains.
 Distributed ranks split every global minibatch: rank r of w takes seeds ``r::w`` of each
 one and samples them with stream ``i * w + r``, so all ranks take the same number of
 steps and a gradient all-reduce after each step averages over the whole minibatch.
+
+Features are a local tensor (indexed per minibatch) or a :class:`FeatureSource` such as
+:class:`~sparsegnn.distributed.feature_fetch.PartitionedFeatures`, whose collective
+``fetch`` the loader calls once per bulk with the node ids of all its minibatches.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -45,6 +50,17 @@ class LoadedBatch:
         return int(self.batch.seeds.numel())
 
 
+@runtime_checkable
+class FeatureSource(Protocol):
+    """Feature rows that live elsewhere: ``fetch(ids)`` returns ``x[ids]``. A collective
+    source (every rank must call it, ids may be empty) is called once per bulk."""
+
+    @property
+    def num_features(self) -> int: ...
+
+    def fetch(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+
 class _Failure:
     """Carries an exception from the producer thread to the consumer."""
 
@@ -61,7 +77,8 @@ class MinibatchLoader:
     Args:
         sampler: any sampler of :mod:`sparsegnn.sampling`.
         train_ids: the vertices whose predictions are trained (global ids).
-        features, labels: per-vertex inputs and targets (gathered per minibatch).
+        features, labels: per-vertex inputs and targets (gathered per minibatch); features
+            may be a :class:`FeatureSource`, fetched once per bulk.
         batch_size: seeds per global minibatch (the last one may be smaller).
         bulk: minibatches sampled per sampler call (k).
         seed: root of every random stream.
@@ -74,7 +91,7 @@ class MinibatchLoader:
         self,
         sampler: Sampler,
         train_ids: torch.Tensor,
-        features: torch.Tensor,
+        features: torch.Tensor | FeatureSource,
         labels: torch.Tensor,
         *,
         batch_size: int,
@@ -128,14 +145,22 @@ class MinibatchLoader:
             chunk = plan[start : start + self.bulk]
             gens = [batch_generator(self.seed, epoch, index, device) for index, _ in chunk]
             batches = self.sampler.sample([seeds.to(device) for _, seeds in chunk], gens)
+            xs = self._features(batches)
             yield [
-                self._load(b, self.global_size(i)) for b, (i, _) in zip(batches, chunk, strict=True)
+                self._load(b, x, self.global_size(i))
+                for b, x, (i, _) in zip(batches, xs, chunk, strict=True)
             ]
 
-    def _load(self, batch: Minibatch, global_seeds: int) -> LoadedBatch:
-        x = self.features[batch.node_ids.to(self.features.device)].to(
-            self.device, non_blocking=True
-        )
+    def _features(self, batches: list[Minibatch]) -> list[torch.Tensor]:
+        """Each minibatch's input rows: indexed locally, or one fetch for the whole bulk."""
+        if isinstance(self.features, torch.Tensor):
+            return [self.features[b.node_ids.to(self.features.device)] for b in batches]
+        ids = torch.cat([b.node_ids.long() for b in batches])
+        rows = self.features.fetch(ids)
+        return list(torch.split(rows, [int(b.node_ids.numel()) for b in batches]))
+
+    def _load(self, batch: Minibatch, x: torch.Tensor, global_seeds: int) -> LoadedBatch:
+        x = x.to(self.device, non_blocking=True)
         y = self.labels[batch.seeds.to(self.labels.device)].to(self.device, non_blocking=True)
         return LoadedBatch(batch, x, y, global_seeds)
 

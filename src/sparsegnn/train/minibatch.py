@@ -8,7 +8,11 @@ the luck of one more sample. Early stopping (best-on-validation weights), checkp
 and exact resume come from :mod:`sparsegnn.train.loop`; sampling depends only on
 ``(seed, epoch, batch)``, so a resumed run draws the very minibatches it would have.
 The same loop runs on every rank of a distributed run; ``sync`` is the gradient
-all-reduce there and a no-op on one process.
+all-reduce there and a no-op on one process. With a partitioned topology
+(:mod:`sparsegnn.train.minibatch_distributed`) ``data.adj`` is a sampling
+:class:`~sparsegnn.sampling.Topology` over this rank's rows, ``data.x`` a
+:class:`~sparsegnn.sampling.loader.FeatureSource` and ``evaluate`` the distributed
+full-neighbourhood inference.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from torch.nn import functional as F
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import GraphSAGE, operator_for
 from sparsegnn.sampling import LadiesSampler, NodeWiseSampler, ShadowSampler
-from sparsegnn.sampling.loader import MinibatchLoader
-from sparsegnn.sampling.samplers import Sampler
+from sparsegnn.sampling.loader import FeatureSource, MinibatchLoader
+from sparsegnn.sampling.samplers import Sampler, Topology
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.checkpoint import rank_checkpoint, seed_everything
 from sparsegnn.train.fullgraph import TrainConfig, fingerprint
@@ -48,7 +52,7 @@ class MinibatchConfig:
 
 
 def make_sampler(
-    kind: SamplerKind, adj: CSRMatrix, fanouts: Sequence[int], batch_size: int
+    kind: SamplerKind, adj: CSRMatrix | Topology, fanouts: Sequence[int], batch_size: int
 ) -> Sampler:
     """The sampler of a kind; LADIES gets ``fanout * batch_size`` vertices per layer.
 
@@ -57,6 +61,11 @@ def make_sampler(
     """
     if kind == "sage":
         return NodeWiseSampler(adj, fanouts)
+    if not isinstance(adj, CSRMatrix):
+        raise InvalidValueError(
+            f"the {kind} sampler needs the whole adjacency on every rank; a partitioned "
+            "topology samples with --sampler sage"
+        )
     if kind == "ladies":
         return LadiesSampler(adj, [f * batch_size for f in fanouts])
     if kind == "shadow":
@@ -96,10 +105,14 @@ class MinibatchResult:
 
 @dataclass
 class MinibatchData:
-    """Everything a rank needs: adjacency (for sampling), features, labels, split masks."""
+    """Everything a rank needs: adjacency (for sampling), features, labels, split masks.
 
-    adj: CSRMatrix
-    x: torch.Tensor
+    A partitioned rank holds a :class:`Topology` over its rows and a
+    :class:`FeatureSource` over its feature rows instead of the whole ``adj`` and ``x``.
+    """
+
+    adj: CSRMatrix | Topology
+    x: torch.Tensor | FeatureSource
     y: torch.Tensor
     masks: dict[str, torch.Tensor]
 
@@ -110,11 +123,18 @@ class MinibatchData:
         masks = {"train": graph.train_mask, "val": graph.val_mask, "test": graph.test_mask}
         return cls(adj, graph.x.to(dtype), graph.y, masks)
 
+    @property
+    def num_features(self) -> int:
+        x = self.x
+        return int(x.shape[1]) if isinstance(x, torch.Tensor) else x.num_features
+
 
 class _Evaluator:
     """Full-neighbourhood inference: every layer multiplies by the mean operator of A."""
 
     def __init__(self, data: MinibatchData, device: torch.device):
+        if not isinstance(data.adj, CSRMatrix) or not isinstance(data.x, torch.Tensor):
+            raise InvalidValueError("partitioned data needs a distributed evaluate()")
         self.op = operator_for("sage", data.adj).to(device)
         self.x, self.y = data.x.to(device), data.y.to(device)
         self.masks = {k: v.to(device) for k, v in data.masks.items()}
@@ -136,12 +156,17 @@ def fit_minibatch(
     rank: int = 0,
     world_size: int = 1,
     sync: Callable[[nn.Module], None] | None = None,
+    evaluate: Callable[[nn.Module, str], float] | None = None,
 ) -> tuple[nn.Module, MinibatchResult]:
-    """Train GraphSAGE on sampled minibatches; returns the best-on-validation model."""
+    """Train GraphSAGE on sampled minibatches; returns the best-on-validation model.
+
+    ``evaluate(model, split)`` replaces the local full-neighbourhood accuracy (needed
+    when ``data`` is partitioned; collective there, so every rank calls it alike).
+    """
     device = torch.device(device)
     seed_everything(cfg.seed)
     model = GraphSAGE(
-        data.x.shape[1], cfg.hidden, int(data.y.max()) + 1, cfg.num_layers, cfg.dropout
+        data.num_features, cfg.hidden, int(data.y.max()) + 1, cfg.num_layers, cfg.dropout
     )
     model = model.to(device=device, dtype=cfg.torch_dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -160,11 +185,11 @@ def fit_minibatch(
         world_size=world_size,
         device=device,
     )
-    evaluator = _Evaluator(data, device)
+    accuracy = evaluate if evaluate is not None else _Evaluator(data, device).accuracy
 
     def epoch_fn(epoch: int) -> MinibatchEpoch:
         stats = _train_epoch(model, optimizer, loader, epoch, cfg.num_layers, sync)
-        stats.val_accuracy = evaluator.accuracy(model, "val")
+        stats.val_accuracy = accuracy(model, "val")
         return stats
 
     loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
@@ -184,7 +209,7 @@ def fit_minibatch(
         epochs_run=state.epoch,
         best_epoch=state.best_epoch,
         best_val_accuracy=state.best_score,
-        test_accuracy=evaluator.accuracy(model, "test"),
+        test_accuracy=accuracy(model, "test"),
         seeds_per_second=sum(h.seeds for h in history) / seconds if seconds else 0.0,
         minibatches_per_epoch=len(loader),
         peak_memory_bytes=peak_memory_bytes(device),

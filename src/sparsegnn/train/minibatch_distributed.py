@@ -1,23 +1,52 @@
-"""Replicated-topology minibatch training on several ranks.
+"""Minibatch training on several ranks, with a replicated or a partitioned topology.
 
-Every rank holds the whole topology and samples its own share of each minibatch from
-its own random stream, so sampling needs no communication; the only collective is the
-gradient sum of :class:`~sparsegnn.distributed.sampled.GradientSum`. This lives in
-``train`` (not ``distributed``) because it drives the training loop.
+Replicated (:func:`train_replicated`): every rank holds the whole topology and samples its
+own share of each minibatch from its own random stream, so sampling needs no
+communication; the only collective is the gradient sum of
+:class:`~sparsegnn.distributed.sampled.GradientSum`.
+
+Partitioned (:func:`train_partitioned`): the rows of A and of the feature matrix are cut
+1.5D-style into ``p / c`` blocks, each held by ``c`` ranks
+(:class:`~sparsegnn.distributed.sampled.PartitionedTopology`,
+:class:`~sparsegnn.distributed.feature_fetch.PartitionedFeatures`). Each rank samples the
+same share with the same streams as a replicated rank, asking the owners for degrees and
+drawn entries, and fetches the bulk's feature rows with one exchange, so it draws the very
+minibatches and ends with the very weights of a replicated run. Sampling and fetching run
+on their own process group and communicator (the loader's background thread), gradients
+and evaluation on the world group, so the two threads never interleave collectives.
+Validation and test accuracy are full-neighbourhood inference over the row blocks: per
+layer, a rank fetches the hidden rows of its block's remote neighbours (phase
+``evaluation``) and counts its own rows; one all-reduce sums the counts.
+
+This lives in ``train`` (not ``distributed``) because it drives the training loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from torch import nn
+from torch.nn import functional as F
 
-from sparsegnn.distributed import RankResult, close_session, init_session, spawn
-from sparsegnn.distributed.comm import Communicator, Group
-from sparsegnn.distributed.sampled import GradientSum
+from sparsegnn.distributed import RankResult, Session, close_session, init_session, spawn
+from sparsegnn.distributed.comm import ByteCounts, Communicator, Group
+from sparsegnn.distributed.feature_fetch import PartitionedFeatures
+from sparsegnn.distributed.sampled import (
+    ExchangeCommunicator,
+    GradientSum,
+    PartitionedTopology,
+    RowOwners,
+    separate_group,
+)
+from sparsegnn.errors import InvalidValueError
+from sparsegnn.nn import operator_for
+from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
+
+TopologyKind = Literal["replicated", "partitioned"]
 
 
 @dataclass
@@ -89,4 +118,188 @@ def run_replicated(
         return train_replicated(data, cfg, mb, nprocs, backend=backend,
                                 timeout_s=timeout_s)[0]
     outcome = train_replicated_rank(data, cfg, mb, backend, timeout_s)
+    return outcome if outcome.rank == 0 else None
+
+
+class Handoff:
+    """The whole graph, handed to a rank once: :meth:`take` drops this holder's reference,
+    so a rank that cuts its shard and lets go of the result keeps no whole matrix."""
+
+    def __init__(self, data: MinibatchData):
+        self._data: MinibatchData | None = data
+
+    def take(self) -> MinibatchData:
+        data, self._data = self._data, None
+        if data is None:
+            raise RuntimeError("the graph was already handed over")
+        return data
+
+
+class PartitionedEvaluator:
+    """Full-neighbourhood accuracy with A's rows and the features partitioned (collective).
+
+    The rank's block of ``row_norm(A)`` is relabelled so that its own rows come first and
+    the remote neighbours after them: a layer is then the rectangular-operator forward the
+    sampled blocks use, on ``[own hidden rows; fetched remote rows]``.
+    """
+
+    def __init__(
+        self,
+        topo: PartitionedTopology,
+        features: PartitionedFeatures,
+        y: torch.Tensor,
+        masks: dict[str, torch.Tensor],
+        comm: ExchangeCommunicator,
+        group: Group,
+        device: torch.device,
+    ):
+        n = topo.shape[0]
+        self.owners = RowOwners(n, topo.owners.replication, comm, group)
+        lo, hi = self.owners.lo, self.owners.hi
+        block = topo.block
+        outside = (block.col < lo) | (block.col >= hi)
+        self.remote = torch.unique(block.col[outside])
+        cols = torch.cat([torch.arange(lo, hi, device=block.device), self.remote])
+        self.op = operator_for("sage", block.select_cols(cols)).to(device)
+        self.x = features.rows.to(device)
+        self.y = y[lo:hi].to(device)
+        self.masks = {k: v[lo:hi].to(device) for k, v in masks.items()}
+        # One replica of each block counts its rows.
+        self.counts_rows = group.me % topo.owners.replication == 0
+        self.comm, self.group, self.device = comm, group, device
+
+    def _remote_rows(self, h: torch.Tensor) -> torch.Tensor:
+        lo = self.owners.lo
+        with self.comm.phase("evaluation"):
+            got = self.owners.ask(self.remote, lambda req: h[req.to(h.device) - lo])
+        return got.to(h.device)
+
+    @torch.no_grad()
+    def accuracy(self, model: nn.Module, split: str) -> float:
+        model.eval()
+        h = self.x.to(next(model.parameters()).dtype)
+        layers = model.layers
+        if not isinstance(layers, nn.ModuleList):
+            raise InvalidValueError("the partitioned evaluator runs a layer stack (GraphSAGE)")
+        for i, layer in enumerate(layers):
+            h = layer(torch.cat([h, self._remote_rows(h)]), self.op)
+            if i < len(layers) - 1:
+                h = F.relu(h)
+        m = self.masks[split]
+        right = (h[m].argmax(1) == self.y[m]).sum()
+        counts = torch.stack([right, m.sum()]).long()
+        if not self.counts_rows:
+            counts.zero_()
+        with self.comm.phase("evaluation"):
+            counts = self.comm.all_reduce(counts, self.group)
+        # As the local evaluator's float32 mean of a boolean vector.
+        return float(counts[0].float() / counts[1].float())
+
+
+def _merged(*counts: ByteCounts) -> ByteCounts:
+    phases: dict[str, dict[str, int]] = {}
+    for c in counts:
+        for phase, values in c.phases.items():
+            into = phases.setdefault(phase, {})
+            for k, v in values.items():
+                into[k] = into.get(k, 0) + v
+    return ByteCounts(phases)
+
+
+def check_partitioned(mb: MinibatchConfig, nprocs: int, replication: int) -> None:
+    """Refuse, before any rank starts, what a partitioned topology cannot run."""
+    if mb.sampler != "sage":
+        raise InvalidValueError(
+            f"--topology partitioned samples with --sampler sage, not {mb.sampler}"
+        )
+    if replication < 1 or nprocs % replication:
+        raise InvalidValueError(f"--replication {replication} does not divide {nprocs} ranks")
+
+
+def fit_partitioned(
+    session: Session,
+    handoff: Handoff,
+    cfg: TrainConfig,
+    mb: MinibatchConfig,
+    replication: int = 1,
+) -> RankOutcome:
+    """One rank's partitioned-topology training inside an open session: cut this rank's
+    rows of A and x from the handed-over graph, drop the whole graph, train."""
+    check_partitioned(mb, session.world_size, replication)
+    world = Group(tuple(range(session.world_size)), session.rank)
+    # The loader's thread samples and fetches on a group of its own.
+    sampling = separate_group(world)
+    xcomm, gcomm = ExchangeCommunicator(), ExchangeCommunicator()
+    data = handoff.take()
+    if not isinstance(data.adj, CSRMatrix) or not isinstance(data.x, torch.Tensor):
+        raise InvalidValueError("partitioned training cuts its rows from a whole graph")
+    cut = PartitionedTopology.from_global(data.adj, replication, xcomm, sampling)
+    topo = PartitionedTopology(cut.block.to(device=session.device), cut.owners)
+    cut_x = PartitionedFeatures.from_global(data.x, replication, xcomm, sampling)
+    features = PartitionedFeatures(cut_x.rows.to(session.device), cut_x.owners)
+    y, masks = data.y, data.masks
+    del data, cut, cut_x  # from here on this rank holds its rows only
+    evaluator = PartitionedEvaluator(topo, features, y, masks, gcomm, world, session.device)
+    shard = MinibatchData(topo, features, y, masks)
+    model, result = fit_minibatch(
+        shard, cfg, mb, session.device, rank=session.rank, world_size=session.world_size,
+        sync=GradientSum(gcomm, world), evaluate=evaluator.accuracy,
+    )
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return RankResult(session.rank, session.world_size, Replica(result.to_dict(), state),
+                      _merged(xcomm.counts(), gcomm.counts()))
+
+
+def train_partitioned_rank(
+    handoff: Handoff,
+    cfg: TrainConfig,
+    mb: MinibatchConfig,
+    replication: int = 1,
+    backend: str | None = None,
+    timeout_s: float = 60.0,
+) -> RankOutcome:
+    """One rank's part of a partitioned-topology run; every rank of the job calls this."""
+    session = init_session(backend, timeout_s)
+    try:
+        return fit_partitioned(session, handoff, cfg, mb, replication)
+    finally:
+        close_session()
+
+
+def train_partitioned(
+    data: MinibatchData,
+    cfg: TrainConfig,
+    mb: MinibatchConfig,
+    nprocs: int,
+    replication: int = 1,
+    *,
+    backend: str | None = None,
+    timeout_s: float = 60.0,
+    wall_timeout_s: float | None = None,
+) -> list[RankOutcome]:
+    """Spawn ``nprocs`` local ranks that each keep only their rows; every rank's outcome."""
+    check_partitioned(mb, nprocs, replication)
+    return spawn(
+        train_partitioned_rank,
+        nprocs,
+        (Handoff(data), cfg, mb, replication, backend, timeout_s),
+        wall_timeout_s=wall_timeout_s,
+        heartbeat_timeout_s=timeout_s,
+    )
+
+
+def run_minibatch(
+    handoff: Handoff, cfg: TrainConfig, mb: MinibatchConfig, nprocs: int, *,
+    topology: TopologyKind = "replicated", replication: int = 1,
+    backend: str | None = None, timeout_s: float = 60.0,
+) -> RankOutcome | None:
+    """``nprocs`` spawned local ranks, or this process's rank under torchrun, with either
+    topology; rank 0's outcome (``None`` on the other torchrun ranks)."""
+    if topology == "replicated":
+        return run_replicated(handoff.take(), cfg, mb, nprocs, backend=backend,
+                              timeout_s=timeout_s)
+    if nprocs > 1:
+        return train_partitioned(handoff.take(), cfg, mb, nprocs, replication,
+                                 backend=backend, timeout_s=timeout_s)[0]
+    outcome = train_partitioned_rank(handoff, cfg, mb, replication, backend, timeout_s)
     return outcome if outcome.rank == 0 else None
