@@ -11,7 +11,7 @@ from sparsegnn.cli.main import main
 from sparsegnn.data import rmat, sbm
 from sparsegnn.distributed import Group, close_session, init_session, spawn
 from sparsegnn.distributed.comm import Communicator
-from sparsegnn.distributed.feature_fetch import PartitionedFeatures
+from sparsegnn.distributed.feature_fetch import MIB, PartitionedFeatures
 from sparsegnn.distributed.sampled import ExchangeCommunicator, GradientSum, PartitionedTopology
 from sparsegnn.sampling import NodeWiseSampler, batch_generator, epoch_permutation
 from sparsegnn.sparse import CSRMatrix
@@ -168,10 +168,16 @@ def test_cli_minibatch_partitioned_topology_reports_phases(
         "train", "--mode", "minibatch", "--nprocs", "2", "--topology", "partitioned",
         "--dataset", "sbm:nodes=120,blocks=2,degree=6", "--fanouts", "3,3", "--layers", "2",
         "--epochs", "1", "--batch-size", "32", "--no-progress", "--json",
+        "--feature-cache-mb", "0.001",
     ]  # fmt: skip
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["world_size"] == 2 and out["topology"] == "partitioned"
+    cache = out["feature_cache"]  # every rank's record; a row and its id per slot
+    fit = int(0.001 * MIB) // (cache["ranks"][0]["row_bytes"] + 8)
+    assert fit > 0 and [r["cache_rows"] for r in cache["ranks"]] == [fit, fit]
+    assert cache["saved_bytes"] == sum(r["saved_bytes"] for r in cache["ranks"])
+    assert 0 <= cache["hit_rate"] <= 1 and out["comm_bytes"]["feature_cache"]["sent"] > 0
     assert out["replication"] == 1
     assert {"sampling", "feature_fetch", "grad_allreduce"} <= set(out["comm_bytes"])
     assert all(out["comm_bytes"][p]["sent"] > 0 for p in ("sampling", "feature_fetch"))
@@ -187,3 +193,124 @@ def test_partitioned_topology_refuses_layerwise_samplers(
     ]  # fmt: skip
     assert main(argv) != 0
     assert "sage" in capsys.readouterr().err
+
+
+def _cached_vs_uncached(
+    adj: CSRMatrix, x: torch.Tensor, cache_rows: int, replication: int
+) -> dict[str, object]:
+    """Each rank fetches the same sampled minibatches through an uncached and a cached
+    PartitionedFeatures (separate byte counts); are the cache and the rows right?"""
+    session = init_session("gloo", timeout_s=60)
+    try:
+        rank, world = session.rank, session.world_size
+        group = Group(tuple(range(world)), rank)
+        topo = PartitionedTopology.from_global(adj, replication, ExchangeCommunicator(), group)
+        plain_comm, cached_comm = ExchangeCommunicator(), ExchangeCommunicator()
+        plain = PartitionedFeatures.from_global(x, replication, plain_comm, group)
+        cached = PartitionedFeatures.from_global(x, replication, cached_comm, group)
+        row_bytes = x.shape[1] * x.element_size()
+        cached.with_cache(topo.block, cache_rows * (row_bytes + 8) / MIB)
+        ids = cached.cache_ids
+        in_degree = torch.bincount(adj.col, minlength=adj.shape[0])
+        remote = ~cached.owners.owned(torch.arange(adj.shape[0]))
+        others = remote.clone()
+        others[ids] = False
+        checks = {
+            "cache_equals_owner_rows": torch.equal(cached.cache_rows, x[ids]),
+            "cache_is_remote": bool(remote[ids].all()),
+            "cache_full": ids.numel() == cache_rows,
+            # The policy: no uncached remote vertex has a higher in-degree than a cached one.
+            "highest_in_degree": int(in_degree[others].max()) <= int(in_degree[ids].min()),
+        }
+        sampler = NodeWiseSampler(topo, [5, 5])
+        perm = epoch_permutation(adj.shape[0], 0, 0)
+        same = True
+        for call in range(3):
+            idx = [rank + world * (4 * call + j) for j in range(4)]
+            seeds = [perm[i * 16 : (i + 1) * 16] for i in idx]
+            batches = sampler.sample(seeds, [batch_generator(0, 0, i) for i in idx])
+            node_ids = torch.cat([b.node_ids for b in batches])
+            want = x[node_ids]
+            same &= torch.equal(plain.fetch(node_ids), want)
+            same &= torch.equal(cached.fetch(node_ids), want)
+        checks["cached_fetch_equals_uncached"] = same
+        return {"checks": checks, "plain": plain_comm.counts().to_dict(),
+                "cached": cached_comm.counts().to_dict(), "stats": cached.stats.to_dict(),
+                "plain_stats": plain.stats.to_dict()}
+    finally:
+        close_session()
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("replication", [1, 2])
+def test_feature_cache_serves_owner_rows_and_cuts_fetched_bytes_on_rmat(
+    replication: int,
+) -> None:
+    g = rmat(10, 8, seed=5)
+    adj = CSRMatrix.from_edge_index(g.edge_index, g.num_nodes)
+    x = torch.randn(adj.shape[0], 16, generator=torch.Generator().manual_seed(1))
+    cache_rows = adj.shape[0] // 10  # a tenth of the rows on every rank
+    per_rank = spawn(_cached_vs_uncached, 4, (adj, x, cache_rows, replication),
+                     wall_timeout_s=120)
+    for r in per_rank:
+        assert all(r["checks"].values()), r["checks"]
+    per_row = 16 * 4 + 8
+
+    def fetched(key: str) -> int:
+        return sum(r[key]["feature_fetch"]["sent"] for r in per_rank)
+
+    plain, cached = fetched("plain"), fetched("cached")
+    stats = [r["stats"] for r in per_rank]
+    # Every cache hit saves its id and its row, exactly; the misses are what moves.
+    assert plain - cached == sum(s["saved_bytes"] for s in stats)
+    assert all(s["saved_bytes"] == s["hits"] * per_row > 0 for s in stats)
+    assert [s["remote_rows"] for s in stats] == [r["plain_stats"]["remote_rows"]
+                                                 for r in per_rank]
+    assert all(0 < s["hit_rate"] < 1 for s in stats)
+    assert cached <= 0.7 * plain, f"the cache saved only {1 - cached / plain:.0%}"
+    # The start-up (in-degree exchange, candidates, fill) is counted on its own.
+    assert all(r["cached"]["feature_cache"]["sent"] > 0 for r in per_rank)
+    assert all("feature_cache" not in r["plain"] for r in per_rank)
+
+
+def _partitioned_with_and_without_cache(
+    data: MinibatchData, cfg: TrainConfig, mb: MinibatchConfig, cache_mb: float
+) -> dict[str, object]:
+    session = init_session("gloo", timeout_s=60)
+    try:
+        plain = fit_partitioned(session, Handoff(data), cfg, mb)
+        cached = fit_partitioned(session, Handoff(data), cfg, mb, feature_cache_mb=cache_mb)
+        return {"plain": (plain.value.summary, plain.value.state, plain.comm.to_dict()),
+                "cached": (cached.value.summary, cached.value.state, cached.comm.to_dict())}
+    finally:
+        close_session()
+
+
+@pytest.mark.distributed
+def test_feature_cache_leaves_training_unchanged() -> None:
+    data = MinibatchData.from_graph(sbm(160, 2, 6, num_features=6, seed=3), torch.float64)
+    cfg = TrainConfig(model="sage", hidden=8, num_layers=2, epochs=2, patience=5,
+                      dtype="float64", progress=False)
+    mb = MinibatchConfig("sage", (3, 2), batch_size=40, bulk=2, prefetch=True)
+    cache_mb = 30 * (6 * 8 + 8) / MIB  # 30 of the 80 remote rows
+    per_rank = spawn(_partitioned_with_and_without_cache, 2, (data, cfg, mb, cache_mb),
+                     wall_timeout_s=150)
+    for r in per_rank:
+        plain_summary, plain_state, plain_comm = r["plain"]
+        cached_summary, cached_state, cached_comm = r["cached"]
+        for name, value in plain_state.items():
+            assert torch.equal(cached_state[name], value), name
+        assert cached_summary["losses"] == plain_summary["losses"]
+        assert cached_summary["test_accuracy"] == plain_summary["test_accuracy"]
+        assert cached_comm["feature_fetch"]["sent"] < plain_comm["feature_fetch"]["sent"]
+        assert cached_comm["grad_allreduce"] == plain_comm["grad_allreduce"]
+        report, off = cached_summary["feature_cache"], plain_summary["feature_cache"]
+        assert [k["cache_rows"] for k in report["ranks"]] == [30, 30]
+        assert [k["cache_rows"] for k in off["ranks"]] == [0, 0] and off["hit_rate"] == 0
+        assert 0 < report["hit_rate"] < 1
+        assert report["fetched_bytes"] + report["saved_bytes"] == off["fetched_bytes"]
+    # Over both ranks, the fetch bytes fell by exactly the saved bytes reported.
+    sent = {k: sum(r[k][2]["feature_fetch"]["sent"] for r in per_rank) for k in ("plain",
+                                                                               "cached")}
+    assert sent["plain"] - sent["cached"] == per_rank[0]["cached"][0]["feature_cache"][
+        "saved_bytes"]

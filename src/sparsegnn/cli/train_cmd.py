@@ -99,6 +99,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with several ranks: every rank holds the whole graph (replicated), or its "
         "rows of A and of the features only (partitioned, 1.5D with --replication)",
     )
+    mb.add_argument(
+        "--feature-cache-mb", type=float_range(0.0), default=0.0,
+        help="partitioned topology: MiB per rank of cached remote feature rows, highest "
+        "in-degree first (default 0: no cache)",
+    )
     p.set_defaults(func=run)
 
 
@@ -195,7 +200,8 @@ def _minibatch(args: argparse.Namespace) -> int:
         del graph
         outcome = run_minibatch(handoff, cfg, mb, args.nprocs, topology=args.topology,
                                 replication=args.replication, backend=args.backend,
-                                timeout_s=args.timeout)
+                                timeout_s=args.timeout,
+                                feature_cache_mb=args.feature_cache_mb)
         if outcome is None:  # not rank 0 of a torchrun job: rank 0 reports
             return 0
         summary, world = outcome.value.summary, outcome.world_size

@@ -119,6 +119,7 @@ class RowOwners:
         self.replication, self.comm, self.group = replication, comm, group
         self.lo, self.hi = ranges[group.me // replication]
         self._starts = torch.tensor([a for a, _ in ranges], dtype=torch.long)
+        self.largest_block = max(b - a for a, b in ranges)
 
     def check_rows(self, rows: int, what: str) -> None:
         """Refuse a local block whose row count is not this rank's share of the partition."""
@@ -126,13 +127,29 @@ class RowOwners:
             raise ValueError(f"{what} has {rows} rows, the partition gives this rank "
                              f"{self.hi - self.lo}")
 
+    @property
+    def num_blocks(self) -> int:
+        return int(self._starts.numel())
+
+    @property
+    def my_block(self) -> int:
+        return self.group.me // self.replication
+
+    def owned(self, vertex: torch.Tensor) -> torch.Tensor:
+        """Which of ``vertex`` lie in this rank's block (a boolean mask)."""
+        return (vertex >= self.lo) & (vertex < self.hi)
+
+    def destination(self, vertex: torch.Tensor) -> torch.Tensor:
+        """The rank this rank asks for each vertex: its block's replica in my slot."""
+        block = torch.searchsorted(self._starts.to(vertex.device), vertex, right=True) - 1
+        return block * self.replication + self.group.me % self.replication
+
     def ask(
         self, request: torch.Tensor, answer: Callable[[torch.Tensor], torch.Tensor]
     ) -> torch.Tensor:
         """Send each request (row id first) to its row's owner; the answers, in order."""
         vertex = request if request.dim() == 1 else request[:, 0].contiguous()
-        block = torch.searchsorted(self._starts.to(vertex.device), vertex, right=True) - 1
-        dest = block * self.replication + self.group.me % self.replication
+        dest = self.destination(vertex)
         order = torch.argsort(dest, stable=True)
         send_counts = torch.bincount(dest, minlength=self.group.size).tolist()
         received, recv_counts = self.comm.all_to_all(request[order], send_counts, self.group)

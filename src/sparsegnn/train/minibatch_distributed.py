@@ -32,7 +32,7 @@ from torch.nn import functional as F
 
 from sparsegnn.distributed import RankResult, Session, close_session, init_session, spawn
 from sparsegnn.distributed.comm import ByteCounts, Communicator, Group
-from sparsegnn.distributed.feature_fetch import PartitionedFeatures
+from sparsegnn.distributed.feature_fetch import CacheStats, PartitionedFeatures
 from sparsegnn.distributed.sampled import (
     ExchangeCommunicator,
     GradientSum,
@@ -222,9 +222,14 @@ def fit_partitioned(
     cfg: TrainConfig,
     mb: MinibatchConfig,
     replication: int = 1,
+    feature_cache_mb: float = 0.0,
 ) -> RankOutcome:
     """One rank's partitioned-topology training inside an open session: cut this rank's
-    rows of A and x from the handed-over graph, drop the whole graph, train."""
+    rows of A and x from the handed-over graph, drop the whole graph, fill the feature
+    cache (``feature_cache_mb`` MiB of the highest-in-degree remote rows; 0: none), train.
+
+    The summary's ``feature_cache`` holds every rank's fetch record (cache rows, hit rate,
+    bytes fetched and saved), gathered at the end under the phase ``report``."""
     check_partitioned(mb, session.world_size, replication)
     world = Group(tuple(range(session.world_size)), session.rank)
     # The loader's thread samples and fetches on a group of its own.
@@ -237,6 +242,7 @@ def fit_partitioned(
     topo = PartitionedTopology(cut.block.to(device=session.device), cut.owners)
     cut_x = PartitionedFeatures.from_global(data.x, replication, xcomm, sampling)
     features = PartitionedFeatures(cut_x.rows.to(session.device), cut_x.owners)
+    features.with_cache(topo.block, feature_cache_mb)
     y, masks = data.y, data.masks
     del data, cut, cut_x  # from here on this rank holds its rows only
     evaluator = PartitionedEvaluator(topo, features, y, masks, gcomm, world, session.device)
@@ -246,8 +252,26 @@ def fit_partitioned(
         sync=GradientSum(gcomm, world), evaluate=evaluator.accuracy,
     )
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    return RankResult(session.rank, session.world_size, Replica(result.to_dict(), state),
+    summary = result.to_dict()
+    summary["feature_cache"] = _cache_report(features, feature_cache_mb, gcomm, world)
+    return RankResult(session.rank, session.world_size, Replica(summary, state),
                       _merged(xcomm.counts(), gcomm.counts()))
+
+
+def _cache_report(
+    features: PartitionedFeatures, cache_mb: float, comm: ExchangeCommunicator, group: Group
+) -> dict[str, Any]:
+    """Every rank's fetch record, on every rank (one small gather, phase ``report``)."""
+    mine = features.stats
+    with comm.phase("report"):
+        rows = comm.gather_ints([mine.cache_rows, mine.remote_rows, mine.hits], group)
+    ranks = [CacheStats(cache, mine.row_bytes, remote, hits).to_dict()
+             for cache, remote, hits in rows]
+    total = CacheStats(sum(r[0] for r in rows), mine.row_bytes, sum(r[1] for r in rows),
+                       sum(r[2] for r in rows)).to_dict()
+    return {"cache_mb": cache_mb, "policy": "in-degree", "hit_rate": total["hit_rate"],
+            "fetched_bytes": total["fetched_bytes"], "saved_bytes": total["saved_bytes"],
+            "ranks": ranks}
 
 
 def train_partitioned_rank(
@@ -257,11 +281,12 @@ def train_partitioned_rank(
     replication: int = 1,
     backend: str | None = None,
     timeout_s: float = 60.0,
+    feature_cache_mb: float = 0.0,
 ) -> RankOutcome:
     """One rank's part of a partitioned-topology run; every rank of the job calls this."""
     session = init_session(backend, timeout_s)
     try:
-        return fit_partitioned(session, handoff, cfg, mb, replication)
+        return fit_partitioned(session, handoff, cfg, mb, replication, feature_cache_mb)
     finally:
         close_session()
 
@@ -276,13 +301,14 @@ def train_partitioned(
     backend: str | None = None,
     timeout_s: float = 60.0,
     wall_timeout_s: float | None = None,
+    feature_cache_mb: float = 0.0,
 ) -> list[RankOutcome]:
     """Spawn ``nprocs`` local ranks that each keep only their rows; every rank's outcome."""
     check_partitioned(mb, nprocs, replication)
     return spawn(
         train_partitioned_rank,
         nprocs,
-        (Handoff(data), cfg, mb, replication, backend, timeout_s),
+        (Handoff(data), cfg, mb, replication, backend, timeout_s, feature_cache_mb),
         wall_timeout_s=wall_timeout_s,
         heartbeat_timeout_s=timeout_s,
     )
@@ -291,15 +317,18 @@ def train_partitioned(
 def run_minibatch(
     handoff: Handoff, cfg: TrainConfig, mb: MinibatchConfig, nprocs: int, *,
     topology: TopologyKind = "replicated", replication: int = 1,
-    backend: str | None = None, timeout_s: float = 60.0,
+    backend: str | None = None, timeout_s: float = 60.0, feature_cache_mb: float = 0.0,
 ) -> RankOutcome | None:
     """``nprocs`` spawned local ranks, or this process's rank under torchrun, with either
-    topology; rank 0's outcome (``None`` on the other torchrun ranks)."""
+    topology; rank 0's outcome (``None`` on the other torchrun ranks). The feature cache
+    (``feature_cache_mb``) applies to the partitioned topology only."""
     if topology == "replicated":
         return run_replicated(handoff.take(), cfg, mb, nprocs, backend=backend,
                               timeout_s=timeout_s)
     if nprocs > 1:
         return train_partitioned(handoff.take(), cfg, mb, nprocs, replication,
-                                 backend=backend, timeout_s=timeout_s)[0]
-    outcome = train_partitioned_rank(handoff, cfg, mb, replication, backend, timeout_s)
+                                 backend=backend, timeout_s=timeout_s,
+                                 feature_cache_mb=feature_cache_mb)[0]
+    outcome = train_partitioned_rank(handoff, cfg, mb, replication, backend, timeout_s,
+                                     feature_cache_mb)
     return outcome if outcome.rank == 0 else None
