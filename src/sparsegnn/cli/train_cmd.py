@@ -73,6 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument("--nprocs", type=int_range(1), default=1,
                       help="spawn this many local ranks")
     dist.add_argument("--algo", choices=ALGORITHMS, default=None)
+    dist.add_argument(
+        "--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
+        metavar="GIB",
+        help="refuse, before any rank starts, when the predicted per-rank footprint "
+        "(topology + features + model + optimiser) exceeds this many GiB",
+    )
     dist.add_argument("--replication", type=int_range(1), default=1,
                       help="replication factor c (1.5D)")
     dist.add_argument(
@@ -122,6 +128,11 @@ def _is_distributed(args: argparse.Namespace) -> bool:
 
     return (args.nprocs > 1 or args.algo is not None
             or int(os.environ.get("WORLD_SIZE", "1")) > 1 or is_shard_dir(args.dataset))
+
+
+def _world(args: argparse.Namespace) -> int:
+    """Ranks of the job: ``--nprocs``, or torchrun's ``WORLD_SIZE``."""
+    return max(args.nprocs, int(os.environ.get("WORLD_SIZE", "1")))
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -195,6 +206,12 @@ def _minibatch(args: argparse.Namespace) -> int:
     world, comm = 1, None
     extra: dict[str, Any] = {}
     if args.nprocs > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if args.max_rank_memory is not None:
+            from sparsegnn.train.memory import check_graph_rank_memory
+
+            check_graph_rank_memory(
+                graph, cfg, args.max_rank_memory, _world(args), mode="minibatch",
+                replication=args.replication, topology=args.topology)
         # Handed over so that a partitioned torchrun rank keeps only its rows.
         handoff = Handoff(MinibatchData.from_graph(graph, cfg.torch_dtype))
         del graph
@@ -246,6 +263,18 @@ def _distributed(args: argparse.Namespace) -> int:
     job = DistributedJob.for_dataset(
         args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
+    if args.max_rank_memory is not None:
+        from sparsegnn.distributed.shard import is_shard_dir
+        from sparsegnn.errors import InvalidValueError
+        from sparsegnn.train.memory import check_graph_rank_memory
+
+        if is_shard_dir(args.dataset):
+            raise InvalidValueError("--max-rank-memory needs the graph itself, not a "
+                                    "partitioned folder")
+        nprocs = job.nprocs if job.nprocs > 1 else _world(args)
+        check_graph_rank_memory(_graph(args), job.cfg, args.max_rank_memory, nprocs,
+                                mode="fullgraph", algo=job.dcfg.algo,
+                                replication=job.dcfg.replication)
     run = run_distributed(job)
     if run is None:  # not rank 0 of a torchrun job: rank 0 reports
         return 0

@@ -60,6 +60,7 @@ from sparsegnn.train.fullgraph import (
     fit,
     graph_fingerprint,
 )
+from sparsegnn.train.memory import RankMemory, measure_rank_memory
 
 _SEED_STRIDE = 1_000_003
 
@@ -92,6 +93,7 @@ class RankReport:
     epoch_bytes: dict[str, dict[str, int]]
     constant_across_epochs: bool
     predicted: dict[str, dict[str, int]]
+    memory: RankMemory | None = None
 
     def matches_model(self) -> bool:
         """Measured == predicted, phase by phase (the model predicts totals per phase)."""
@@ -180,7 +182,9 @@ def train_rank(
     )
     if isinstance(op, SparseRowOperator):
         predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))
-    report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted)
+    tiles = [*shard.blocks.forward.values(), *shard.blocks.backward.values()]
+    memory = measure_rank_memory(tiles, [shard.x], model)
+    report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted, memory)
     return model, result, report
 
 
@@ -337,7 +341,12 @@ class DistributedRun:
             "dataset": self.graph, "model": job.cfg.model, "algo": job.dcfg.algo,
             "grid": [self.shape.rows, self.shape.cols, self.shape.layers],
             "world_size": self.shape.size, "backend": self.backend, "device": self.device,
-            **self.result.to_dict(), "comm": comm_summary(self.reports), "config": config,
+            **self.result.to_dict(), "comm": comm_summary(self.reports),
+            "memory_per_rank": [
+                {"rank": r.rank, **r.memory.to_dict()} for r in self.reports
+                if r.memory is not None
+            ],
+            "config": config,
         }
 
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import resource
 import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
+
+from sparsegnn.errors import ResourceError
+from sparsegnn.sparse import CSRMatrix
 
 
 def peak_memory_bytes(device: torch.device | None = None) -> int:
@@ -18,3 +25,135 @@ def peak_memory_bytes(device: torch.device | None = None) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+MEMORY_KINDS = ("topology", "features", "model", "optimiser")
+_INDEX_BYTES = 8  # CSR row pointers and column indices are int64
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One rank's memory: its process's peak resident set and the bytes it holds by kind
+    (``topology``: its CSR tiles or row block, crow + col + val; ``features``: its feature
+    rows, cached remote rows included; ``model``: parameters; ``optimiser``: Adam's two
+    moments once stepped, twice the parameters)."""
+
+    peak_rss_bytes: int
+    held_bytes: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"peak_rss_bytes": self.peak_rss_bytes, "held_bytes": dict(self.held_bytes),
+                "held_total_bytes": sum(self.held_bytes.values())}
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def _tensor_bytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+def csr_bytes(matrices: Iterable[CSRMatrix]) -> int:
+    """Bytes of ``crow + col + val`` of each distinct matrix (one shared object counts once)."""
+    seen: set[int] = set()
+    total = 0
+    for m in matrices:
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        total += _tensor_bytes(m.crow) + _tensor_bytes(m.col) + _tensor_bytes(m.val)
+    return total
+
+
+def measure_rank_memory(
+    topology: Iterable[CSRMatrix], features: Iterable[torch.Tensor], model: nn.Module,
+) -> RankMemory:
+    """The :class:`RankMemory` of a rank holding these tiles, feature tensors and model."""
+    params = sum(_tensor_bytes(p) for p in model.parameters())
+    held = {"topology": csr_bytes(topology),
+            "features": sum(_tensor_bytes(x) for x in features),
+            "model": params, "optimiser": 2 * params}
+    return RankMemory(peak_rss_bytes(), held)
+
+
+def predict_rank_memory(
+    num_nodes: int, nnz: int, num_features: int, num_params: int, value_bytes: int, *,
+    block_rows: int, block_nnz: int, symmetric: bool = True,
+) -> dict[str, int]:
+    """Predicted bytes one rank holds by kind, for a rank holding ``block_rows`` rows of the
+    features and CSR tiles with ``block_nnz`` nonzeros over ``block_rows`` rows (twice
+    when A^T is stored apart from A, ``symmetric`` False)."""
+    del num_nodes, nnz  # the whole graph's sizes enter through block_rows/block_nnz
+    tiles = 1 if symmetric else 2
+    topo = tiles * ((block_rows + 1) * _INDEX_BYTES + block_nnz * (_INDEX_BYTES + value_bytes))
+    model = num_params * value_bytes
+    return {"topology": topo, "features": block_rows * num_features * value_bytes,
+            "model": model, "optimiser": 2 * model}
+
+
+def rank_share(
+    num_nodes: int, nnz: int, nprocs: int, *, mode: str, algo: str = "1d",
+    replication: int = 1, topology: str = "replicated",
+) -> tuple[int, int]:
+    """``(rows, nonzeros)`` of the largest share one rank holds.
+
+    Full-graph (``mode`` ``fullgraph``): rows of its vertex block, ``ceil(n / p_rows)``,
+    and ``ceil(nnz / p)`` nonzeros (1D, 1.5D, 2D and 3D alike, with even blocks).
+    Minibatch: the whole graph (``replicated``) or ``1 / (p / c)`` of its rows and
+    nonzeros (``partitioned``).
+    """
+    def ceil(a: int, b: int) -> int:
+        return -(-a // b)
+
+    if mode == "minibatch":
+        if topology == "replicated" or nprocs == 1:
+            return num_nodes, nnz
+        blocks = max(1, nprocs // replication)
+        return ceil(num_nodes, blocks), ceil(nnz, blocks)
+    from sparsegnn.distributed import grid_shape
+
+    shape = grid_shape(algo, nprocs, replication)  # type: ignore[arg-type]
+    return ceil(num_nodes, shape.rows), ceil(nnz, nprocs)
+
+
+def check_rank_memory(predicted: dict[str, int], limit_gib: float) -> None:
+    """Refuse (:class:`~sparsegnn.errors.ResourceError`) a predicted per-rank footprint
+    above ``limit_gib`` GiB, naming the bytes of each kind and the limit."""
+    total = sum(predicted.values())
+    limit = int(limit_gib * 2**30)
+    if total > limit:
+        kinds = ", ".join(f"{k} {v}" for k, v in predicted.items())
+        raise ResourceError(
+            f"predicted per-rank memory {total} bytes ({total / 2**30:.3f} GiB: {kinds}) "
+            f"exceeds --max-rank-memory {limit_gib:g} GiB ({limit} bytes)"
+        )
+
+
+def check_graph_rank_memory(
+    graph: Any, cfg: Any, limit_gib: float, nprocs: int, *, mode: str, algo: str = "1d",
+    replication: int = 1, topology: str = "replicated",
+) -> dict[str, int]:
+    """Predict one rank's footprint for training ``cfg`` on ``graph`` (a
+    :class:`~sparsegnn.data.GraphData`) over ``nprocs`` ranks and refuse it above
+    ``limit_gib`` GiB; the prediction by kind when it fits."""
+    from sparsegnn.train.fullgraph import build_model
+
+    # Full-graph GCN adds a self loop per vertex; its normalised A is symmetric (one set
+    # of tiles), other full-graph operators store A^T apart.
+    gcn = mode == "fullgraph" and cfg.model == "gcn"
+    n = int(graph.num_nodes)
+    nnz = int(graph.num_edges) + (n if gcn else 0)
+    f, classes = int(graph.num_features), int(graph.num_classes)
+    model = build_model(cfg, f, classes)
+    num_params = sum(p.numel() for p in model.parameters())
+    value_bytes = torch.empty(0, dtype=cfg.torch_dtype).element_size()
+    rows, block_nnz = rank_share(n, nnz, nprocs, mode=mode, algo=algo,
+                                 replication=replication, topology=topology)
+    symmetric = mode == "minibatch" or gcn
+    predicted = predict_rank_memory(n, nnz, f, num_params, value_bytes, block_rows=rows,
+                                    block_nnz=block_nnz, symmetric=symmetric)
+    check_rank_memory(predicted, limit_gib)
+    return predicted

@@ -44,6 +44,7 @@ from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import operator_for
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.memory import RankMemory, measure_rank_memory
 from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
 
 TopologyKind = Literal["replicated", "partitioned"]
@@ -55,6 +56,7 @@ class Replica:
 
     summary: dict[str, Any]
     state: dict[str, torch.Tensor]
+    memory: RankMemory | None = None
 
 
 RankOutcome = RankResult[Replica]
@@ -82,8 +84,11 @@ def train_replicated_rank(
             sync=GradientSum(comm, group),
         )
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        return RankResult(session.rank, session.world_size, Replica(result.to_dict(), state),
-                          comm.counts())
+        memory = measure_rank_memory(
+            [data.adj] if isinstance(data.adj, CSRMatrix) else [],
+            [data.x] if isinstance(data.x, torch.Tensor) else [], model)
+        return RankResult(session.rank, session.world_size,
+                          Replica(result.to_dict(), state, memory), comm.counts())
     finally:
         close_session()
 
@@ -254,7 +259,8 @@ def fit_partitioned(
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     summary = result.to_dict()
     summary["feature_cache"] = _cache_report(features, feature_cache_mb, gcomm, world)
-    return RankResult(session.rank, session.world_size, Replica(summary, state),
+    memory = measure_rank_memory([topo.block], [features.rows, features.cache_rows], model)
+    return RankResult(session.rank, session.world_size, Replica(summary, state, memory),
                       _merged(xcomm.counts(), gcomm.counts()))
 
 
@@ -322,13 +328,30 @@ def run_minibatch(
     """``nprocs`` spawned local ranks, or this process's rank under torchrun, with either
     topology; rank 0's outcome (``None`` on the other torchrun ranks). The feature cache
     (``feature_cache_mb``) applies to the partitioned topology only."""
+    if topology == "replicated" and nprocs > 1:
+        return _with_memory(train_replicated(handoff.take(), cfg, mb, nprocs,
+                                             backend=backend, timeout_s=timeout_s))
     if topology == "replicated":
-        return run_replicated(handoff.take(), cfg, mb, nprocs, backend=backend,
-                              timeout_s=timeout_s)
-    if nprocs > 1:
-        return train_partitioned(handoff.take(), cfg, mb, nprocs, replication,
-                                 backend=backend, timeout_s=timeout_s,
-                                 feature_cache_mb=feature_cache_mb)[0]
-    outcome = train_partitioned_rank(handoff, cfg, mb, replication, backend, timeout_s,
-                                     feature_cache_mb)
-    return outcome if outcome.rank == 0 else None
+        outcome = train_replicated_rank(handoff.take(), cfg, mb, backend, timeout_s)
+    elif nprocs > 1:
+        return _with_memory(train_partitioned(handoff.take(), cfg, mb, nprocs, replication,
+                                              backend=backend, timeout_s=timeout_s,
+                                              feature_cache_mb=feature_cache_mb))
+    else:
+        outcome = train_partitioned_rank(handoff, cfg, mb, replication, backend, timeout_s,
+                                         feature_cache_mb)
+    return _with_memory([outcome]) if outcome.rank == 0 else None
+
+
+def memory_per_rank(outcomes: list[RankOutcome]) -> list[dict[str, Any]]:
+    """Each rank's :class:`~sparsegnn.train.memory.RankMemory` as JSON, in rank order."""
+    return [{"rank": o.rank, **o.value.memory.to_dict()} for o in outcomes
+            if o.value.memory is not None]
+
+
+def _with_memory(outcomes: list[RankOutcome]) -> RankOutcome:
+    """Rank 0's outcome with every given rank's memory record in its summary (under
+    torchrun a rank sees only its own)."""
+    first = outcomes[0]
+    first.value.summary["memory_per_rank"] = memory_per_rank(outcomes)
+    return first
