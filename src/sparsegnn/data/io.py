@@ -87,11 +87,39 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
     ``path``. A crash or error inside the block removes the temp folder and leaves any
     previous ``path`` untouched, so readers never see a half-written set of files. A
     previous ``path`` is moved aside first and deleted only after the new one is in place.
+    Parent folders created for ``path`` are removed again on failure, so a failed write
+    leaves no empty folders behind.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise DataFormatError(f"{path}: exists and is not a directory; choose another output")
+    created = _missing_parents(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with _replaced_whole(path) as tmp:
+            yield tmp
+    except BaseException:
+        for folder in created:  # innermost first; stop at one something else wrote into
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The parents of ``path`` that do not exist yet, innermost first."""
+    missing = []
+    for parent in path.absolute().parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    return missing
+
+
+@contextmanager
+def _replaced_whole(path: Path) -> Iterator[Path]:
+    """The temp folder of :func:`atomic_dir`, renamed to ``path`` when the block succeeds."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp

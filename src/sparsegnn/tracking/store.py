@@ -37,37 +37,16 @@ def output_folder(out: Path, kind: str
     Yields the folder and a function that writes the manifest (call it last, with the
     files written and any further plain-data fields). A failure part-way leaves ``out``
     as it was and no partial files. Because ``out`` is replaced, a non-empty folder that
-    is not an earlier output of this stage is refused rather than deleted. Parent folders
-    it had to create are removed again on failure, so a refused run leaves nothing behind.
+    is not an earlier output of this stage is refused rather than deleted.
     """
     _check_replaceable(out, kind)
-    created = _missing_parents(out)
-    try:
-        with atomic_dir(out) as tmp:
-            def manifest(files: list[str], **meta: Any) -> None:
-                text = json.dumps({"format": kind, "version": 1, "files": files, **meta},
-                                  indent=1)
-                (tmp / MANIFEST).write_text(text, encoding="utf-8")
+    with atomic_dir(out) as tmp:
+        def manifest(files: list[str], **meta: Any) -> None:
+            text = json.dumps({"format": kind, "version": 1, "files": files, **meta},
+                              indent=1)
+            (tmp / MANIFEST).write_text(text, encoding="utf-8")
 
-            yield tmp, manifest
-    except BaseException:
-        for folder in created:  # innermost first; stop at one something else wrote into
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-        raise
-
-
-def _missing_parents(out: Path) -> list[Path]:
-    """The parents of ``out`` that do not exist yet (``atomic_dir`` creates them), innermost
-    first: what a failed stage must remove so as not to leave empty folders behind."""
-    missing = []
-    for parent in out.absolute().parents:
-        if parent.exists():
-            break
-        missing.append(parent)
-    return missing
+        yield tmp, manifest
 
 
 def _check_replaceable(out: Path, kind: str) -> None:
