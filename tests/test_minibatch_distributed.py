@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -13,10 +14,16 @@ from sparsegnn.distributed import Group, close_session, init_session, spawn
 from sparsegnn.distributed.comm import Communicator
 from sparsegnn.distributed.feature_fetch import MIB, PartitionedFeatures
 from sparsegnn.distributed.sampled import ExchangeCommunicator, GradientSum, PartitionedTopology
-from sparsegnn.sampling import NodeWiseSampler, batch_generator, epoch_permutation
+from sparsegnn.sampling import (
+    LadiesSampler,
+    NodeWiseSampler,
+    ShadowSampler,
+    batch_generator,
+    epoch_permutation,
+)
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import TrainConfig
-from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
+from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, SamplerKind, fit_minibatch
 from sparsegnn.train.minibatch_distributed import Handoff, fit_partitioned, train_replicated
 
 
@@ -55,11 +62,13 @@ def _compare(
     group = Group(tuple(range(world)), rank)
     topo = PartitionedTopology.from_global(adj, replication, comm, group)
     features = PartitionedFeatures.from_global(x, replication, comm, group)
-    partitioned = NodeWiseSampler(topo, [4, 3, 2])
-    replicated = NodeWiseSampler(adj, [4, 3, 2])
+    samplers = [(NodeWiseSampler(topo, [4, 3, 2]), NodeWiseSampler(adj, [4, 3, 2])),
+                (LadiesSampler(topo, [30, 20, 10]), LadiesSampler(adj, [30, 20, 10])),
+                (ShadowSampler(topo, [4, 3]), ShadowSampler(adj, [4, 3]))]
     perm = epoch_permutation(adj.shape[0], 0, 0)
     same, remote_rows = True, 0
-    for call in range(2):  # two bulk calls of three minibatches (the last rank's are empty)
+    for call, (partitioned, replicated) in itertools.product(range(2), samplers):
+        # Two bulk calls of three minibatches per sampler (the last rank's are empty).
         idx = [rank + world * (3 * call + j) for j in range(3)]
         seeds = [perm[i * 20 : (i + 1) * 20] if rank < world - 1 else perm[:0] for i in idx]
         ref = replicated.sample(seeds, [batch_generator(0, 0, i) for i in idx])
@@ -128,12 +137,17 @@ def _replicated_then_partitioned(
 
 @pytest.mark.distributed
 @pytest.mark.slow
-@pytest.mark.parametrize("nprocs, replication", [(2, 1), (4, 2)])
-def test_partitioned_training_reproduces_replicated_weights(nprocs: int, replication: int) -> None:
+@pytest.mark.parametrize("sampler, nprocs, replication", [
+    ("sage", 2, 1), ("sage", 4, 2), ("ladies", 2, 1), ("ladies", 4, 2), ("shadow", 2, 1),
+    ("shadow", 4, 2),
+])
+def test_partitioned_training_reproduces_replicated_weights(
+    sampler: SamplerKind, nprocs: int, replication: int
+) -> None:
     data = MinibatchData.from_graph(sbm(160, 2, 6, num_features=6, seed=3), torch.float64)
     cfg = TrainConfig(model="sage", hidden=8, num_layers=2, epochs=3, patience=5,
                       dtype="float64", progress=False)
-    mb = MinibatchConfig("sage", (3, 2), batch_size=40, bulk=2, prefetch=True)
+    mb = MinibatchConfig(sampler, (3, 2), batch_size=40, bulk=2, prefetch=True)
     per_rank = spawn(_replicated_then_partitioned, nprocs, (data, cfg, mb, replication),
                      wall_timeout_s=200)
     for r in per_rank:
@@ -183,16 +197,16 @@ def test_cli_minibatch_partitioned_topology_reports_phases(
     assert all(out["comm_bytes"][p]["sent"] > 0 for p in ("sampling", "feature_fetch"))
 
 
-def test_partitioned_topology_refuses_layerwise_samplers(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+@pytest.mark.distributed
+def test_cli_partitioned_topology_runs_shadow(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [
         "train", "--mode", "minibatch", "--nprocs", "2", "--topology", "partitioned",
-        "--sampler", "ladies", "--dataset", "sbm:nodes=60,blocks=2,degree=4",
-        "--layers", "2", "--fanouts", "3,3", "--epochs", "1", "--no-progress",
+        "--sampler", "shadow", "--dataset", "sbm:nodes=60,blocks=2,degree=4",
+        "--layers", "2", "--fanouts", "3,3", "--epochs", "1", "--no-progress", "--json",
     ]  # fmt: skip
-    assert main(argv) != 0
-    assert "sage" in capsys.readouterr().err
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["minibatch"]["sampler"] == "shadow" and out["comm_bytes"]["sampling"]["sent"] > 0
 
 
 def _cached_vs_uncached(

@@ -24,10 +24,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sparsegnn.data import GraphData, load_graph, read_edge_list, read_graph, read_scipy_npz
+from sparsegnn.data import (
+    GraphData,
+    load_graph,
+    read_edge_list,
+    read_graph,
+    read_scipy_npz,
+    sbm,
+)
 from sparsegnn.data.io import save_graph
 from sparsegnn.distributed.grid import grid_shape
 from sparsegnn.distributed.partition import BlockPartition
+from sparsegnn.distributed.row_blocks import check_row_blocks, read_row_block, write_row_blocks
 from sparsegnn.distributed.shard import MANIFEST, check_partition, read_shard, write_shards
 from sparsegnn.errors import SparseGNNError
 from sparsegnn.sparse import CSRMatrix
@@ -308,3 +316,42 @@ def test_manifest_edits(scratch: Path, partition: Path, data: st.DataObject) -> 
     for rank in (0, 1):
         loads_or_refuses(lambda r=rank: read_shard(folder, r))
     loads_or_refuses(lambda: check_partition(folder))
+
+
+# ---------------------------------------------------------------------- row blocks
+@pytest.fixture(scope="module")
+def row_blocks(scratch: Path) -> Path:
+    """A 2-block minibatch partition of a small generated graph, written once."""
+    return Path(write_row_blocks(sbm(12, 2, 3, num_features=3, seed=0), scratch / "rows", 2)
+                ["out"])
+
+
+@FUZZ
+@given(data=st.data(), name=st.sampled_from(["block0.npz", "block1.npz", "vertices.npz"]))
+def test_row_block_file_mutated_bytes(scratch: Path, row_blocks: Path, data: st.DataObject,
+                                      name: str) -> None:
+    folder = _copy(row_blocks, scratch)
+    file = folder / name
+    original = file.read_bytes()
+    blob = data.draw(mutated(original))
+    file.write_bytes(blob)
+    blocks = [loads_or_refuses(lambda j=j: read_row_block(folder, j)) for j in (0, 1)]
+    loads_or_refuses(lambda: check_row_blocks(folder))
+    if blob == original:
+        assert all(b is not None and b.x.shape == (6, 3) for b in blocks)
+
+
+@FUZZ
+@given(data=st.data())
+def test_row_block_manifest_edits(scratch: Path, row_blocks: Path, data: st.DataObject) -> None:
+    folder = _copy(row_blocks, scratch)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    key = data.draw(st.sampled_from(sorted(manifest)))
+    if data.draw(st.booleans()):
+        manifest[key] = data.draw(_JSON)
+    else:
+        del manifest[key]
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    for j in (0, 1):
+        loads_or_refuses(lambda j=j: read_row_block(folder, j))
+    loads_or_refuses(lambda: check_row_blocks(folder))

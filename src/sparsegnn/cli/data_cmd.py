@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparsegnn.cli.common import add_json_flag, emit, int_range, output_dir, output_file
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.names import ALGORITHMS, PARTITIONERS
 
 if TYPE_CHECKING:
@@ -87,12 +87,17 @@ def _add_partition(actions: Any) -> None:
     p = actions.add_parser(
         "partition", help="split SOURCE into per-rank blocks for distributed training",
         description="Write OUT/manifest.json and OUT/rank<r>.npz so that each rank of "
-                    "`sparsegnn train --dataset OUT` reads only its own blocks.",
+                    "`sparsegnn train --dataset OUT` reads only its own blocks; with --mode "
+                    "minibatch, OUT/block<j>.npz holds row block j of A and the features "
+                    "(nprocs / replication blocks) for `train --mode minibatch`.",
     )
     add_source_args(p)
     p.add_argument("out", metavar="OUT", type=output_dir,
                    help="output directory (new, empty, or an earlier partition to replace)")
-    p.add_argument("--algo", choices=ALGORITHMS, required=True)
+    p.add_argument("--mode", choices=("fullgraph", "minibatch"), default="fullgraph",
+                   help="fullgraph: the grid's tiles of the operator (needs --algo); "
+                        "minibatch: row blocks of A for partitioned minibatch training")
+    p.add_argument("--algo", choices=ALGORITHMS, default=None, help="full-graph algorithm")
     p.add_argument("--nprocs", type=int_range(1, _MAX_RANKS), required=True,
                    help="number of ranks of the grid")
     p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
@@ -117,6 +122,10 @@ def _run_partition(args: argparse.Namespace) -> int:
     from sparsegnn.distributed.grid import grid_shape
     from sparsegnn.distributed.partitioned import write_partitioned
 
+    if args.mode == "minibatch":
+        return _partition_minibatch(args)
+    if args.algo is None:
+        raise InvalidValueError("data partition --mode fullgraph needs --algo")
     grid_shape(args.algo, args.nprocs, args.replication)  # an impossible grid: before loading
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = write_partitioned(
@@ -126,6 +135,25 @@ def _run_partition(args: argparse.Namespace) -> int:
         source=args.source,
     )
     text = f"wrote {result['ranks']} rank files for the {result['grid']} to {args.out}"
+    return emit(args, result, text)
+
+
+def _partition_minibatch(args: argparse.Namespace) -> int:
+    """``data partition --mode minibatch``: ``nprocs / replication`` row blocks."""
+    from sparsegnn.data import load_any
+    from sparsegnn.distributed.row_blocks import write_row_blocks
+
+    if args.nprocs % args.replication:
+        raise InvalidValueError(
+            f"--replication {args.replication} does not divide --nprocs {args.nprocs}")
+    blocks = args.nprocs // args.replication
+    g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
+    result = write_row_blocks(
+        g, Path(args.out), blocks, args.partitioner or (Path(args.parts) if args.parts else None),
+        normalize_features=not args.no_normalize_features, seed=args.seed or 0,
+        source=args.source)
+    text = (f"wrote {blocks} row blocks to {args.out} for partitioned minibatch training "
+            f"({args.nprocs} ranks, replication {args.replication})")
     return emit(args, result, text)
 
 
@@ -146,8 +174,18 @@ def _run_info(args: argparse.Namespace) -> int:
 def _partition_info(args: argparse.Namespace) -> int:
     """``data info`` of a partition folder: its manifest, once every rank file is checked
     to be present and to belong to it (see :func:`check_partition`)."""
+    from sparsegnn.distributed.row_blocks import check_row_blocks, is_row_block_dir
     from sparsegnn.distributed.shard import MANIFEST, check_partition, is_shard_dir, manifest_shape
 
+    if is_row_block_dir(args.source):
+        rows = check_row_blocks(args.source)
+        blocks = len(rows["bounds"]) - 1
+        result = {"source": args.source, "name": rows["name"], "mode": "minibatch",
+                  "blocks": blocks, "num_nodes": rows["num_nodes"],
+                  "num_features": rows["num_features"], "num_classes": rows["num_classes"],
+                  "nnz_per_block": rows["nnz"], "fingerprint": rows["fingerprint"]}
+        return emit(args, result, f"{rows['name']}: minibatch partition, {blocks} row blocks "
+                                  f"of {rows['num_nodes']} nodes, every block file checked")
     if not is_shard_dir(args.source):
         raise DataFormatError(
             f"{args.source}: a folder without {MANIFEST}; give a graph file, a dataset name, "

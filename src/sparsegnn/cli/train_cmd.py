@@ -195,9 +195,12 @@ def _minibatch(args: argparse.Namespace) -> int:
     their rows of it (``--topology partitioned``)."""
     from dataclasses import replace
 
+    from sparsegnn.distributed.row_blocks import is_row_block_dir
     from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
     from sparsegnn.train.minibatch_distributed import Handoff, run_minibatch
 
+    if is_row_block_dir(args.dataset):
+        return _minibatch_from_blocks(args)
     graph = _graph(args)
     name = graph.name
     cfg = replace(config_from_args(args), model="sage")
@@ -235,6 +238,44 @@ def _minibatch(args: argparse.Namespace) -> int:
     if comm is not None:
         out["comm_bytes"] = comm
     return emit(args, out, _minibatch_summary(name, mb, summary))
+
+
+def _minibatch_from_blocks(args: argparse.Namespace) -> int:
+    """``--mode minibatch --dataset DIR`` with a row-block folder: partitioned topology,
+    every rank reading only its block's file; the replication factor is ranks / blocks."""
+    from dataclasses import replace
+
+    from sparsegnn.distributed.row_blocks import check_row_blocks
+    from sparsegnn.train.minibatch import MinibatchConfig
+    from sparsegnn.train.minibatch_distributed import run_minibatch
+
+    manifest = check_row_blocks(args.dataset)
+    world, blocks = _world(args), len(manifest["bounds"]) - 1
+    replication = world // blocks
+    if world % blocks or args.replication not in (1, replication):
+        from sparsegnn.errors import InvalidValueError
+
+        raise InvalidValueError(
+            f"{args.dataset} has {blocks} row blocks: run it on a multiple of {blocks} ranks "
+            f"(replication = ranks / blocks), not {world} with --replication {args.replication}")
+    cfg = replace(config_from_args(args), model="sage")
+    mb = MinibatchConfig(args.sampler, tuple(args.fanouts), args.batch_size, args.bulk)
+    if args.max_rank_memory is not None:
+        from sparsegnn.train.memory import check_row_blocks_rank_memory
+
+        check_row_blocks_rank_memory(manifest, cfg, args.max_rank_memory)
+    outcome = run_minibatch(Path(args.dataset), cfg, mb, args.nprocs, topology="partitioned",
+                            replication=replication, backend=args.backend,
+                            timeout_s=args.timeout, feature_cache_mb=args.feature_cache_mb)
+    if outcome is None:
+        return 0
+    summary = outcome.value.summary
+    out = {"dataset": manifest["name"], "model": "sage", "mode": "minibatch",
+           "device": str(resolve_device(args.device)), "world_size": outcome.world_size,
+           "topology": "partitioned", "replication": replication, "row_blocks": blocks,
+           **summary, "minibatch": asdict(mb), "config": _plain_config(cfg),
+           "comm_bytes": outcome.comm.to_dict()}
+    return emit(args, out, _minibatch_summary(manifest["name"], mb, summary))
 
 
 def _minibatch_summary(dataset: str, mb: MinibatchConfig, r: dict[str, Any]) -> str:

@@ -22,8 +22,9 @@ so the partitioned sampler reproduces the replicated one bit for bit.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -106,16 +107,26 @@ class ExchangeCommunicator(Communicator):
 class RowOwners:
     """Who holds which rows under a 1.5D row partition, and the request/answer exchange.
 
-    Rows are cut into ``p / c`` contiguous blocks; block j is held by ranks
+    Rows are cut into ``p / c`` contiguous blocks (even, or at ``bounds``: a partitioner's
+    blocks); block j is held by ranks
     ``j*c .. j*c + c - 1``. Rank r sends a request for a row of block j to rank
     ``j * c + r % c`` (its own replica slot), which spreads the requests for a block over
     its replicas. Every exchange is collective over ``group``.
     """
 
-    def __init__(self, num_rows: int, replication: int, comm: ExchangeCommunicator, group: Group):
+    def __init__(
+        self, num_rows: int, replication: int, comm: ExchangeCommunicator, group: Group,
+        bounds: Sequence[int] | None = None,
+    ):
         if replication < 1 or group.size % replication:
             raise ValueError(f"{group.size} ranks cannot hold {replication} replicas per block")
-        ranges = split_range(0, num_rows, group.size // replication)
+        blocks = group.size // replication
+        if bounds is None:
+            ranges = split_range(0, num_rows, blocks)
+        elif len(bounds) != blocks + 1 or bounds[0] != 0 or bounds[-1] != num_rows:
+            raise ValueError(f"{len(bounds) - 1} row blocks for {blocks} blocks of {num_rows} rows")
+        else:
+            ranges = list(itertools.pairwise(bounds))
         self.replication, self.comm, self.group = replication, comm, group
         self.lo, self.hi = ranges[group.me // replication]
         self._starts = torch.tensor([a for a, _ in ranges], dtype=torch.long)
@@ -219,3 +230,42 @@ class PartitionedTopology:
         with self.owners.comm.phase("sampling"):
             reply = self.owners.ask(torch.stack([rows, offsets], 1), answer)
         return reply[:, 0], reply[:, 1].view(torch.float64).to(self.dtype)
+
+    def rows(self, rows: torch.Tensor) -> CSRMatrix:
+        """``Q A`` for the selection ``rows`` (in that order, repeats allowed), whole rows
+        fetched from their owners: the sparsity-aware distributed SpGEMM LADIES and
+        ShaDow extract with.
+
+        Three exchanges: the row ids go out (with the count exchange), the owners answer
+        each row's degree, then its entries as (column, float64 bits of the value) pairs;
+        the requester knows every reply's size from the degrees, so the replies need no
+        count exchange. Bytes: ``8 (p - 1)`` for the counts, 8 per remote id, 8 per
+        remote row's degree and 16 per entry of a remote row, each way.
+        """
+        owners, comm, group = self.owners, self.owners.comm, self.owners.group
+        rows = rows.long()
+        dest = owners.destination(rows)
+        order = torch.argsort(dest, stable=True)
+        send_counts = torch.bincount(dest, minlength=group.size).tolist()
+        with comm.phase("sampling"):
+            asked, asked_counts = comm.all_to_all(rows[order], send_counts, group)
+            answer = self.block.select_rows(asked - owners.lo)
+            degree = answer.crow[1:] - answer.crow[:-1]
+            got_degree, _ = comm.all_to_all(degree, asked_counts, group, send_counts)
+            bits = answer.val.double().view(torch.int64)
+            entries = torch.stack([answer.col, bits], 1)
+            out_counts = _segment_sums(degree, asked_counts)
+            in_counts = _segment_sums(got_degree, send_counts)
+            got, _ = comm.all_to_all(entries, out_counts, group, in_counts)
+        # Rows arrived in destination order; put them back in the order asked.
+        crow = torch.zeros(rows.numel() + 1, dtype=torch.long, device=got.device)
+        crow[1:] = torch.cumsum(got_degree, 0)
+        sorted_rows = CSRMatrix(crow, got[:, 0].contiguous(),
+                                got[:, 1].contiguous().view(torch.float64).to(self.dtype),
+                                (rows.numel(), self.shape[1]))
+        return sorted_rows.select_rows(torch.argsort(order))
+
+
+def _segment_sums(values: torch.Tensor, counts: list[int]) -> list[int]:
+    """Sums of consecutive segments of ``values`` of lengths ``counts``."""
+    return [int(s.sum()) for s in torch.split(values, counts)]

@@ -116,7 +116,7 @@ def write_shards(
     An existing ``out`` is replaced only if it is an earlier partition (or empty): a
     mistyped ``out`` naming a folder of other files must not be deleted.
     """
-    _check_replaceable(out)
+    check_replaceable(out)
     manifest: dict[str, Any] = {
         "format": SHARD_FORMAT, "name": name, "operator": operator,
         "grid": {"algo": shape.algo, "rows": shape.rows, "cols": shape.cols,
@@ -169,7 +169,7 @@ def partition_fingerprint(
     return digest.hexdigest()
 
 
-def _check_replaceable(out: Path) -> None:
+def check_replaceable(out: Path) -> None:
     """Refuse to replace a folder that holds files but is not an earlier partition."""
     if out.is_dir() and not is_shard_dir(out) and any(out.iterdir()):
         raise DataFormatError(
@@ -191,6 +191,9 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
         raise DataFormatError(f"{file}: cannot read the partition manifest: {err}") from err
     if not isinstance(manifest, dict):
         raise DataFormatError(f"{file}: the partition manifest must be a JSON object")
+    if manifest.get("mode") == "minibatch":
+        raise DataFormatError(f"{file}: a minibatch partition (row blocks); train it with "
+                              "`sparsegnn train --mode minibatch`")
     if manifest.get("format") != SHARD_FORMAT:
         raise DataFormatError(
             f"{file}: partition format {manifest.get('format')}, expected {SHARD_FORMAT}; "
@@ -249,7 +252,7 @@ def read_shard(path: str | Path, rank: int) -> Shard:
     file = Path(path) / f"rank{rank}.npz"
     if not file.is_file():
         raise DataFormatError(f"{file} is missing: the partition has no shard for rank {rank}")
-    arrays = _read_rank_file(file)
+    arrays = read_npz_arrays(file)
     _check_stamp(arrays, manifest, file, rank)
     shape = manifest_shape(manifest)
     if not 0 <= rank < shape.size:
@@ -286,11 +289,11 @@ def check_partition(path: str | Path) -> dict[str, Any]:
             raise DataFormatError(
                 f"{file} is missing: the partition has no shard for rank {rank}"
             )
-        _check_stamp(_read_rank_file(file, ("fingerprint", "rank")), manifest, file, rank)
+        _check_stamp(read_npz_arrays(file, ("fingerprint", "rank")), manifest, file, rank)
     return manifest
 
 
-def _read_rank_file(file: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+def read_npz_arrays(file: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """The arrays ``keys`` (default: all) of a rank file, read eagerly; an unreadable file
     is a DataFormatError naming it."""
     try:

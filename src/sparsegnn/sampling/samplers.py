@@ -80,11 +80,12 @@ Minibatch = SampledBatch | SampledSubgraph
 
 
 class Topology(Protocol):
-    """Where node-wise sampling reads A: row degrees and single entries, nothing else.
+    """Where sampling reads A: row degrees, single entries and whole rows, nothing else.
 
-    That is all Floyd's algorithm needs, which is what lets the distributed package
-    serve the same sampler from a partitioned A (rows fetched from their owners) with
-    results identical to a local one.
+    Node-wise sampling needs only degrees and the drawn entries (Floyd's algorithm);
+    LADIES and ShaDow extract whole rows (``Q A``). That is what lets the distributed
+    package serve the same samplers from a partitioned A (rows fetched from their
+    owners) with results identical to a local one.
     """
 
     @property
@@ -106,6 +107,10 @@ class Topology(Protocol):
     def entries(
         self, rows: torch.Tensor, offsets: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def rows(self, rows: torch.Tensor) -> CSRMatrix:
+        """``Q A``: the whole rows ``rows`` of A, in that order."""
+        ...
 
 
 class LocalTopology:
@@ -147,6 +152,9 @@ class LocalTopology:
         if self._unit:
             return self.adj.col[pos], self.adj.val.new_ones(()).expand(pos.numel())
         return self.adj.col[pos], self.adj.val[pos]
+
+    def rows(self, rows: torch.Tensor) -> CSRMatrix:
+        return self.adj.select_rows(rows)
 
 
 class Sampler:
@@ -190,8 +198,12 @@ class Sampler:
         return self.sample([seeds], [generator])[0]
 
 
+def _topology(adj: CSRMatrix | Topology) -> Topology:
+    return LocalTopology(adj) if isinstance(adj, CSRMatrix) else adj
+
+
 def _local(adj: CSRMatrix | Topology, who: str) -> CSRMatrix:
-    """LADIES, ShaDow and weighted sampling read whole rows of A: they need it local."""
+    """Weighted sampling draws keys over every entry of a row: it needs A local."""
     if not isinstance(adj, CSRMatrix):
         raise TypeError(f"{who} needs the whole adjacency as a local CSRMatrix")
     return adj
@@ -340,7 +352,7 @@ class NodeWiseSampler(Sampler):
         self, adj: CSRMatrix | Topology, fanouts: Sequence[int], *, weighted: bool = False
     ):
         super().__init__(adj, fanouts, "fan-outs")
-        self.topology = LocalTopology(adj) if isinstance(adj, CSRMatrix) else adj
+        self.topology = _topology(adj)
         self.weights = _local(adj, "weighted sampling") if weighted else None
         if self.weights is not None and self.weights.nnz and float(self.weights.val.min()) <= 0:
             raise InvalidValueError("weighted sampling needs positive edge weights")
@@ -397,9 +409,9 @@ class LadiesSampler(Sampler):
     each by the drawn vertex's probability (importance weighting) and row-normalises.
     """
 
-    def __init__(self, adj: CSRMatrix, layer_sizes: Sequence[int]):
+    def __init__(self, adj: CSRMatrix | Topology, layer_sizes: Sequence[int]):
         super().__init__(adj, layer_sizes, "layer sizes")
-        self.local = _local(adj, "LADIES")
+        self.topology = _topology(adj)
 
     def sample(
         self, seeds: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
@@ -408,7 +420,7 @@ class LadiesSampler(Sampler):
         targets = stacked_seeds = self._stack(seeds, generators)
         frontiers, blocks = [], []
         for size in self.sizes:
-            p = self.local.select_rows(targets.ids)
+            p = self.topology.rows(targets.ids)
             cand, inv, prob = _ladies_candidates(p, targets, n)
             cand_batch = cand // n
             counts = torch.bincount(cand_batch, minlength=targets.k)
@@ -432,10 +444,9 @@ class ShadowSampler(Sampler):
     ones; ``node_ids`` lists the seeds first, then each hop's new vertices.
     """
 
-    def __init__(self, adj: CSRMatrix, fanouts: Sequence[int]):
+    def __init__(self, adj: CSRMatrix | Topology, fanouts: Sequence[int]):
         super().__init__(adj, fanouts, "fan-outs")
-        self.local = _local(adj, "ShaDow")
-        self.topology = LocalTopology(self.local)
+        self.topology = _topology(adj)
 
     def sample(
         self, seeds: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
@@ -445,7 +456,7 @@ class ShadowSampler(Sampler):
         for fanout in self.sizes:
             offsets = _nodewise_draw(self.topology, visited, fanout, generators, None)
             visited = _nodewise_hop(self.topology, visited, offsets)[0]
-        p = self.local.select_rows(visited.ids)
+        p = self.topology.rows(visited.ids)
         rows = p.row_indices()
         local, found = local_columns(visited, visited.batch_of[rows], p.col, n)
         width = int(visited.counts.max()) if visited.k else 0

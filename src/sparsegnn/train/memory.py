@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import resource
 import sys
 from collections.abc import Iterable
@@ -139,21 +140,43 @@ def check_graph_rank_memory(
     """Predict one rank's footprint for training ``cfg`` on ``graph`` (a
     :class:`~sparsegnn.data.GraphData`) over ``nprocs`` ranks and refuse it above
     ``limit_gib`` GiB; the prediction by kind when it fits."""
-    from sparsegnn.train.fullgraph import build_model
-
     # Full-graph GCN adds a self loop per vertex; its normalised A is symmetric (one set
     # of tiles), other full-graph operators store A^T apart.
     gcn = mode == "fullgraph" and cfg.model == "gcn"
     n = int(graph.num_nodes)
     nnz = int(graph.num_edges) + (n if gcn else 0)
     f, classes = int(graph.num_features), int(graph.num_classes)
-    model = build_model(cfg, f, classes)
-    num_params = sum(p.numel() for p in model.parameters())
-    value_bytes = torch.empty(0, dtype=cfg.torch_dtype).element_size()
     rows, block_nnz = rank_share(n, nnz, nprocs, mode=mode, algo=algo,
                                  replication=replication, topology=topology)
     symmetric = mode == "minibatch" or gcn
-    predicted = predict_rank_memory(n, nnz, f, num_params, value_bytes, block_rows=rows,
-                                    block_nnz=block_nnz, symmetric=symmetric)
+    predicted = predict_rank_memory(n, nnz, f, _num_params(cfg, f, classes),
+                                    _value_bytes(cfg), block_rows=rows, block_nnz=block_nnz,
+                                    symmetric=symmetric)
     check_rank_memory(predicted, limit_gib)
     return predicted
+
+
+def check_row_blocks_rank_memory(
+    manifest: dict[str, Any], cfg: Any, limit_gib: float,
+) -> dict[str, int]:
+    """The same prediction and refusal for a row-block folder (``data partition --mode
+    minibatch``), from its manifest alone: the largest block's rows and nonzeros."""
+    bounds, nnz = manifest["bounds"], manifest["nnz"]
+    rows = max(b - a for a, b in itertools.pairwise(bounds))
+    f = int(manifest["num_features"])
+    predicted = predict_rank_memory(
+        int(manifest["num_nodes"]), sum(nnz), f,
+        _num_params(cfg, f, int(manifest["num_classes"])), _value_bytes(cfg),
+        block_rows=rows, block_nnz=max(nnz))
+    check_rank_memory(predicted, limit_gib)
+    return predicted
+
+
+def _num_params(cfg: Any, num_features: int, num_classes: int) -> int:
+    from sparsegnn.train.fullgraph import build_model
+
+    return sum(p.numel() for p in build_model(cfg, num_features, num_classes).parameters())
+
+
+def _value_bytes(cfg: Any) -> int:
+    return torch.empty(0, dtype=cfg.torch_dtype).element_size()

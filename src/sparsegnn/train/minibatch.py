@@ -61,11 +61,6 @@ def make_sampler(
     """
     if kind == "sage":
         return NodeWiseSampler(adj, fanouts)
-    if not isinstance(adj, CSRMatrix):
-        raise InvalidValueError(
-            f"the {kind} sampler needs the whole adjacency on every rank; a partitioned "
-            "topology samples with --sampler sage"
-        )
     if kind == "ladies":
         return LadiesSampler(adj, [f * batch_size for f in fanouts])
     if kind == "shadow":

@@ -24,6 +24,7 @@ This lives in ``train`` (not ``distributed``) because it drives the training loo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -33,6 +34,7 @@ from torch.nn import functional as F
 from sparsegnn.distributed import RankResult, Session, close_session, init_session, spawn
 from sparsegnn.distributed.comm import ByteCounts, Communicator, Group
 from sparsegnn.distributed.feature_fetch import CacheStats, PartitionedFeatures
+from sparsegnn.distributed.row_blocks import read_row_block
 from sparsegnn.distributed.sampled import (
     ExchangeCommunicator,
     GradientSum,
@@ -211,45 +213,65 @@ def _merged(*counts: ByteCounts) -> ByteCounts:
     return ByteCounts(phases)
 
 
-def check_partitioned(mb: MinibatchConfig, nprocs: int, replication: int) -> None:
-    """Refuse, before any rank starts, what a partitioned topology cannot run."""
-    if mb.sampler != "sage":
-        raise InvalidValueError(
-            f"--topology partitioned samples with --sampler sage, not {mb.sampler}"
-        )
+def check_partitioned(nprocs: int, replication: int) -> None:
+    """Refuse, before any rank starts, a replication factor that does not divide the ranks."""
     if replication < 1 or nprocs % replication:
         raise InvalidValueError(f"--replication {replication} does not divide {nprocs} ranks")
 
 
+Source = Handoff | Path  # the whole graph handed over, or a row-block folder
+
+
+def _rank_rows(
+    source: Source, replication: int, comm: ExchangeCommunicator, group: Group,
+    device: torch.device, dtype: torch.dtype,
+) -> tuple[PartitionedTopology, PartitionedFeatures, torch.Tensor, dict[str, torch.Tensor]]:
+    """This rank's rows of A and x (and every vertex's labels and masks): read from its
+    block's file of a row-block folder, or cut from the handed-over graph, which is then
+    dropped."""
+    if isinstance(source, Path):
+        block = read_row_block(source, group.me // replication)
+        if block.num_blocks != group.size // replication:
+            raise InvalidValueError(
+                f"{source} has {block.num_blocks} row blocks; {group.size} ranks with "
+                f"--replication {replication} need {group.size // replication}")
+        owners = RowOwners(block.adj.shape[1], replication, comm, group, block.bounds)
+        topo = PartitionedTopology(block.adj.to(device=device, dtype=dtype), owners)
+        features = PartitionedFeatures(block.x.to(device=device, dtype=dtype), owners)
+        return topo, features, block.y, block.masks
+    data = source.take()
+    if not isinstance(data.adj, CSRMatrix) or not isinstance(data.x, torch.Tensor):
+        raise InvalidValueError("partitioned training cuts its rows from a whole graph")
+    cut = PartitionedTopology.from_global(data.adj, replication, comm, group)
+    topo = PartitionedTopology(cut.block.to(device=device), cut.owners)
+    cut_x = PartitionedFeatures.from_global(data.x, replication, comm, group)
+    return (topo, PartitionedFeatures(cut_x.rows.to(device), cut_x.owners), data.y,
+            data.masks)
+
+
 def fit_partitioned(
     session: Session,
-    handoff: Handoff,
+    source: Source,
     cfg: TrainConfig,
     mb: MinibatchConfig,
     replication: int = 1,
     feature_cache_mb: float = 0.0,
 ) -> RankOutcome:
-    """One rank's partitioned-topology training inside an open session: cut this rank's
-    rows of A and x from the handed-over graph, drop the whole graph, fill the feature
-    cache (``feature_cache_mb`` MiB of the highest-in-degree remote rows; 0: none), train.
+    """One rank's partitioned-topology training inside an open session: take this rank's
+    rows of A and x (from its block file, or cut from the handed-over graph, which it
+    then drops), fill the feature cache (``feature_cache_mb`` MiB of the highest-in-degree
+    remote rows; 0: none), train.
 
     The summary's ``feature_cache`` holds every rank's fetch record (cache rows, hit rate,
     bytes fetched and saved), gathered at the end under the phase ``report``."""
-    check_partitioned(mb, session.world_size, replication)
+    check_partitioned(session.world_size, replication)
     world = Group(tuple(range(session.world_size)), session.rank)
     # The loader's thread samples and fetches on a group of its own.
     sampling = separate_group(world)
     xcomm, gcomm = ExchangeCommunicator(), ExchangeCommunicator()
-    data = handoff.take()
-    if not isinstance(data.adj, CSRMatrix) or not isinstance(data.x, torch.Tensor):
-        raise InvalidValueError("partitioned training cuts its rows from a whole graph")
-    cut = PartitionedTopology.from_global(data.adj, replication, xcomm, sampling)
-    topo = PartitionedTopology(cut.block.to(device=session.device), cut.owners)
-    cut_x = PartitionedFeatures.from_global(data.x, replication, xcomm, sampling)
-    features = PartitionedFeatures(cut_x.rows.to(session.device), cut_x.owners)
+    topo, features, y, masks = _rank_rows(source, replication, xcomm, sampling,
+                                          session.device, cfg.torch_dtype)
     features.with_cache(topo.block, feature_cache_mb)
-    y, masks = data.y, data.masks
-    del data, cut, cut_x  # from here on this rank holds its rows only
     evaluator = PartitionedEvaluator(topo, features, y, masks, gcomm, world, session.device)
     shard = MinibatchData(topo, features, y, masks)
     model, result = fit_minibatch(
@@ -281,7 +303,7 @@ def _cache_report(
 
 
 def train_partitioned_rank(
-    handoff: Handoff,
+    source: Source,
     cfg: TrainConfig,
     mb: MinibatchConfig,
     replication: int = 1,
@@ -292,13 +314,13 @@ def train_partitioned_rank(
     """One rank's part of a partitioned-topology run; every rank of the job calls this."""
     session = init_session(backend, timeout_s)
     try:
-        return fit_partitioned(session, handoff, cfg, mb, replication, feature_cache_mb)
+        return fit_partitioned(session, source, cfg, mb, replication, feature_cache_mb)
     finally:
         close_session()
 
 
 def train_partitioned(
-    data: MinibatchData,
+    data: MinibatchData | Path,
     cfg: TrainConfig,
     mb: MinibatchConfig,
     nprocs: int,
@@ -309,36 +331,40 @@ def train_partitioned(
     wall_timeout_s: float | None = None,
     feature_cache_mb: float = 0.0,
 ) -> list[RankOutcome]:
-    """Spawn ``nprocs`` local ranks that each keep only their rows; every rank's outcome."""
-    check_partitioned(mb, nprocs, replication)
+    """Spawn ``nprocs`` local ranks that each keep only their rows (cut from ``data``, or
+    read from a row-block folder); every rank's outcome."""
+    check_partitioned(nprocs, replication)
+    source = data if isinstance(data, Path) else Handoff(data)
     return spawn(
         train_partitioned_rank,
         nprocs,
-        (Handoff(data), cfg, mb, replication, backend, timeout_s, feature_cache_mb),
+        (source, cfg, mb, replication, backend, timeout_s, feature_cache_mb),
         wall_timeout_s=wall_timeout_s,
         heartbeat_timeout_s=timeout_s,
     )
 
 
 def run_minibatch(
-    handoff: Handoff, cfg: TrainConfig, mb: MinibatchConfig, nprocs: int, *,
+    source: Source, cfg: TrainConfig, mb: MinibatchConfig, nprocs: int, *,
     topology: TopologyKind = "replicated", replication: int = 1,
     backend: str | None = None, timeout_s: float = 60.0, feature_cache_mb: float = 0.0,
 ) -> RankOutcome | None:
     """``nprocs`` spawned local ranks, or this process's rank under torchrun, with either
-    topology; rank 0's outcome (``None`` on the other torchrun ranks). The feature cache
+    topology; rank 0's outcome (``None`` on the other torchrun ranks). A row-block folder
+    (``source`` a Path) is always trained partitioned. The feature cache
     (``feature_cache_mb``) applies to the partitioned topology only."""
-    if topology == "replicated" and nprocs > 1:
-        return _with_memory(train_replicated(handoff.take(), cfg, mb, nprocs,
-                                             backend=backend, timeout_s=timeout_s))
-    if topology == "replicated":
-        outcome = train_replicated_rank(handoff.take(), cfg, mb, backend, timeout_s)
+    if isinstance(source, Handoff) and topology == "replicated":
+        if nprocs > 1:
+            return _with_memory(train_replicated(source.take(), cfg, mb, nprocs,
+                                                 backend=backend, timeout_s=timeout_s))
+        outcome = train_replicated_rank(source.take(), cfg, mb, backend, timeout_s)
     elif nprocs > 1:
-        return _with_memory(train_partitioned(handoff.take(), cfg, mb, nprocs, replication,
+        data = source if isinstance(source, Path) else source.take()
+        return _with_memory(train_partitioned(data, cfg, mb, nprocs, replication,
                                               backend=backend, timeout_s=timeout_s,
                                               feature_cache_mb=feature_cache_mb))
     else:
-        outcome = train_partitioned_rank(handoff, cfg, mb, replication, backend, timeout_s,
+        outcome = train_partitioned_rank(source, cfg, mb, replication, backend, timeout_s,
                                          feature_cache_mb)
     return _with_memory([outcome]) if outcome.rank == 0 else None
 
