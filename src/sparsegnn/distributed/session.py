@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -32,6 +33,18 @@ class Session:
     local_rank: int
     backend: str
     device: torch.device
+    # Resident set when the rank joined, after its imports and before it loads any data:
+    # what its training memory is measured from.
+    start_rss_bytes: int = 0
+
+
+def current_rss_bytes() -> int:
+    """This process's resident set now (Linux ``/proc/self/statm``; 0 where absent)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def in_torchrun() -> bool:
@@ -57,7 +70,7 @@ def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session
         dist.init_process_group(
             backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
         )
-    return Session(rank, world, local, backend, device)
+    return Session(rank, world, local, backend, device, current_rss_bytes())
 
 
 def close_session() -> None:

@@ -183,7 +183,7 @@ def train_rank(
     if isinstance(op, SparseRowOperator):
         predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))
     tiles = [*shard.blocks.forward.values(), *shard.blocks.backward.values()]
-    memory = measure_rank_memory(tiles, [shard.x], model)
+    memory = measure_rank_memory(tiles, [shard.x], model, session.start_rss_bytes)
     report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted, memory)
     return model, result, report
 

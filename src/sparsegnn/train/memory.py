@@ -41,9 +41,17 @@ class RankMemory:
 
     peak_rss_bytes: int
     held_bytes: dict[str, int]
+    start_rss_bytes: int = 0
+
+    @property
+    def training_peak_bytes(self) -> int:
+        """Peak resident set minus the resident set after imports: what training added."""
+        return self.peak_rss_bytes - self.start_rss_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"peak_rss_bytes": self.peak_rss_bytes, "held_bytes": dict(self.held_bytes),
+        return {"peak_rss_bytes": self.peak_rss_bytes, "start_rss_bytes": self.start_rss_bytes,
+                "training_peak_bytes": self.training_peak_bytes,
+                "held_bytes": dict(self.held_bytes),
                 "held_total_bytes": sum(self.held_bytes.values())}
 
 
@@ -71,13 +79,15 @@ def csr_bytes(matrices: Iterable[CSRMatrix]) -> int:
 
 def measure_rank_memory(
     topology: Iterable[CSRMatrix], features: Iterable[torch.Tensor], model: nn.Module,
+    start_rss_bytes: int = 0,
 ) -> RankMemory:
-    """The :class:`RankMemory` of a rank holding these tiles, feature tensors and model."""
+    """The :class:`RankMemory` of a rank holding these tiles, feature tensors and model;
+    ``start_rss_bytes``: its resident set after imports (the session's)."""
     params = sum(_tensor_bytes(p) for p in model.parameters())
     held = {"topology": csr_bytes(topology),
             "features": sum(_tensor_bytes(x) for x in features),
             "model": params, "optimiser": 2 * params}
-    return RankMemory(peak_rss_bytes(), held)
+    return RankMemory(peak_rss_bytes(), held, start_rss_bytes)
 
 
 def predict_rank_memory(

@@ -88,7 +88,8 @@ def train_replicated_rank(
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         memory = measure_rank_memory(
             [data.adj] if isinstance(data.adj, CSRMatrix) else [],
-            [data.x] if isinstance(data.x, torch.Tensor) else [], model)
+            [data.x] if isinstance(data.x, torch.Tensor) else [], model,
+            session.start_rss_bytes)
         return RankResult(session.rank, session.world_size,
                           Replica(result.to_dict(), state, memory), comm.counts())
     finally:
@@ -281,7 +282,8 @@ def fit_partitioned(
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     summary = result.to_dict()
     summary["feature_cache"] = _cache_report(features, feature_cache_mb, gcomm, world)
-    memory = measure_rank_memory([topo.block], [features.rows, features.cache_rows], model)
+    memory = measure_rank_memory([topo.block], [features.rows, features.cache_rows], model,
+                                 session.start_rss_bytes)
     return RankResult(session.rank, session.world_size, Replica(summary, state, memory),
                       _merged(xcomm.counts(), gcomm.counts()))
 
