@@ -328,3 +328,37 @@ def test_feature_cache_leaves_training_unchanged() -> None:
                                                                                "cached")}
     assert sent["plain"] - sent["cached"] == per_rank[0]["cached"][0]["feature_cache"][
         "saved_bytes"]
+
+
+def _evaluate_in_chunks(data: MinibatchData, replication: int) -> dict[str, float]:
+    """Accuracy of one fixed model: the local evaluator, and the partitioned one in one
+    chunk and in chunks of a few rows (many collective fetches per layer)."""
+    from sparsegnn.nn import GraphSAGE
+    from sparsegnn.train.minibatch import _Evaluator
+    from sparsegnn.train.minibatch_distributed import PartitionedEvaluator
+
+    session = init_session("gloo", timeout_s=60)
+    try:
+        torch.manual_seed(0)
+        model = GraphSAGE(data.num_features, 8, int(data.y.max()) + 1, 2, 0.0).double()
+        group = Group(tuple(range(session.world_size)), session.rank)
+        comm = ExchangeCommunicator()
+        topo = PartitionedTopology.from_global(data.adj, replication, comm, group)
+        features = PartitionedFeatures.from_global(data.x, replication, comm, group)
+        out = {"local": _Evaluator(data, torch.device("cpu")).accuracy(model, "test")}
+        for name, mb in (("whole", 64.0), ("chunked", 0.002)):
+            ev = PartitionedEvaluator(topo, features, data.y, data.masks, comm, group,
+                                      torch.device("cpu"), chunk_mb=mb)
+            out[name] = ev.accuracy(model, "test")
+            out[f"{name}_chunks"] = len(ev.chunks)
+        return out
+    finally:
+        close_session()
+
+
+@pytest.mark.distributed
+def test_chunked_partitioned_evaluation_equals_local() -> None:
+    data = MinibatchData.from_graph(sbm(300, 3, 6, num_features=6, seed=2), torch.float64)
+    for r in spawn(_evaluate_in_chunks, 4, (data, 2), wall_timeout_s=120):
+        assert r["whole_chunks"] == 1 and r["chunked_chunks"] > 5
+        assert r["local"] == r["whole"] == r["chunked"]

@@ -128,9 +128,14 @@ class RowOwners:
         else:
             ranges = list(itertools.pairwise(bounds))
         self.replication, self.comm, self.group = replication, comm, group
+        self.bounds = (0, *(b for _, b in ranges))
         self.lo, self.hi = ranges[group.me // replication]
         self._starts = torch.tensor([a for a, _ in ranges], dtype=torch.long)
         self.largest_block = max(b - a for a, b in ranges)
+
+    def on(self, comm: ExchangeCommunicator, group: Group) -> RowOwners:
+        """The same blocks, exchanging over another communicator and group."""
+        return RowOwners(self.bounds[-1], self.replication, comm, group, self.bounds)
 
     def check_rows(self, rows: int, what: str) -> None:
         """Refuse a local block whose row count is not this rank's share of the partition."""

@@ -298,7 +298,7 @@ def read_npz_arrays(file: Path, keys: tuple[str, ...] | None = None) -> dict[str
     is a DataFormatError naming it."""
     try:
         with file.open("rb") as f, np.load(f, allow_pickle=False) as npz:
-            return {k: npz[k].copy() for k in npz.files if keys is None or k in keys}
+            return {k: npz[k] for k in npz.files if keys is None or k in keys}
     except NPZ_ERRORS as err:
         raise DataFormatError(f"{file}: not a readable rank file ({err})") from err
 

@@ -143,12 +143,29 @@ class Handoff:
         return data
 
 
+@dataclass
+class _Chunk:
+    """Rows ``a .. b`` of a rank's block and what their layer needs: the operator over
+    ``[the chunk's rows; other own rows ``own``; remote rows ``remote``]``."""
+
+    a: int
+    b: int
+    op: Any
+    own: torch.Tensor
+    remote: torch.Tensor
+
+
 class PartitionedEvaluator:
     """Full-neighbourhood accuracy with A's rows and the features partitioned (collective).
 
-    The rank's block of ``row_norm(A)`` is relabelled so that its own rows come first and
-    the remote neighbours after them: a layer is then the rectangular-operator forward the
-    sampled blocks use, on ``[own hidden rows; fetched remote rows]``.
+    A layer runs over the rank's block in chunks of rows: per chunk, the rank fetches the
+    rows of the chunk's remote neighbours from their owners (phase ``evaluation``) and
+    applies the layer to ``[chunk rows; other own neighbours; fetched rows]``, the
+    rectangular-operator forward the sampled blocks use. Chunks hold about
+    ``chunk_mb`` MiB of input rows, so evaluation memory stays bounded as the graph grows
+    instead of holding every remote neighbour of the block at once; every rank runs the
+    same number of chunks (from the largest block), empty ones included, so the fetches
+    stay collective.
     """
 
     def __init__(
@@ -160,15 +177,16 @@ class PartitionedEvaluator:
         comm: ExchangeCommunicator,
         group: Group,
         device: torch.device,
+        chunk_mb: float = 64.0,
     ):
-        n = topo.shape[0]
-        self.owners = RowOwners(n, topo.owners.replication, comm, group)
+        self.owners = topo.owners.on(comm, group)
         lo, hi = self.owners.lo, self.owners.hi
-        block = topo.block
-        outside = (block.col < lo) | (block.col >= hi)
-        self.remote = torch.unique(block.col[outside])
-        cols = torch.cat([torch.arange(lo, hi, device=block.device), self.remote])
-        self.op = operator_for("sage", block.select_cols(cols)).to(device)
+        op = operator_for("sage", topo.block)
+        per_row = features.row_bytes * (1 + -(-op.nnz // max(hi - lo, 1)))
+        size = max(1, int(chunk_mb * 2**20) // per_row)
+        count = -(-self.owners.largest_block // size)
+        self.chunks = [self._chunk(op, a, min(a + size, hi - lo), device)
+                       for a in range(0, count * size, size)]
         self.x = features.rows.to(device)
         self.y = y[lo:hi].to(device)
         self.masks = {k: v[lo:hi].to(device) for k, v in masks.items()}
@@ -176,10 +194,21 @@ class PartitionedEvaluator:
         self.counts_rows = group.me % topo.owners.replication == 0
         self.comm, self.group, self.device = comm, group, device
 
-    def _remote_rows(self, h: torch.Tensor) -> torch.Tensor:
+    def _chunk(self, op: CSRMatrix, a: int, b: int, device: torch.device) -> _Chunk:
+        lo, hi = self.owners.lo, self.owners.hi
+        rows = op.select_rows(torch.arange(a, max(a, b), device=op.device))
+        cols = torch.unique(rows.col)
+        mine = (cols >= lo + a) & (cols < lo + b)
+        own = (cols >= lo) & (cols < hi) & ~mine
+        remote = cols[(cols < lo) | (cols >= hi)]
+        order = torch.cat([torch.arange(lo + a, lo + max(a, b), device=op.device), cols[own],
+                           remote])
+        return _Chunk(a, max(a, b), rows.select_cols(order).to(device), cols[own] - lo, remote)
+
+    def _remote_rows(self, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         lo = self.owners.lo
         with self.comm.phase("evaluation"):
-            got = self.owners.ask(self.remote, lambda req: h[req.to(h.device) - lo])
+            got = self.owners.ask(ids, lambda req: h[req.to(h.device) - lo])
         return got.to(h.device)
 
     @torch.no_grad()
@@ -190,7 +219,13 @@ class PartitionedEvaluator:
         if not isinstance(layers, nn.ModuleList):
             raise InvalidValueError("the partitioned evaluator runs a layer stack (GraphSAGE)")
         for i, layer in enumerate(layers):
-            h = layer(torch.cat([h, self._remote_rows(h)]), self.op)
+            parts = []
+            for chunk in self.chunks:
+                fetched = self._remote_rows(h, chunk.remote)
+                if chunk.b > chunk.a:
+                    parts.append(layer(torch.cat([h[chunk.a : chunk.b], h[chunk.own], fetched]),
+                                       chunk.op))
+            h = torch.cat(parts)
             if i < len(layers) - 1:
                 h = F.relu(h)
         m = self.masks[split]
