@@ -31,7 +31,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sparsegnn.distributed import RankResult, Session, close_session, init_session, spawn
+from sparsegnn.distributed import (
+    RankResult,
+    Session,
+    close_session,
+    in_torchrun,
+    init_session,
+    spawn,
+)
 from sparsegnn.distributed.comm import ByteCounts, Communicator, Group
 from sparsegnn.distributed.feature_fetch import CacheStats, PartitionedFeatures
 from sparsegnn.distributed.row_blocks import read_row_block
@@ -395,7 +402,7 @@ def run_minibatch(
             return _with_memory(train_replicated(source.take(), cfg, mb, nprocs,
                                                  backend=backend, timeout_s=timeout_s))
         outcome = train_replicated_rank(source.take(), cfg, mb, backend, timeout_s)
-    elif nprocs > 1:
+    elif nprocs > 1 or not in_torchrun():  # one rank of its own outside torchrun
         data = source if isinstance(source, Path) else source.take()
         return _with_memory(train_partitioned(data, cfg, mb, nprocs, replication,
                                               backend=backend, timeout_s=timeout_s,
