@@ -137,3 +137,36 @@ def test_cli_max_rank_memory_refuses_a_block_folder(
             "--max-rank-memory", "1e-6", "--epochs", "1", "--no-progress"]
     assert main(argv) != 0
     assert "exceeds --max-rank-memory" in capsys.readouterr().err
+
+
+def _cli_rank(argv: list[str]) -> tuple[int, str]:
+    """Rank body: ``sparsegnn train`` as torchrun starts it (RANK, WORLD_SIZE set); its
+    exit code and what it printed."""
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(argv)
+    return code, printed.getvalue()
+
+
+@pytest.mark.distributed
+def test_torchrun_ranks_read_their_blocks_like_nprocs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sparsegnn.distributed import spawn
+
+    out = tmp_path / "rb"
+    assert main(["data", "partition", SBM, str(out), "--mode", "minibatch", "--nprocs", "2"]) == 0
+    argv = ["train", "--mode", "minibatch", "--dataset", str(out), "--fanouts", "3,3",
+            "--layers", "2", "--epochs", "2", "--batch-size", "32", "--no-progress", "--json"]
+    capsys.readouterr()
+    assert main([*argv, "--nprocs", "2"]) == 0
+    launched = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (code0, printed0), (code1, printed1) = spawn(_cli_rank, 2, (argv,), wall_timeout_s=120)
+    assert code0 == code1 == 0 and printed1 == ""  # rank 0 reports, rank 1 stays quiet
+    torchrun = json.loads(printed0.strip().splitlines()[-1])
+    assert torchrun["losses"] == launched["losses"]
+    assert torchrun["test_accuracy"] == launched["test_accuracy"]
+    assert torchrun["world_size"] == 2 and torchrun["row_blocks"] == 2
