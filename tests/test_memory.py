@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,29 @@ def test_nprocs_2_reports_memory_per_rank(capsys: pytest.CaptureFixture[str]) ->
         assert held["features"] < n * graph.num_features * 4
         assert held["optimiser"] == 2 * held["model"] > 0
         assert r["peak_rss_bytes"] > 0
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("algo, nprocs", [("1d", 2), ("2d", 4)])
+def test_partitioned_folder_prediction_equals_held_bytes(
+    algo: str, nprocs: int, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A full-graph partitioned folder records what each rank will hold, so the limit is
+    checked without the graph, and the prediction is the largest rank's measured bytes."""
+    from sparsegnn.distributed.shard import read_manifest
+    from sparsegnn.train.memory import check_shards_rank_memory
+
+    out = tmp_path / "part"
+    assert main(["data", "partition", SBM, str(out), "--algo", algo, "--nprocs",
+                 str(nprocs)]) == 0
+    argv = ["train", "--dataset", str(out), "--nprocs", str(nprocs), "--algo", algo,
+            "--epochs", "1", "--no-progress", "--json"]
+    assert main([*argv, "--max-rank-memory", "1e-6"]) == 2
+    assert "exceeds --max-rank-memory" in capsys.readouterr().err
+    assert main([*argv, "--max-rank-memory", "1"]) == 0
+    ranks = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["memory_per_rank"]
+    predicted = check_shards_rank_memory(read_manifest(out), TrainConfig(), 1.0)
+    assert predicted == max((r["held_bytes"] for r in ranks),
+                            key=lambda h: sum(h.values()))
+    assert all(r["training_peak_bytes"] == r["peak_rss_bytes"] - r["start_rss_bytes"] > 0
+               for r in ranks)

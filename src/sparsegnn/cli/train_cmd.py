@@ -305,17 +305,17 @@ def _distributed(args: argparse.Namespace) -> int:
         args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
     if args.max_rank_memory is not None:
-        from sparsegnn.distributed.shard import is_shard_dir
-        from sparsegnn.errors import InvalidValueError
-        from sparsegnn.train.memory import check_graph_rank_memory
+        from sparsegnn.distributed.shard import is_shard_dir, read_manifest
+        from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
 
         if is_shard_dir(args.dataset):
-            raise InvalidValueError("--max-rank-memory needs the graph itself, not a "
-                                    "partitioned folder")
-        nprocs = job.nprocs if job.nprocs > 1 else _world(args)
-        check_graph_rank_memory(_graph(args), job.cfg, args.max_rank_memory, nprocs,
-                                mode="fullgraph", algo=job.dcfg.algo,
-                                replication=job.dcfg.replication)
+            check_shards_rank_memory(read_manifest(args.dataset), job.cfg,
+                                     args.max_rank_memory)
+        else:
+            nprocs = job.nprocs if job.nprocs > 1 else _world(args)
+            check_graph_rank_memory(_graph(args), job.cfg, args.max_rank_memory, nprocs,
+                                    mode="fullgraph", algo=job.dcfg.algo,
+                                    replication=job.dcfg.replication)
     run = run_distributed(job)
     if run is None:  # not rank 0 of a torchrun job: rank 0 reports
         return 0

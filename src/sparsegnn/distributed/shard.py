@@ -129,16 +129,31 @@ def write_shards(
     tables = _nnz_tables(adj, part, shape)
     if tables is not None:
         manifest["nnz"] = {ph: [[*key, n] for key, n in t.items()] for ph, t in tables.items()}
+    holdings = []
     with atomic_dir(out) as tmp:
         for rank in range(shape.size):
-            arrays = _rank_arrays(make_shard(name, adj, rows, part, shape, rank), adj.symmetric)
+            shard = make_shard(name, adj, rows, part, shape, rank)
+            arrays = _rank_arrays(shard, adj.symmetric)
             arrays.update(fingerprint=np.asarray(manifest["fingerprint"]),
                           rank=np.asarray(rank, dtype=np.int64))
             np.savez(tmp / f"rank{rank}.npz", **arrays)
+            holdings.append(_holding(shard, adj.symmetric))
+        # What each rank will hold, so a memory limit can be checked from the manifest.
+        manifest["rank_holdings"] = holdings
         for key, value in (extras or {}).items():
             np.save(tmp / f"{key}.npy", value)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return out
+
+
+def _holding(shard: Shard, symmetric: bool) -> list[int]:
+    """``[row pointers, nonzeros, feature rows]`` one rank holds (tiles of A, and of A^T
+    when stored apart)."""
+    tiles = list(shard.blocks.forward.values())
+    if not symmetric:
+        tiles += list(shard.blocks.backward.values())
+    return [sum(t.crow.numel() for t in tiles), sum(t.nnz for t in tiles),
+            int(shard.x.shape[0])]
 
 
 def _rank_arrays(shard: Shard, symmetric: bool) -> dict[str, np.ndarray]:
@@ -230,6 +245,10 @@ def _check_manifest(manifest: dict[str, Any], file: Path) -> None:
          and all(count(o, 0) for o in offsets) and offsets[0] == 0
          and all(a <= b for a, b in itertools.pairwise(offsets)),
          "offsets", "grid rows + 1 increasing integers from 0")
+    holdings = manifest.get("rank_holdings", [])
+    need(isinstance(holdings, list) and all(
+        isinstance(h, list) and len(h) == 3 and all(count(v, 0) for v in h) for h in holdings),
+        "rank_holdings", "[row pointers, nonzeros, feature rows] per rank")
     nnz = manifest.get("nnz", {})
     need(isinstance(nnz, dict) and all(
         isinstance(t, list) and all(

@@ -182,6 +182,28 @@ def check_row_blocks_rank_memory(
     return predicted
 
 
+def check_shards_rank_memory(
+    manifest: dict[str, Any], cfg: Any, limit_gib: float,
+) -> dict[str, int]:
+    """The prediction and refusal for a full-graph partitioned folder, from the holdings
+    its manifest records per rank (the largest rank's); folders written before the
+    manifest recorded them are refused with a way out."""
+    from sparsegnn.errors import InvalidValueError
+
+    holdings = manifest.get("rank_holdings")
+    if not holdings:
+        raise InvalidValueError("--max-rank-memory: this partitioned folder does not record "
+                                "its ranks' holdings; write it again with `data partition`")
+    vb = _value_bytes(cfg)
+    f = int(manifest["num_features"])
+    model = _num_params(cfg, f, int(manifest["num_classes"])) * vb
+    predicted = max(({"topology": crow * _INDEX_BYTES + nnz * (_INDEX_BYTES + vb),
+                      "features": rows * f * vb, "model": model, "optimiser": 2 * model}
+                     for crow, nnz, rows in holdings), key=lambda k: sum(k.values()))
+    check_rank_memory(predicted, limit_gib)
+    return predicted
+
+
 def _num_params(cfg: Any, num_features: int, num_classes: int) -> int:
     from sparsegnn.train.fullgraph import build_model
 
