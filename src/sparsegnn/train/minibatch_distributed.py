@@ -34,6 +34,7 @@ from torch.nn import functional as F
 from sparsegnn.distributed import (
     RankResult,
     Session,
+    barrier,
     close_session,
     in_torchrun,
     init_session,
@@ -83,6 +84,7 @@ def train_replicated_rank(
     try:
         comm = Communicator()
         group = Group(tuple(range(session.world_size)), session.rank)
+        barrier()  # every rank's clock starts once all have their data
         model, result = fit_minibatch(
             data,
             cfg,
@@ -317,6 +319,7 @@ def fit_partitioned(
     features.with_cache(topo.block, feature_cache_mb)
     evaluator = PartitionedEvaluator(topo, features, y, masks, gcomm, world, session.device)
     shard = MinibatchData(topo, features, y, masks)
+    barrier()  # every rank's clock starts once all have their rows
     model, result = fit_minibatch(
         shard, cfg, mb, session.device, rank=session.rank, world_size=session.world_size,
         sync=GradientSum(gcomm, world), evaluate=evaluator.accuracy,
