@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "sparsegnn.cli.curate_cmd",
     "sparsegnn.cli.track_cmd",
     "sparsegnn.cli.plan_cmd",
+    "sparsegnn.cli.calibrate_cmd",
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sparsegnn.cli.common import add_json_flag, emit, int_range, output_file
+from sparsegnn.cli.common import add_json_flag, emit, float_range, int_range, output_file
 from sparsegnn.names import ALGORITHMS, PARTITIONERS
 
 # The most ranks a plan is made for: its block-to-block tables grow with the square.
@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int_range(0), default=0, help="generator and partitioner seed")
     p.add_argument("--parts", type=int_range(1, _MAX_RANKS), required=True,
                    help="number of ranks P")
-    p.add_argument("--algo", choices=ALGORITHMS, default="1d")
+    p.add_argument("--algo", choices=ALGORITHMS, default="1d", help="ignored with --auto")
     p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
                    help="c for 1.5d")
     p.add_argument("--partitioner", choices=PARTITIONERS, default="block")
@@ -36,6 +36,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hidden", type=int_range(1), default=16)
     p.add_argument("--num-layers", type=int_range(1), default=2)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    auto = p.add_argument_group("choosing the distribution (--auto)")
+    auto.add_argument("--auto", action="store_true",
+                      help="rank every feasible algorithm, replication, comm and partitioner "
+                           "by predicted epoch time and memory, and choose")
+    auto.add_argument("--profile", default=None,
+                      help="machine profile from `sparsegnn calibrate --out` (default: "
+                           "calibrate now, quickly, with min(P, 8) ranks)")
+    auto.add_argument("--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
+                      metavar="GIB", help="only configurations predicted to fit this")
+    auto.add_argument("--partitioners", default="block",
+                      help="comma-separated partitioners to consider (default: block)")
     p.add_argument("--plot", default=None, metavar="FILE.png", type=output_file,
                    help="per-rank volumes and the block heat map (needs matplotlib)")
     add_json_flag(p)
@@ -43,6 +54,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.auto:
+        return _auto(args)
     from sparsegnn.data import load_any
     from sparsegnn.distributed.planner import PlanConfig, PlanGraph, plan, plot
 
@@ -64,3 +77,52 @@ def run(args: argparse.Namespace) -> int:
             f"{vol['total'] / 2**20:.2f} MiB sent per epoch in all, "
             f"{vol['max_per_rank'] / 2**20:.2f} MiB at the busiest rank")
     return emit(args, result, text)
+
+
+def load_profile(path: str | None, parts: int) -> Any:
+    """The profile at ``path``, or one measured now (quick, ``min(parts, 8)`` ranks)."""
+    from sparsegnn.distributed.cost import Profile
+
+    if path is not None:
+        return Profile.load(path)
+    from sparsegnn.distributed import spawn
+    from sparsegnn.distributed.calibrate import calibrate_rank
+
+    return spawn(calibrate_rank, min(parts, 8), (True,), wall_timeout_s=900)[0]
+
+
+def _auto(args: argparse.Namespace) -> int:
+    """``plan --auto``: the ranked table and the choice."""
+    from sparsegnn.data import load_any
+    from sparsegnn.distributed.autoplan import auto_plan
+    from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+
+    profile = load_profile(args.profile, args.parts)
+    loaded = load_any(args.graph, args.data_dir, seed=args.seed, progress=True)
+    graph = PlanGraph.of(loaded, args.model)
+    del loaded
+    base = PlanConfig(args.parts, model=args.model, hidden=args.hidden,
+                      num_layers=args.num_layers, dtype=args.dtype, seed=args.seed)
+    ranked = auto_plan(graph, args.parts, profile, base,
+                       partitioners=tuple(args.partitioners.split(",")),
+                       max_rank_memory_gib=args.max_rank_memory)
+    rows = [c.to_dict() for c in ranked]
+    choice = rows[0] if rows and rows[0]["fits"] else None
+    result = {"graph": args.graph, "ranks": args.parts, "profile": args.profile or "measured now",
+              "profile_world_size": profile.world_size, "max_rank_memory_gib":
+              args.max_rank_memory, "choice": choice, "candidates": rows}
+    lines = [f"{'algo':>5} {'c':>2} {'comm':>6} {'partitioner':>11} {'epoch ms':>9} "
+             f"{'compute':>8} {'comm ms':>8} {'MiB/rank':>9} fits"]
+    for r in rows:
+        lines.append(f"{r['algo']:>5} {r['replication']:>2} {r['comm']:>6} "
+                     f"{r['partitioner']:>11} {r['epoch_s'] * 1e3:9.2f} "
+                     f"{r['compute_s'] * 1e3:8.2f} {r['comm_total_s'] * 1e3:8.2f} "
+                     f"{r['memory_bytes_per_rank'] / 2**20:9.1f} {'yes' if r['fits'] else 'no'}")
+    if choice is None:
+        lines.append("no configuration fits --max-rank-memory; use more ranks")
+    else:
+        lines.append(f"choice: {choice['algo']} (c={choice['replication']}, {choice['comm']} "
+                     f"comm, {choice['partitioner']} partition), predicted "
+                     f"{choice['epoch_s'] * 1e3:.2f} ms per epoch")
+    emit(args, result, "\n".join(lines))
+    return 0 if choice is not None else 2

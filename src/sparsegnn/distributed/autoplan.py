@@ -1,0 +1,79 @@
+"""Choose the distribution for the user: every feasible configuration, priced and ranked.
+
+For p ranks, :func:`auto_plan` enumerates the algorithms (1D; 1.5D with every
+replication factor the grid admits; 2D; 3D), the communication (sparsity-aware or
+oblivious, where the algorithm has both) and the partitioners, computes each one's exact
+per-rank bytes (:mod:`sparsegnn.distributed.planner`), prices them with a calibrated
+:class:`~sparsegnn.distributed.cost.Profile`, predicts each one's per-rank peak memory,
+and ranks those that fit a memory limit by predicted epoch time. Partitions are computed
+once per (vertex blocks, partitioner) and shared by the configurations that use them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sparsegnn.distributed.cost import EpochCost, Profile, predict_epoch, predict_memory
+from sparsegnn.distributed.grid import GridError, grid_shape
+from sparsegnn.distributed.planner import Layout, PlanConfig, PlanGraph, partitioned, plan_epoch
+from sparsegnn.names import ALGORITHMS
+
+
+@dataclass
+class Candidate:
+    """One configuration with its predicted epoch and per-rank peak memory."""
+
+    config: PlanConfig
+    cost: EpochCost
+    memory_bytes: int
+    fits: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        return {"algo": c.algo, "replication": c.replication, "comm": c.comm,
+                "partitioner": c.partitioner, **self.cost.to_dict(),
+                "memory_bytes_per_rank": self.memory_bytes, "fits": self.fits}
+
+
+def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
+                   ) -> list[PlanConfig]:
+    """Every (algorithm, replication, comm, partitioner) a grid of ``parts`` ranks admits."""
+    out = []
+    for algo in ALGORITHMS:
+        factors = [c for c in range(2, parts + 1) if parts % c == 0] if algo == "1.5d" else [1]
+        for c in factors:
+            try:
+                grid_shape(algo, parts, c)
+            except GridError:
+                continue
+            comms = ("sparse", "dense") if algo in ("1d", "1.5d") else ("dense",)
+            for comm in comms:
+                for partitioner in partitioners:
+                    out.append(PlanConfig(parts, algo, c, partitioner, comm, base.model,
+                                          base.hidden, base.num_layers, base.dtype, base.seed))
+    return out
+
+
+def auto_plan(
+    graph: PlanGraph, parts: int, profile: Profile, base: PlanConfig, *,
+    partitioners: tuple[str, ...] = ("block",), max_rank_memory_gib: float | None = None,
+) -> list[Candidate]:
+    """Every feasible configuration, fitting ones first, each group by predicted time."""
+    layouts: dict[tuple[int, str], Layout] = {}
+    found = []
+    for cfg in configurations(parts, partitioners, base):
+        shape = grid_shape(cfg.algo, parts, cfg.replication)
+        key = (shape.row_blocks, cfg.partitioner)
+        if key not in layouts:
+            layouts[key] = partitioned(graph, grid_shape("1d", shape.row_blocks),
+                                       cfg.partitioner, cfg.seed)
+        cut = layouts[key]
+        lay = Layout(graph, shape, cut.part, cut.partition_seconds)
+        volumes = {**plan_epoch(lay, cfg.comm, cfg, cfg.value_bytes),
+                   "value_bytes": cfg.value_bytes}
+        cost = predict_epoch(lay, volumes, cfg, profile, cfg.comm)
+        memory = predict_memory(lay, cfg, cfg.value_bytes)
+        fits = max_rank_memory_gib is None or memory <= max_rank_memory_gib * 2**30
+        found.append(Candidate(cfg, cost, memory, fits))
+    return sorted(found, key=lambda c: (not c.fits, c.cost.total_s))

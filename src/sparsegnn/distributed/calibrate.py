@@ -1,0 +1,147 @@
+"""Measure what this machine costs, for the cost model (``sparsegnn calibrate``).
+
+Every rank of a job of the world size one plans for runs the same measurements at the
+same time, after a barrier, so the rates are those of the machine *shared by* that many
+ranks (on a host with fewer cores than ranks, the ranks' compute slows down together,
+which a single-process measurement would miss). Rank 0's numbers become the
+:class:`~sparsegnn.distributed.cost.Profile`:
+
+* local SpMM of a uniform random graph (random gathers: the rate of rows that miss
+  the caches) at two densities and several widths, solved per width for the time per
+  nonzero-column and per output row-column;
+* a dense matmul (time per multiply-add) and an elementwise pass (dropout and ReLU,
+  time per value);
+* each collective of :class:`~sparsegnn.distributed.comm.Communicator` at several sizes,
+  fitted as ``latency + bytes * time_per_byte`` against the bytes the busiest rank sends
+  or receives in our accounting (the same measure the planner predicts).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from sparsegnn.distributed.comm import Communicator, Group
+from sparsegnn.distributed.cost import LinkCost, Profile
+from sparsegnn.distributed.session import barrier, close_session, init_session
+from sparsegnn.sparse import CSRMatrix
+
+WIDTHS = (8, 32, 128)
+DEGREES = (4, 32)
+
+
+def _best(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
+    """The fastest of ``repeats`` timed runs (after one warm-up), ranks in step."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _random_graph(n: int, degree: int, seed: int) -> CSRMatrix:
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.arange(n).repeat_interleave(degree)
+    cols = torch.randint(0, n, (n * degree,), generator=g)
+    return CSRMatrix.from_coo(rows, cols, torch.ones(n * degree), shape=(n, n))
+
+
+def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[int, float], float]:
+    """Seconds per nonzero-column per width, and per output row-column (averaged)."""
+    mats = [_random_graph(n, d, seed=d) for d in DEGREES]
+    per_nnz, per_row = {}, []
+    for width in WIDTHS:
+        x = torch.randn(n, width)
+        times = [_best(lambda a=a, x=x: a.matmul(x), repeats, sync) for a in mats]
+        # t = nnz * w * a + n * w * b, one equation per density.
+        lhs = np.array([[a.nnz * width, n * width] for a in mats], dtype=float)
+        a_s, b_s = np.linalg.lstsq(lhs, np.array(times), rcond=None)[0]
+        per_nnz[width] = max(float(a_s), 0.0)
+        per_row.append(max(float(b_s), 0.0))
+    return per_nnz, float(np.mean(per_row))
+
+
+def measure_dense(n: int, repeats: int, sync: Callable[[], None]) -> tuple[float, float]:
+    """Seconds per multiply-add of a matmul and per value of dropout + ReLU."""
+    x, w = torch.randn(n, 128), torch.randn(128, 128)
+    gemm = _best(lambda: x @ w, repeats, sync) / (n * 128 * 128)
+    elem = _best(lambda: F.relu(F.dropout(x, 0.5, training=True)), repeats, sync) / x.numel()
+    return gemm, elem
+
+
+def measure_collectives(
+    comm: Communicator, group: Group, sizes: list[int], repeats: int,
+) -> dict[str, LinkCost]:
+    """Latency and time per byte of each collective, from runs at ``sizes`` bytes."""
+    p = group.size
+    out = {}
+    for name in ("broadcast", "all_reduce", "all_gather", "all_to_all"):
+        points = []
+        for size in sizes:
+            values = max(1, size // 4)
+            run, accounted = _collective(comm, group, name, values)
+            seconds = _best(run, repeats, barrier)
+            points.append((accounted * (p - 1) if name != "all_to_all" else accounted,
+                           seconds))
+        out[name] = _fit(points)
+    return out
+
+
+def _collective(comm: Communicator, group: Group, name: str, values: int
+                ) -> tuple[Callable[[], object], int]:
+    """A call of collective ``name`` moving about ``4 * values`` bytes per member, and the
+    bytes per peer our accounting charges the busiest rank."""
+    x = torch.zeros(values)
+    if name == "broadcast":
+        return (lambda: comm.broadcast(x, 0, group)), 4 * values
+    if name == "all_reduce":
+        return (lambda: comm.all_reduce(x, group)), 4 * values
+    if name == "all_gather":
+        piece = x[: max(1, values // group.size)]
+        shapes = [tuple(piece.shape)] * group.size
+        return (lambda: comm.all_gather(piece, shapes, group)), 4 * piece.numel()
+    from sparsegnn.distributed.sampled import ExchangeCommunicator
+
+    exchange = ExchangeCommunicator()
+    counts = [values // group.size] * group.size
+    send = torch.zeros(sum(counts))
+    return (lambda: exchange.all_to_all(send, counts, group, counts)), \
+        4 * (sum(counts) - counts[group.me])
+
+
+def _fit(points: list[tuple[int, float]]) -> LinkCost:
+    """Least-squares ``t = latency + bytes * per_byte`` with both terms kept >= 0."""
+    x = np.array([b for b, _ in points], dtype=float)
+    t = np.array([s for _, s in points], dtype=float)
+    per_byte, latency = np.polyfit(x, t, 1) if len(points) > 1 else (0.0, t[0])
+    if per_byte < 0:
+        per_byte, latency = 0.0, float(t.mean())
+    if latency < 0:
+        per_byte, latency = float((t * x).sum() / (x * x).sum()), 0.0
+    return LinkCost(float(latency), float(per_byte))
+
+
+def calibrate_rank(quick: bool = False, backend: str | None = None,
+                   timeout_s: float = 120.0) -> Profile:
+    """One rank's part of a calibration job (every rank of the job calls it)."""
+    session = init_session(backend, timeout_s)
+    try:
+        n = 1 << (13 if quick else 16)
+        repeats = 2 if quick else 3
+        per_nnz, per_row = measure_spmm(n, repeats, barrier)
+        gemm, elem = measure_dense(n, repeats, barrier)
+        group = Group(tuple(range(session.world_size)), session.rank)
+        sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
+        links = measure_collectives(Communicator(), group, sizes, repeats) \
+            if session.world_size > 1 else {"broadcast": LinkCost(0.0, 0.0)}
+        return Profile(session.backend, session.world_size, per_nnz, per_row, gemm, elem,
+                       links, {"graph_vertices": n, "collective_sizes": sizes})
+    finally:
+        close_session()

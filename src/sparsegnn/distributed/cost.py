@@ -1,0 +1,271 @@
+"""Predicted epoch time and per-rank memory of a distributed configuration, from a profile.
+
+A :class:`Profile` says what this machine (or a cluster one plans for) costs: a local
+SpMM per stored nonzero and feature column and per output row and column, a dense
+matmul per multiply-add, an elementwise pass per value, and, per collective, a latency
+and a time per byte at the busiest rank (``sparsegnn calibrate`` measures them; a
+profile can also be written by hand). :func:`predict_epoch` prices one training epoch
+of a :class:`~sparsegnn.distributed.planner.Layout`:
+
+* communication per phase: the exact per-rank bytes of the planner (the busiest rank's
+  sent or received, whichever is larger) times the collective's time per byte, plus
+  the number of collective calls the algorithm makes times its latency;
+* compute at the busiest rank: for every SpMM of the epoch, the nonzeros of the tiles
+  the rank multiplies times the width (exact, from the tile nonzero table) and the
+  output rows times the width; the layers' dense maps on its rows; elementwise work
+  (dropout, activation, loss) on its rows.
+
+Ranks are assumed to wait for each other at every collective, so the epoch costs the
+busiest rank's compute plus the communication: no overlap is credited. The prediction
+says which term dominates, which is what the ranking needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparsegnn.distributed.comm_model import SpmmCall, spmm_schedule, tile_nnz
+from sparsegnn.distributed.grid import GridShape
+from sparsegnn.distributed.partition import split_sizes, stage_blocks
+from sparsegnn.errors import DataFormatError
+
+COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
+PROFILE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """One collective: seconds per call and seconds per byte at the busiest rank."""
+
+    latency_s: float
+    seconds_per_byte: float
+
+    def time(self, calls: int, nbytes: float) -> float:
+        return calls * self.latency_s + nbytes * self.seconds_per_byte
+
+
+@dataclass
+class Profile:
+    """What a machine costs (see the module docstring); JSON-serialisable, hand-writable.
+
+    ``spmm_nnz_s`` maps a feature width to seconds per nonzero and column; widths in
+    between are interpolated on a log scale, outside clamped to the nearest.
+    """
+
+    backend: str
+    world_size: int
+    spmm_nnz_s: dict[int, float]
+    spmm_row_s: float
+    gemm_s: float
+    elementwise_s: float
+    collectives: dict[str, LinkCost]
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def spmm_time(self, nnz: float, rows: float, width: int) -> float:
+        return nnz * width * self._per_nnz(width) + rows * width * self.spmm_row_s
+
+    def _per_nnz(self, width: int) -> float:
+        widths = sorted(self.spmm_nnz_s)
+        if width <= widths[0]:
+            return self.spmm_nnz_s[widths[0]]
+        if width >= widths[-1]:
+            return self.spmm_nnz_s[widths[-1]]
+        hi = next(w for w in widths if w >= width)
+        lo = widths[widths.index(hi) - 1]
+        t = (math.log(width) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return (1 - t) * self.spmm_nnz_s[lo] + t * self.spmm_nnz_s[hi]
+
+    def link(self, collective: str) -> LinkCost:
+        return self.collectives.get(collective) or self.collectives["broadcast"]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["format"] = PROFILE_FORMAT
+        out["spmm_nnz_s"] = {str(k): v for k, v in self.spmm_nnz_s.items()}
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        """A profile file, every field checked (a hand-written one is the usual case)."""
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as err:
+            raise DataFormatError(f"{path}: cannot read the profile: {err}") from err
+        try:
+            return cls.from_dict(raw)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise DataFormatError(
+                f"{path}: not a sparsegnn profile ({err!r:.120}); write one with "
+                "`sparsegnn calibrate --out FILE`") from err
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Profile:
+        if raw.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"format {raw.get('format')!r}, expected {PROFILE_FORMAT}")
+
+        def seconds(value: Any, what: str) -> float:
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{what} must be a finite number >= 0, got {value!r:.40}")
+            return float(value)
+
+        spmm = {int(k): seconds(v, f"spmm_nnz_s[{k}]") for k, v in raw["spmm_nnz_s"].items()}
+        if not spmm or min(spmm) < 1:
+            raise ValueError("spmm_nnz_s needs at least one width >= 1")
+        links = {name: LinkCost(seconds(c["latency_s"], f"{name} latency_s"),
+                                seconds(c["seconds_per_byte"], f"{name} seconds_per_byte"))
+                 for name, c in raw["collectives"].items() if name in COLLECTIVES}
+        if "broadcast" not in links:
+            raise ValueError("collectives needs at least broadcast")
+        world = raw["world_size"]
+        if type(world) is not int or world < 1:
+            raise ValueError(f"world_size must be an integer >= 1, got {world!r:.40}")
+        return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
+                   seconds(raw["gemm_s"], "gemm_s"),
+                   seconds(raw["elementwise_s"], "elementwise_s"), links,
+                   dict(raw.get("notes") or {}))
+
+
+@dataclass
+class EpochCost:
+    """A predicted epoch: compute and each communication phase, seconds."""
+
+    compute_s: float
+    comm_s: dict[str, float]
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + sum(self.comm_s.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch_s": self.total_s, "compute_s": self.compute_s,
+                "comm_s": dict(self.comm_s), "comm_total_s": sum(self.comm_s.values())}
+
+
+def collective_calls(
+    shape: GridShape, calls: list[SpmmCall], comm: str
+) -> dict[str, dict[str, int]]:
+    """Collective calls per phase and kind in one epoch, as the algorithms make them."""
+    out: dict[str, dict[str, int]] = {}
+    for call in calls:
+        into = out.setdefault(call.phase, {})
+        for kind, n in _spmm_calls(shape, comm).items():
+            into[kind] = into.get(kind, 0) + n
+    out["grad_allreduce"] = {"all_reduce": 1}
+    out["metrics"] = {"all_reduce": 3}
+    return out
+
+
+def _spmm_calls(shape: GridShape, comm: str) -> dict[str, int]:
+    if shape.algo in ("1d", "1.5d"):
+        stages = len(stage_blocks(shape, 0))
+        calls = {"all_to_all": 1} if comm == "sparse" else {"broadcast": stages}
+        if shape.cols > 1:
+            calls["all_reduce"] = 1
+        return calls
+    q = shape.cols
+    calls = {"broadcast": 3 * q, "all_gather": 1}  # A index + values + H piece per stage
+    if shape.layers > 1:
+        calls["all_reduce"] = 1
+    return calls
+
+
+def _phase_collective(shape: GridShape, phase: str, comm: str) -> str:
+    """The collective that carries most of a phase's bytes."""
+    if phase in ("grad_allreduce", "metrics"):
+        return "all_reduce"
+    if shape.algo in ("1d", "1.5d") and comm == "sparse":
+        return "all_to_all"
+    return "broadcast"
+
+
+def compute_seconds(
+    shape: GridShape, part: Any, operator: Any, calls: list[SpmmCall], widths: list[int],
+    profile: Profile,
+) -> float:
+    """Compute time of the busiest rank: its SpMMs (the nonzeros of the tiles it
+    multiplies, exact from the tile table), dense maps and elementwise passes."""
+    table = tile_nnz(operator, part, shape)
+    macs = sum(a * b for a, b in itertools.pairwise(widths))
+    busiest = 0.0
+    for rank in range(shape.size):
+        i, j, m = shape.coords(rank)
+        rows = part.size(i)
+        if shape.algo in ("1d", "1.5d"):
+            nnz = sum(table[(i, b, 0)] for b in stage_blocks(shape, j))
+        else:
+            nnz = sum(table[(i, k, m)] for k in range(shape.cols))
+        seconds = 0.0
+        for call in calls:
+            width = call.width if shape.algo in ("1d", "1.5d") \
+                else split_sizes(call.width, shape.cols)[j]
+            seconds += profile.spmm_time(nnz, rows, width)
+        seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
+        seconds += 6 * rows * sum(widths) * profile.elementwise_s
+        busiest = max(busiest, seconds)
+    return busiest
+
+
+def predict_epoch(
+    layout: Any, plan: dict[str, Any], cfg: Any, profile: Profile, comm: str,
+) -> EpochCost:
+    """The cost of one epoch of ``layout`` (a planner :class:`Layout`) whose exact bytes
+    ``plan`` (:func:`~sparsegnn.distributed.planner.plan_epoch`'s result) gives.
+
+    ``cfg``: the model's shape (``model``, ``hidden``, ``num_layers``)."""
+    g, shape = layout.graph, layout.shape
+    in_dim, out_dim = g.num_features or cfg.hidden, g.num_classes or cfg.hidden
+    calls = spmm_schedule(cfg, in_dim, out_dim)
+    widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
+    compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile)
+    counts = collective_calls(shape, calls, comm)
+    comm_s = {}
+    for phase, volume in plan["phases"].items():
+        link = profile.link(_phase_collective(shape, phase, comm))
+        ncalls = sum(counts.get(phase, {}).values())
+        comm_s[phase] = link.time(ncalls if shape.size > 1 else 0, volume["max_per_rank"])
+    if shape.row_blocks > 1:  # the gradient sum and three scalar metrics over the blocks
+        peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
+        params = sum(a * b + b for a, b in itertools.pairwise(widths))
+        reduce = profile.link("all_reduce")
+        comm_s["grad_allreduce"] = reduce.time(1, peers * params * vb)
+        comm_s["metrics"] = reduce.time(3, peers * (vb + 16))
+    return EpochCost(compute, comm_s)
+
+
+def predict_memory(layout: Any, cfg: Any, value_bytes: int) -> int:
+    """Predicted peak bytes of the busiest rank: what it holds (its tiles of A, stored
+    twice when A^T is kept apart; its feature rows; the model and Adam's two moments)
+    plus what training adds, measured as about two copies of its input rows (dropout's
+    output and the gathered block of H) on a 4M-vertex graph (benchmarks/memory_scaling).
+    """
+    g, shape, part = layout.graph, layout.shape, layout.part
+    operator = g.operator()
+    table = tile_nnz(operator, part, shape)
+    f = g.num_features or cfg.hidden
+    widths = [f] + [cfg.hidden] * (cfg.num_layers - 1) + [g.num_classes or cfg.hidden]
+    params = sum(a * b + b for a, b in itertools.pairwise(widths))
+    tiles = 1 if operator.symmetric else 2
+    busiest = 0
+    for rank in range(shape.size):
+        i, j, m = shape.coords(rank)
+        rows = part.size(i)
+        if shape.algo in ("1d", "1.5d"):
+            keys = [(i, b, 0) for b in stage_blocks(shape, j)]
+        else:
+            keys = [(i, j, m)]
+        nnz = sum(table[k] for k in keys)
+        topology = tiles * (len(keys) * (rows + 1) * 8 + nnz * (8 + value_bytes))
+        held = topology + rows * f * value_bytes + 3 * params * value_bytes
+        busiest = max(busiest, held + 2 * rows * f * value_bytes)
+    return busiest
