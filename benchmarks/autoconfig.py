@@ -1,0 +1,162 @@
+"""The automatic choice of a distribution, checked against measurement.
+
+For each case (an R-MAT, an SBM and a degree-corrected SBM graph; p = 4 and 8; two
+feature widths) the machine is calibrated at that world size (``sparsegnn calibrate``'s
+measurements, once per p), :func:`~sparsegnn.distributed.autoplan.auto_plan` prices every
+feasible configuration (1D, 1.5D with each c, 2D, 3D; sparse or dense comm; block or
+METIS partition), and then every one of them is trained for a few epochs in one job of
+p local ranks. Reported per configuration: predicted and measured epoch time (the
+slowest rank's median); per case: the best measured configuration, the auto choice's
+measured time relative to it, and the default's (1D, dense, block). Dropout masks are
+drawn per vertex block, as a partitioned run draws them, so a rank's work is its share.
+
+    python benchmarks/autoconfig.py --json
+    python benchmarks/autoconfig.py --quick --json     # one SBM case at p = 4
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, emit, make_parser
+from sparsegnn.data import GraphData, rmat, sbm
+from sparsegnn.distributed import barrier, close_session, init_session, spawn
+from sparsegnn.distributed.autoplan import auto_plan
+from sparsegnn.distributed.calibrate import calibrate_rank
+from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+from sparsegnn.train.distributed import DistributedConfig, train_rank
+from sparsegnn.train.fullgraph import TrainConfig
+
+Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
+DEFAULT: Config = ("1d", 1, "dense", "block")
+
+
+def make_graph(kind: str, nodes: int, width: int, seed: int = 0) -> GraphData:
+    """A trainable graph of ``kind``: SBM communities as labels; R-MAT with random labels
+    and features (its topology is what matters here)."""
+    if kind == "sbm":
+        return sbm(nodes, 8, 12, num_features=width, seed=seed, shuffle=True)
+    if kind == "dcsbm":  # degree-corrected: power-law propensities
+        return sbm(nodes, 8, 12, num_features=width, seed=seed, powerlaw=2.5, shuffle=True)
+    scale = max(1, nodes.bit_length() - 1)
+    g = rmat(scale, 8, seed=seed, num_features=width)
+    gen = torch.Generator().manual_seed(seed)
+    g.y = torch.randint(0, 8, (g.num_nodes,), generator=gen)
+    order = torch.randperm(g.num_nodes, generator=gen)
+    masks = [torch.zeros(g.num_nodes, dtype=torch.bool) for _ in range(3)]
+    for mask, ids in zip(masks, torch.tensor_split(order, [g.num_nodes * 6 // 10,
+                                                           g.num_nodes * 8 // 10]),
+                         strict=True):
+        mask[ids] = True
+    g.train_mask, g.val_mask, g.test_mask = masks
+    return g
+
+
+def _measure(graph: GraphData, cfg: TrainConfig, todo: list[Config]) -> list[Row]:
+    """Rank body: train every configuration in turn; this rank's epoch time of each."""
+    session = init_session("gloo", timeout_s=600)
+    rows = []
+    try:
+        for algo, c, comm, partitioner in todo:
+            barrier()
+            dcfg = DistributedConfig(algo=algo, replication=c, backend="gloo", comm=comm,  # type: ignore[arg-type]
+                                     partition=None if partitioner == "block" else partitioner,
+                                     dropout_masks="block")
+            got = train_rank(graph, cfg, dcfg, session)
+            assert got is not None
+            rows.append({"config": [algo, c, comm, partitioner],
+                         "epoch_time_s": got[1].epoch_time_s})
+    finally:
+        close_session()
+    return rows
+
+
+def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any) -> list[Row]:
+    graph = make_graph(kind, nodes, width)
+    cfg = TrainConfig(hidden=args.hidden, num_layers=2, dropout=0.5, epochs=args.epochs,
+                      patience=args.epochs, progress=False)
+    base = PlanConfig(p, hidden=cfg.hidden, num_layers=cfg.num_layers)
+    ranked = auto_plan(PlanGraph.of(graph, "gcn"), p, profile, base,
+                       partitioners=tuple(args.partitioners.split(",")))
+    todo = [(c.config.algo, c.config.replication, c.config.comm, c.config.partitioner)
+            for c in ranked]
+    per_rank = spawn(_measure, p, (graph, cfg, todo), wall_timeout_s=3600)
+    rows = []
+    for k, cand in enumerate(ranked):
+        measured = max(r[k]["epoch_time_s"] for r in per_rank)  # the slowest rank
+        rows.append({"what": "epoch", "case": f"{kind} n={graph.num_nodes} f={width} p={p}",
+                     "config": list(todo[k]), "auto_rank": k,
+                     "predicted_s": cand.cost.total_s, "measured_s": measured,
+                     "predicted_compute_s": cand.cost.compute_s,
+                     "predicted_comm_s": sum(cand.cost.comm_s.values()),
+                     "predicted_memory_bytes": cand.memory_bytes})
+    return rows
+
+
+def judge(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
+    """Per case: auto choice vs best and vs default; overall: the model's errors."""
+    errors = [abs(r["predicted_s"] - r["measured_s"]) / r["measured_s"] for r in rows]
+    cases: dict[str, list[Row]] = {}
+    for r in rows:
+        cases.setdefault(r["case"], []).append(r)
+    speedups, per_case = {}, {}
+    for case, mine in cases.items():
+        best = min(mine, key=lambda r: r["measured_s"])
+        auto = next(r for r in mine if r["auto_rank"] == 0)
+        default = next((r for r in mine if tuple(r["config"]) == DEFAULT), None)
+        per_case[case] = {"best": best["config"], "best_s": best["measured_s"],
+                          "auto": auto["config"], "auto_s": auto["measured_s"],
+                          "auto_over_best": auto["measured_s"] / best["measured_s"]}
+        if default is not None:
+            speedups[f"auto_vs_default {case}"] = default["measured_s"] / auto["measured_s"]
+    metrics = {
+        "median_abs_relative_error": statistics.median(errors),
+        "within_30_percent": sum(e <= 0.3 for e in errors) / len(errors),
+        "auto_within_10_percent_of_best": sum(c["auto_over_best"] <= 1.1
+                                              for c in per_case.values()) / len(per_case),
+        "auto_better_than_default": sum(v > 1 for v in speedups.values()) / max(len(speedups), 1),
+        "cases": per_case,
+    }
+    return speedups, metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(__doc__ or "", quick_help="one SBM case at p = 4, two epochs")
+    ap.add_argument("--nodes", type=int, default=16384)
+    ap.add_argument("--graphs", default="rmat,sbm,dcsbm")
+    ap.add_argument("--ranks", default="4,8")
+    ap.add_argument("--widths", default="32,128")
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--partitioners", default="block,metis")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.nodes, args.graphs, args.ranks, args.widths, args.epochs = 4096, "sbm", "4", \
+            "32", 2
+        args.partitioners = "block"
+    rows: list[Row] = []
+    for p in (int(v) for v in args.ranks.split(",")):
+        profile = spawn(calibrate_rank, p, (args.quick,), wall_timeout_s=1800)[0]
+        for kind in args.graphs.split(","):
+            for width in (int(v) for v in args.widths.split(",")):
+                case = run_case(kind, args.nodes, width, p, profile, args)
+                rows += case
+                top = min(case, key=lambda r: r["measured_s"])
+                print(f"{case[0]['case']}: auto {case[0]['config']} "
+                      f"{case[0]['measured_s'] * 1e3:.1f} ms (predicted "
+                      f"{case[0]['predicted_s'] * 1e3:.1f}), best {top['config']} "
+                      f"{top['measured_s'] * 1e3:.1f} ms", flush=True)
+    speedups, metrics = judge(rows)
+    emit(rows, speedups, metrics, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
