@@ -21,6 +21,7 @@ knows every size, so all members skip the same calls).
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -158,6 +159,9 @@ class Communicator:
             lambda: defaultdict(int)
         )
         self._phase = "setup"
+        # Seconds spent blocked on asynchronous collectives, by phase: the part of their
+        # time that computation did not hide.
+        self._waited: defaultdict[str, float] = defaultdict(float)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -171,6 +175,10 @@ class Communicator:
     def counts(self) -> ByteCounts:
         """A copy of what was counted so far, by phase."""
         return ByteCounts({p: dict(c) for p, c in self._counts.items()})
+
+    def waited_seconds(self) -> dict[str, float]:
+        """Seconds blocked in :meth:`wait`, by phase."""
+        return dict(self._waited)
 
     def _count(self, collective: str, sent: int, recv: int) -> None:
         c = self._counts[self._phase]
@@ -191,6 +199,27 @@ class Communicator:
         else:
             self._count("broadcast", 0, nbytes)
         return tensor
+
+    def broadcast_async(self, tensor: torch.Tensor, root: int, group: Group) -> Any:
+        """Start filling ``tensor`` from member ``root``; :meth:`wait` on the handle before
+        reading it. Counted now, like :meth:`broadcast`; ``None`` when nothing moves."""
+        if group.size == 1 or tensor.numel() == 0:
+            return None
+        nbytes = tensor.numel() * tensor.element_size()
+        work = dist.broadcast(tensor, src=group.ranks[root], group=group.handle, async_op=True)
+        if group.me == root:
+            self._count("broadcast", nbytes * (group.size - 1), 0)
+        else:
+            self._count("broadcast", 0, nbytes)
+        return work
+
+    def wait(self, work: Any) -> None:
+        """Block until an asynchronous collective is done, timing what was not hidden."""
+        if work is None:
+            return
+        start = time.perf_counter()
+        work.wait()
+        self._waited[self._phase] += time.perf_counter() - start
 
     def broadcast_sparse(
         self, tile: CSRMatrix | None, shape: tuple[int, int], nnz: int, root: int,
