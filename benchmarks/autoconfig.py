@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,35 @@ def judge(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
     return speedups, metrics
 
 
+def scaling_table(kind: str, nodes: int, width: int, ranks: list[int], profile: Any,
+                  args: Any, measured: list[Row]) -> list[Row]:
+    """The model at many P (block partition): per algorithm and comm, the busiest rank's
+    bytes and the predicted epoch, next to the measured epoch where this run has one.
+    Predicted times use the profile calibrated at the largest p measured here."""
+    graph = PlanGraph.of(make_graph(kind, nodes, width), "gcn")
+    base = PlanConfig(2, hidden=args.hidden, num_layers=2)
+    rows = []
+    for p in ranks:
+        if p > graph.num_nodes:
+            continue
+        seen = set()
+        for cand in auto_plan(graph, p, profile, replace(base, parts=p)):
+            c = cand.config
+            key = (c.algo, c.comm) if c.algo != "1.5d" else (c.algo, c.comm, c.replication)
+            if key in seen or (c.algo == "1.5d" and c.replication not in (2, 4)):
+                continue
+            seen.add(key)
+            case = f"{kind} n={graph.num_nodes} f={width} p={p}"
+            match = [r for r in measured if r["case"] == case
+                     and r["config"] == [c.algo, c.replication, c.comm, "block"]]
+            rows.append({"what": "scaling", "p": p, "algo": c.algo,
+                         "replication": c.replication, "comm": c.comm,
+                         "predicted_s": cand.cost.total_s,
+                         "predicted_comm_s": sum(cand.cost.comm_s.values()),
+                         "measured_s": match[0]["measured_s"] if match else None})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser(__doc__ or "", quick_help="one SBM case at p = 4, two epochs")
     ap.add_argument("--nodes", type=int, default=16384)
@@ -136,11 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--partitioners", default="block,metis")
+    ap.add_argument("--table", default="4,8,16,64,256,1024,4096",
+                    help="P values of the model's scaling table ('' for none)")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.graphs, args.ranks, args.widths, args.epochs = 4096, "sbm", "4", \
             "32", 2
-        args.partitioners = "block"
+        args.partitioners, args.table = "block", "4,16,64"
     rows: list[Row] = []
     for p in (int(v) for v in args.ranks.split(",")):
         profile = spawn(calibrate_rank, p, (args.quick,), wall_timeout_s=1800)[0]
@@ -154,6 +186,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"{case[0]['predicted_s'] * 1e3:.1f}), best {top['config']} "
                       f"{top['measured_s'] * 1e3:.1f} ms", flush=True)
     speedups, metrics = judge(rows)
+    if args.table:
+        ranks = [int(v) for v in args.table.split(",")]
+        table = scaling_table("sbm", args.nodes, max(int(w) for w in args.widths.split(",")),
+                              ranks, profile, args, rows)
+        for r in table:
+            got = f"{r['measured_s'] * 1e3:.1f}" if r["measured_s"] is not None else "-"
+            print(f"P={r['p']:>5} {r['algo']:>4} c={r['replication']} {r['comm']:>6}: "
+                  f"predicted {r['predicted_s'] * 1e3:9.2f} ms (comm "
+                  f"{r['predicted_comm_s'] * 1e3:8.2f}), measured {got}")
+        rows += table
     emit(rows, speedups, metrics, args.json)
     return 0
 
