@@ -73,7 +73,7 @@ def auto_plan(
         volumes = {**plan_epoch(lay, cfg.comm, cfg, cfg.value_bytes),
                    "value_bytes": cfg.value_bytes}
         cost = predict_epoch(lay, volumes, cfg, profile, cfg.comm)
-        memory = predict_memory(lay, cfg, cfg.value_bytes)
+        memory = predict_memory(lay, cfg, cfg.value_bytes, profile.rank_overhead_bytes)
         fits = max_rank_memory_gib is None or memory <= max_rank_memory_gib * 2**30
         found.append(Candidate(cfg, cost, memory, fits))
     return sorted(found, key=lambda c: (not c.fits, c.cost.total_s))

@@ -18,6 +18,7 @@ which a single-process measurement would miss). Rank 0's numbers become the
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable
 
@@ -141,7 +142,9 @@ def calibrate_rank(quick: bool = False, backend: str | None = None,
         sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
         links = measure_collectives(Communicator(), group, sizes, repeats) \
             if session.world_size > 1 else {"broadcast": LinkCost(0.0, 0.0)}
+        rusage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
         return Profile(session.backend, session.world_size, per_nnz, per_row, gemm, elem,
-                       links, {"graph_vertices": n, "collective_sizes": sizes})
+                       links, {"graph_vertices": n, "collective_sizes": sizes},
+                       max(0, rusage - session.start_rss_bytes))
     finally:
         close_session()

@@ -67,6 +67,9 @@ class Profile:
     elementwise_s: float
     collectives: dict[str, LinkCost]
     notes: dict[str, Any] = field(default_factory=dict)
+    # What a rank's resident set grows by beyond its data: communication buffers, kernel
+    # workspaces, allocator slack (the calibration job's own growth).
+    rank_overhead_bytes: int = 0
 
     def spmm_time(self, nnz: float, rows: float, width: int) -> float:
         return nnz * width * self._per_nnz(width) + rows * width * self.spmm_row_s
@@ -135,7 +138,8 @@ class Profile:
         return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
                    seconds(raw["gemm_s"], "gemm_s"),
                    seconds(raw["elementwise_s"], "elementwise_s"), links,
-                   dict(raw.get("notes") or {}))
+                   dict(raw.get("notes") or {}),
+                   int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")))
 
 
 @dataclass
@@ -263,12 +267,12 @@ def predict_epoch(
     return EpochCost(compute, comm_s)
 
 
-def predict_memory(layout: Any, cfg: Any, value_bytes: int) -> int:
-    """Predicted peak bytes of the busiest rank: what it holds (its tiles of A, stored
-    twice when A^T is kept apart; its feature rows; the model and Adam's two moments)
-    plus what training adds, measured as about two copies of its input rows (dropout's
-    output and the gathered block of H) on a 4M-vertex graph (benchmarks/memory_scaling).
-    """
+def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0) -> int:
+    """Predicted peak bytes of the busiest rank beyond its imports: what it holds (its
+    tiles of A, stored twice when A^T is kept apart; its feature rows; the model and
+    Adam's two moments), what training adds, measured as about two copies of its input
+    rows (dropout's output and the gathered block of H) on a 4M-vertex graph
+    (benchmarks/memory_scaling), and ``overhead`` (the profile's per-rank growth)."""
     g, shape, part = layout.graph, layout.shape, layout.part
     operator = g.operator()
     nnz = rank_nonzeros(shape, part, operator)
@@ -284,4 +288,4 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int) -> int:
         topology = tiles * (count * (rows + 1) * 8 + int(nnz[rank]) * (8 + value_bytes))
         held = topology + rows * f * value_bytes + 3 * params * value_bytes
         busiest = max(busiest, held + 2 * rows * f * value_bytes)
-    return busiest
+    return busiest + overhead

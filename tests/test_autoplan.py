@@ -1,0 +1,100 @@
+"""The cost model, machine profiles, ``plan --auto`` and ``calibrate``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sparsegnn.cli.main import main
+from sparsegnn.data import sbm
+from sparsegnn.distributed.autoplan import auto_plan, configurations
+from sparsegnn.distributed.cost import LinkCost, Profile
+from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+from sparsegnn.errors import DataFormatError
+
+
+def profile(per_byte: float = 1e-9, latency: float = 1e-5, overhead: int = 0) -> Profile:
+    links = {k: LinkCost(latency, per_byte)
+             for k in ("broadcast", "all_reduce", "all_gather", "all_to_all")}
+    return Profile("gloo", 4, {8: 2e-9, 128: 1e-9}, 1e-9, 1e-10, 1e-9, links,
+                   rank_overhead_bytes=overhead)
+
+
+@pytest.fixture(scope="module")
+def graph() -> PlanGraph:
+    return PlanGraph.of(sbm(600, 4, 8, num_features=16, seed=0), "gcn")
+
+
+def test_profile_round_trips_and_refuses_bad_files(tmp_path: Path) -> None:
+    p = profile(overhead=123)
+    p.save(tmp_path / "p.json")
+    assert Profile.load(tmp_path / "p.json") == p
+    raw = json.loads((tmp_path / "p.json").read_text())
+    for key, bad in (("spmm_nnz_s", {"8": -1}), ("collectives", {}), ("world_size", 0),
+                     ("gemm_s", "fast"), ("format", 99)):
+        (tmp_path / "bad.json").write_text(json.dumps({**raw, key: bad}))
+        with pytest.raises(DataFormatError, match=r"bad\.json"):
+            Profile.load(tmp_path / "bad.json")
+
+
+def test_slower_links_cost_more_and_compute_does_not_change(graph: PlanGraph) -> None:
+    base = PlanConfig(4)
+    fast = {c.to_dict()["algo"] + c.config.comm: c for c in auto_plan(graph, 4, profile(), base)}
+    slow = {c.to_dict()["algo"] + c.config.comm: c
+            for c in auto_plan(graph, 4, profile(per_byte=1e-7), base)}
+    for key, cand in fast.items():
+        assert slow[key].cost.compute_s == pytest.approx(cand.cost.compute_s)
+        assert slow[key].cost.total_s > cand.cost.total_s
+    # With communication dominant the fewest bytes win: sparsity-aware 1D beats dense 1D.
+    assert slow["1dsparse"].cost.total_s < slow["1ddense"].cost.total_s
+
+
+def test_configurations_cover_every_grid_the_ranks_admit() -> None:
+    found = {(c.algo, c.replication, c.comm) for c in configurations(8, ("block",),
+                                                                     PlanConfig(8))}
+    assert {("1d", 1, "sparse"), ("1d", 1, "dense"), ("1.5d", 2, "dense"),
+            ("3d", 1, "dense")} <= found
+    assert not any(a == "2d" for a, _, _ in found)  # 8 is not a square
+
+
+def test_memory_limit_excludes_and_ranks_fitting_first(graph: PlanGraph) -> None:
+    ranked = auto_plan(graph, 4, profile(), PlanConfig(4))
+    sizes = sorted({c.memory_bytes for c in ranked})
+    limit = (sizes[0] + sizes[-1]) / 2 / 2**30
+    limited = auto_plan(graph, 4, profile(), PlanConfig(4), max_rank_memory_gib=limit)
+    fits = [c.fits for c in limited]
+    assert any(fits) and not all(fits) and fits == sorted(fits, reverse=True)
+    assert all(c.memory_bytes <= limit * 2**30 for c in limited if c.fits)
+    with_overhead = auto_plan(graph, 4, profile(overhead=2**20), PlanConfig(4))
+    assert min(c.memory_bytes for c in with_overhead) == sizes[0] + 2**20
+
+
+def test_cli_plan_auto_chooses_and_refuses(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    profile().save(tmp_path / "p.json")
+    argv = ["plan", "--auto", "--graph", "sbm:nodes=300,blocks=3,degree=6", "--parts", "4",
+            "--profile", str(tmp_path / "p.json"), "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["choice"] == out["candidates"][0] and out["choice"]["fits"]
+    times = [c["epoch_s"] for c in out["candidates"]]
+    assert times == sorted(times)
+    assert main([*argv, "--max-rank-memory", "1e-9"]) == 2
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["choice"] is None
+
+
+@pytest.mark.distributed
+def test_cli_calibrate_writes_a_loadable_profile(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "prof.json"
+    assert main(["calibrate", "--nprocs", "2", "--quick", "--out", str(out), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    loaded = Profile.load(out)
+    assert loaded.world_size == 2 and printed["world_size"] == 2
+    assert set(loaded.collectives) == {"broadcast", "all_reduce", "all_gather", "all_to_all"}
+    assert min(loaded.spmm_nnz_s.values()) >= 0 and max(loaded.spmm_nnz_s.values()) > 0
+    assert loaded.gemm_s > 0 and loaded.rank_overhead_bytes > 0
+    assert replace(loaded, notes={}).to_dict()["format"] == 1
