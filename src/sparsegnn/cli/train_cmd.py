@@ -2,14 +2,16 @@
 
 This module owns the flags and the printed summaries; the work is done by
 :mod:`sparsegnn.train`. A run is distributed when ``--nprocs`` > 1, when ``--algo`` is
-given, when torchrun launched it (``WORLD_SIZE`` set) or when ``--dataset`` is a
-partitioned folder; it uses sampled minibatches with ``--mode minibatch``.
+given, when torchrun launched it (``WORLD_SIZE`` set), when ``--dataset`` is a
+partitioned folder or when ``--checkpoint`` is a distributed run's checkpoint folder; it
+uses sampled minibatches with ``--mode minibatch``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +23,7 @@ from sparsegnn.cli.common import (
     float_range,
     int_list,
     int_range,
+    output_dir,
     output_file,
     resolve_device,
 )
@@ -61,11 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="keep raw features (default: scale each row to sum 1, as for Planetoid)",
     )
     p.add_argument(
-        "--checkpoint", type=output_file, default=None,
-        help="checkpoint file (written atomically)",
+        "--checkpoint", type=_checkpoint_path, default=None,
+        help="checkpoint file (written atomically); on ranks (full-graph) a folder with one "
+        "sub-folder of rank shards and a manifest per saved epoch",
     )
     p.add_argument("--checkpoint-every", type=int_range(1), default=10)
-    p.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint if it exists (a checkpoint folder: from "
+                   "its newest complete checkpoint, on any --nprocs/--algo)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_device_flag(p)
     add_json_flag(p)
@@ -113,8 +119,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _checkpoint_path(text: str) -> Path:
+    """A checkpoint file, or a folder for a distributed run: which of the two a run may use
+    is known only once all flags are parsed (:func:`_check_checkpoint_kind`)."""
+    return output_dir(text) if Path(text).is_dir() else output_file(text)
+
+
 def run(args: argparse.Namespace) -> int:
     resolve_device(args.device)  # a bogus --device is refused before any data is read
+    _check_checkpoint_kind(args)
     if args.mode == "minibatch":
         return _minibatch(args)
     if _is_distributed(args):
@@ -123,11 +136,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _is_distributed(args: argparse.Namespace) -> bool:
-    """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, or a sharded graph."""
+    """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, a sharded graph,
+    or a distributed run's checkpoint folder (resumed on one rank with ``--nprocs 1``)."""
     from sparsegnn.distributed.shard import is_shard_dir
 
     return (args.nprocs > 1 or args.algo is not None
-            or int(os.environ.get("WORLD_SIZE", "1")) > 1 or is_shard_dir(args.dataset))
+            or int(os.environ.get("WORLD_SIZE", "1")) > 1 or is_shard_dir(args.dataset)
+            or _checkpoint_folder(args))
+
+
+def _checkpoint_folder(args: argparse.Namespace) -> bool:
+    """Whether ``--checkpoint`` names a folder of a distributed run's checkpoints."""
+    if args.checkpoint is None or not args.checkpoint.is_dir():
+        return False
+    from sparsegnn.train.dist_checkpoint import is_checkpoint_folder
+
+    return is_checkpoint_folder(args.checkpoint)
+
+
+def _check_checkpoint_kind(args: argparse.Namespace) -> None:
+    """A folder as ``--checkpoint`` only for full-graph training on ranks, which keeps one
+    sub-folder per saved epoch; every other mode writes one file (per rank)."""
+    path = args.checkpoint
+    if path is None or not path.is_dir():
+        return
+    if args.mode == "minibatch" or not _is_distributed(args):
+        from sparsegnn.errors import InvalidValueError
+
+        raise InvalidValueError(
+            f"--checkpoint {path} is a directory; name a file inside it (a folder holds "
+            "the checkpoints of full-graph training on ranks: --nprocs, --algo)")
 
 
 def _world(args: argparse.Namespace) -> int:
@@ -316,11 +354,19 @@ def _distributed(args: argparse.Namespace) -> int:
             check_graph_rank_memory(_graph(args), job.cfg, args.max_rank_memory, nprocs,
                                     mode="fullgraph", algo=job.dcfg.algo,
                                     replication=job.dcfg.replication)
+    if job.cfg.checkpoint is not None:
+        from sparsegnn.train.dist_checkpoint import check_folder
+
+        check_folder(job.cfg.checkpoint)
     run = run_distributed(job)
     if run is None:  # not rank 0 of a torchrun job: rank 0 reports
         return 0
+    for warning in run.reports[0].checkpoint_warnings:
+        print(f"sparsegnn train: warning: {warning}", file=sys.stderr)
     out = run.to_dict(job)
     text = fullgraph_summary(run.graph, job.cfg.model, run.result)
     mib = out["comm"]["total_bytes_per_epoch"] / 2**20
     text += f"\n{run.shape.describe()}: {mib:.2f} MiB sent per epoch (all ranks)"
+    if run.reports[0].resumed is not None:
+        text += f"\n{run.reports[0].resumed.describe()}"
     return emit(args, out, text)

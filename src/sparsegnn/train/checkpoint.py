@@ -24,6 +24,7 @@ import hashlib
 import os
 import random
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,25 +176,41 @@ class Checkpoint:
 
     def require(self, expected: Fingerprint) -> dict[str, Any]:
         """The state, if every field of ``expected`` matches; else one line naming them."""
-        wrong = [f"{key} {self.fingerprint.get(key, 'unset')} in the file, {value} in this run"
-                 for key, value in expected.items() if self.fingerprint.get(key) != value]
-        if wrong:
-            raise InvalidValueError(
-                f"checkpoint {self.path} does not match this run: {'; '.join(wrong)} "
-                "(resume with the settings it was written with, or start without --resume)"
-            )
+        require_fingerprint(self.path, self.fingerprint, expected)
         return self.state
+
+
+def require_fingerprint(path: Path, found: Mapping[str, Any], expected: Fingerprint) -> None:
+    """Refuse, in one line naming each differing field and both values, a checkpoint (a
+    file, or a distributed checkpoint's manifest) whose fingerprint differs from this run's.
+
+    Only the fields of ``expected`` are compared: a field this run does not ask about (the
+    world size, when resuming onto another grid is allowed) never refuses a checkpoint.
+    """
+    wrong = [f"{key} {found.get(key, 'unset')} in the file, {value} in this run"
+             for key, value in expected.items() if found.get(key) != value]
+    if wrong:
+        raise InvalidValueError(
+            f"checkpoint {path} does not match this run: {'; '.join(wrong)} "
+            "(resume with the settings it was written with, or start without --resume)"
+        )
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`, refusing anything else.
 
     Only tensors and plain data are unpickled (``weights_only=True``); a file that needs
-    any other object is refused without running it.
+    any other object is refused without running it. A file that is not the zip archive
+    ``torch.save`` writes (truncated, or garbage) is refused before torch reads it at all:
+    torch would take it for a legacy pickle and blame an "unsupported operand", which
+    reads like a crafted file rather than a broken one.
     """
     path = Path(path)
     if not path.is_file():
         raise DataFormatError(f"checkpoint {path} does not exist")
+    if not zipfile.is_zipfile(path):
+        raise DataFormatError(f"checkpoint {path}: corrupt or truncated (not the zip archive "
+                              "torch.save writes); nothing was loaded")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several unrelated types for corrupt files

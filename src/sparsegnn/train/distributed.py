@@ -8,15 +8,17 @@ masks (each rank draws the whole graph's mask and keeps its rows) or, for graphs
 from a partitioned directory, draws per vertex block from ``seed + 1_000_003 * block``
 (the replicas of a block share that stream, so they stay identical).
 
-Checkpoints are per rank (``<stem>.<algo>-<grid>.rank<r><suffix>``) and resume on the
-same grid only; a checkpoint of another grid is refused with a clear error.
+``--checkpoint`` names a folder: every saved epoch is a sub-folder of one shard per rank
+and a manifest written last (:mod:`sparsegnn.train.dist_checkpoint`); a run resumes from
+the newest complete one on the same or on another grid, and refuses one of another graph,
+model or dtype.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,17 +51,20 @@ from sparsegnn.distributed.comm_model import spmm_schedule
 from sparsegnn.distributed.partitioned import check_manifest, load_shard
 from sparsegnn.distributed.shard import Shard, is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.names import Algorithm
-from sparsegnn.train.checkpoint import content_hash, rank_checkpoint
+from sparsegnn.names import PARTITIONERS, Algorithm
+from sparsegnn.train.checkpoint import graph_hash
+from sparsegnn.train.dist_checkpoint import DistributedStore, Resumed, file_sha256
 from sparsegnn.train.fullgraph import (
     EpochStats,
+    Task,
     TrainConfig,
     TrainResult,
+    _finish,
     build_model,
     fingerprint,
-    fit,
-    graph_fingerprint,
+    train_epoch,
 )
+from sparsegnn.train.loop import CheckpointStore, LoopConfig, run_epochs
 from sparsegnn.train.memory import RankMemory, measure_rank_memory
 
 _SEED_STRIDE = 1_000_003
@@ -94,6 +99,8 @@ class RankReport:
     constant_across_epochs: bool
     predicted: dict[str, dict[str, int]]
     memory: RankMemory | None = None
+    resumed: Resumed | None = None  # where --resume continued from (rank 0 reports it)
+    checkpoint_warnings: list[str] = field(default_factory=list)  # incomplete ones skipped
 
     def matches_model(self) -> bool:
         """Measured == predicted, phase by phase (the model predicts totals per phase)."""
@@ -169,11 +176,13 @@ def train_rank(
     rank_cfg = replace(
         cfg, seed=cfg.seed if global_masks else cfg.seed + _SEED_STRIDE * grid.coords[0],
         progress=cfg.progress and grid.rank == 0,
-        checkpoint=_rank_checkpoint(cfg, shape, grid.rank),
     )
     meter = _EpochMeter(comm)
-    stamp = _rank_fingerprint(source, shard, rank_cfg, shape, grid.rank)
-    result = fit(model, task, rank_cfg, is_main=True, on_epoch=meter.on_epoch, stamp=stamp)
+    store = None if cfg.checkpoint is None else DistributedStore(
+        Path(cfg.checkpoint), grid, _identity(source, shard, cfg),
+        _layout(shape, dcfg, source, global_masks, cfg.seed), cfg.seed,
+        None if global_masks else grid.coords[0])
+    result = _fit(model, task, rank_cfg, store, meter.on_epoch)
     calls = spmm_schedule(cfg, shard.num_features, shard.num_classes)
     predicted = predict(
         shape, shard.part, grid.rank, [] if sparse else calls,
@@ -184,24 +193,56 @@ def train_rank(
         predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))
     tiles = [*shard.blocks.forward.values(), *shard.blocks.backward.values()]
     memory = measure_rank_memory(tiles, [shard.x], model, session.start_rss_bytes)
-    report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted, memory)
+    report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted, memory,
+                        store.resumed if store else None, store.skipped if store else [])
     return model, result, report
 
 
-def _rank_fingerprint(source: Any, shard: Shard, cfg: TrainConfig, shape: GridShape,
-                      rank: int) -> dict[str, str | int]:
-    """What this rank's checkpoint must match: the whole graph's hash when it is in memory,
-    else the hash of this rank's own tiles and features (all a rank reads of a partitioned
-    directory); plus the grid, so a checkpoint of another grid or rank is refused."""
-    if cfg.checkpoint is None:
-        return fingerprint(cfg)
-    grid = f"{shape.algo} {shape.rows}x{shape.cols}x{shape.layers}"
-    if not isinstance(source, str | Path):
-        return {**graph_fingerprint(source, cfg, shape.size, grid), "rank": rank}
-    tiles = [[t.crow, t.col] for t in shard.blocks.forward.values()]
-    local = content_hash([shard.part.num_nodes, list(shard.x.shape), tiles])[:16]
-    return fingerprint(cfg, graph=local, classes=shard.num_classes, world_size=shape.size,
-                       algo=grid, rank=rank)
+def _fit(model: nn.Module, task: Task, cfg: TrainConfig, store: CheckpointStore | None,
+         on_epoch: Callable[[EpochStats], None]) -> TrainResult:
+    """:func:`~sparsegnn.train.fullgraph.fit` with a distributed checkpoint store in place
+    of its checkpoint file (``fit`` takes no store)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
+                      checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
+                      progress=cfg.progress, seed=cfg.seed)
+    state = run_epochs(model, optimizer, lambda epoch: train_epoch(model, task, optimizer, epoch),
+                       loop, EpochStats, score=lambda s: s.val_accuracy, on_epoch=on_epoch,
+                       store=store)
+    return _finish(model, task, state)
+
+
+def _identity(source: Any, shard: Shard, cfg: TrainConfig) -> dict[str, str | int]:
+    """What a checkpoint must match to be resumed, whatever the grid: model, sizes, dtype
+    and the graph (its hash when in memory; a partitioned folder's own fingerprint, which
+    covers its grid too, since a rank reads only its share of it)."""
+    if isinstance(source, str | Path):
+        graph = str(read_manifest(source)["fingerprint"])[:16]
+    else:
+        graph = graph_hash(source.num_nodes, source.edge_index, tuple(source.x.shape))
+    return fingerprint(cfg, graph=graph, classes=shard.num_classes)
+
+
+def _layout(shape: GridShape, dcfg: DistributedConfig, source: Any, global_masks: bool,
+            seed: int) -> dict[str, Any]:
+    """How this run is distributed, as a checkpoint manifest records it: a checkpoint of
+    the same layout resumes each rank from its own shard, bit-identically."""
+    return {"world_size": shape.size, "algo": shape.algo,
+            "grid": [shape.rows, shape.cols, shape.layers],
+            "replication": shape.cols if shape.algo == "1.5d" else 1,
+            "partition": _partition_label(dcfg.partition, source, seed),
+            "dropout_masks": "global" if global_masks else "block"}
+
+
+def _partition_label(partition: Path | str | None, source: Any, seed: int) -> str:
+    """The vertex blocks' origin: even, a seeded partitioner, a file's content, a folder."""
+    if isinstance(source, str | Path):
+        return "partitioned folder"
+    if partition is None:
+        return "even"
+    if str(partition) in PARTITIONERS and not Path(partition).is_file():
+        return f"{partition} seed {seed}"
+    return f"file sha256 {file_sha256(Path(partition))[:16]}"
 
 
 def _planned_spmm_bytes(
@@ -245,23 +286,6 @@ class _EpochMeter:
         if self.last and delta != self.last:
             self.constant = False
         self.last, self.previous = delta, now
-
-
-def _rank_checkpoint(cfg: TrainConfig, shape: GridShape, rank: int) -> Path | None:
-    """This rank's checkpoint file; refuse to resume from another grid's checkpoints."""
-    if cfg.checkpoint is None:
-        return None
-    base = Path(cfg.checkpoint)
-    tag = f"{shape.algo}-{shape.rows}x{shape.cols}x{shape.layers}"
-    mine = rank_checkpoint(base, rank, shape.size, tag)
-    if cfg.resume and not mine.exists():
-        others = sorted(base.parent.glob(f"{base.stem}.*.rank{rank}{base.suffix}"))
-        if others:
-            raise GridError(
-                f"checkpoint {others[0].name} was written on another grid; resume on that "
-                f"grid (this run is {shape.describe()}) or start without --resume"
-            )
-    return mine
 
 
 def comm_summary(reports: list[RankReport]) -> dict[str, Any]:
@@ -342,6 +366,8 @@ class DistributedRun:
             "grid": [self.shape.rows, self.shape.cols, self.shape.layers],
             "world_size": self.shape.size, "backend": self.backend, "device": self.device,
             **self.result.to_dict(), "comm": comm_summary(self.reports),
+            "resumed_from": (None if self.reports[0].resumed is None
+                             else asdict(self.reports[0].resumed)),
             "memory_per_rank": [
                 {"rank": r.rank, **r.memory.to_dict()} for r in self.reports
                 if r.memory is not None

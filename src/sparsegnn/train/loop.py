@@ -10,7 +10,8 @@ epoch does. :func:`run_epochs` owns everything around that epoch, once:
 * early stopping on a validation score, and the best-scoring weights kept for the caller;
 * atomic checkpoints (model, optimiser, loop state, every RNG stream, and any extra state
   a mode registers) every ``checkpoint_every`` epochs and at the end, each stamped with a
-  fingerprint of what must match to resume;
+  fingerprint of what must match to resume; where they live is a :class:`CheckpointStore`
+  (one file by default, a folder of rank shards for distributed full-graph runs);
 * resume: the loop continues from the checkpoint exactly as if it had not stopped (same
   weights, moments, RNG streams, early-stopping state), with this run's learning rate and
   weight decay.
@@ -65,12 +66,57 @@ class Resumable(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class CheckpointStore(Protocol):
+    """Where a run's checkpoints are kept and how the one to resume from is chosen.
+
+    The loop decides *when* to save and *what* (the payload of :func:`_save`); a store
+    decides where, how atomically and which saved state a resume continues from, so one
+    file per process and a folder of per-rank shards with a manifest share the loop.
+    """
+
+    def prepare(self) -> None:
+        """Check the place before any training; clear what a killed save left behind."""
+
+    def load(self) -> dict[str, Any] | None:
+        """The verified payload to resume from, or ``None`` when there is none yet."""
+
+    def save(self, epoch: int, payload: dict[str, Any]) -> None:
+        """Keep ``payload``, the state after ``epoch`` epochs."""
+
+    def describe(self) -> str:
+        """How messages name the store (``checkpoint run.pt``)."""
+
+
+@dataclass(frozen=True)
+class FileStore:
+    """One checkpoint file, rewritten atomically; only the main rank writes it."""
+
+    path: Path
+    stamp: Fingerprint
+    is_main: bool = True
+
+    def prepare(self) -> None:
+        if self.is_main:
+            prepare_checkpoint(self.path)
+
+    def load(self) -> dict[str, Any] | None:
+        return load_checkpoint(self.path, self.stamp) if self.path.exists() else None
+
+    def save(self, epoch: int, payload: dict[str, Any]) -> None:
+        if self.is_main:
+            save_checkpoint(self.path, payload, self.stamp)
+
+    def describe(self) -> str:
+        return f"checkpoint {self.path}"
+
+
 @dataclass(frozen=True)
 class LoopConfig:
     """How the loop runs; what an epoch does is the mode's business.
 
     ``patience=None`` trains every epoch (no validation score); ``seed=None`` leaves the
     RNG streams as the caller set them (a mode that seeds before building its model).
+    ``checkpoint`` is a file (a :class:`FileStore`) unless :func:`run_epochs` gets a store.
     """
 
     epochs: int
@@ -117,26 +163,33 @@ def run_epochs(
     stamp: Fingerprint | None = None,
     on_epoch: Callable[[S], None] | None = None,
     extra: Resumable | None = None,
+    store: CheckpointStore | None = None,
 ) -> LoopState[S]:
     """Run ``epoch_fn(epoch)`` for the remaining epochs of ``cfg``; returns the final state.
 
     ``score`` (higher is better) drives early stopping and the best weights, which the
     caller finds in ``state.best_weights`` (the model itself keeps the last weights).
-    ``stamp`` is the fingerprint a checkpoint must match to be resumed, field for field.
+    ``stamp`` is the fingerprint a checkpoint file must match to be resumed, field for
+    field; ``store`` replaces the file of ``cfg.checkpoint`` (and brings its own checks).
     """
+    if store is None and cfg.checkpoint is not None:
+        store = FileStore(Path(cfg.checkpoint), stamp or {}, cfg.is_main)
     state: LoopState[S] = LoopState()
-    if cfg.checkpoint is not None and cfg.is_main:
-        prepare_checkpoint(cfg.checkpoint)
-    if cfg.resume and cfg.checkpoint is not None and Path(cfg.checkpoint).exists():
-        state = _restore(Path(cfg.checkpoint), model, optimizer, stamp or {}, record, extra)
-        log.debug("resumed from %s at epoch %d", cfg.checkpoint, state.epoch)
+    if store is not None:
+        store.prepare()
+    payload = store.load() if store is not None and cfg.resume else None
+    saved: int | None = None  # the epoch whose state the store holds, if any
+    if store is not None and payload is not None:
+        state = _restore(payload, store.describe(), model, optimizer, record, extra)
+        saved = state.epoch
+        log.debug("resumed from %s at epoch %d", store.describe(), state.epoch)
     elif cfg.seed is not None:
         seed_everything(cfg.seed)
     bar = tqdm(total=cfg.epochs, initial=state.epoch, desc=cfg.desc, unit="epoch",
                disable=not (cfg.progress and cfg.is_main), leave=False)
     while state.epoch < cfg.epochs and not state.stopped_early:
         stats = epoch_fn(state.epoch)
-        _check_loss(state.epoch, stats.loss, cfg.checkpoint)
+        _check_loss(state.epoch, stats.loss, store)
         state.history.append(stats)
         state.epoch += 1
         if score is not None:
@@ -145,12 +198,12 @@ def run_epochs(
         bar.set_postfix(_postfix(stats, score))
         if on_epoch is not None:
             on_epoch(stats)
-        if (cfg.checkpoint is not None and cfg.is_main
-                and state.epoch % cfg.checkpoint_every == 0):
-            _save(cfg.checkpoint, model, optimizer, state, stamp, extra)
+        if store is not None and state.epoch % cfg.checkpoint_every == 0:
+            _save(store, model, optimizer, state, extra)
+            saved = state.epoch
     bar.close()
-    if cfg.checkpoint is not None and cfg.is_main:
-        _save(cfg.checkpoint, model, optimizer, state, stamp, extra)
+    if store is not None and saved != state.epoch:  # the end, unless just saved
+        _save(store, model, optimizer, state, extra)
     return state
 
 
@@ -171,34 +224,34 @@ def _postfix(stats: EpochRecord, score: Callable[[Any], float] | None) -> dict[s
     return shown
 
 
-def _check_loss(epoch: int, loss: float, checkpoint: Path | None) -> None:
+def _check_loss(epoch: int, loss: float, store: CheckpointStore | None) -> None:
     """Stop at the first NaN or infinite loss: every later epoch would train on it."""
     if not math.isfinite(loss):
-        kept = f"; checkpoint {checkpoint} keeps the last good state" if checkpoint else ""
+        kept = f"; {store.describe()} keeps the last good state" if store else ""
         raise NonFiniteError(
             f"epoch {epoch}: the training loss is {loss}; training stopped{kept} "
             "(try a lower --lr)"
         )
 
 
-def _save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-          state: LoopState[Any], stamp: Fingerprint | None, extra: Resumable | None) -> None:
+def _save(store: CheckpointStore, model: nn.Module, optimizer: torch.optim.Optimizer,
+          state: LoopState[Any], extra: Resumable | None) -> None:
     payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                "loop": state.plain(), "rng": rng_state()}
     if extra is not None:
         payload["extra"] = extra.state_dict()
-    save_checkpoint(path, payload, stamp)
+    store.save(state.epoch, payload)
 
 
-def _restore(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-             stamp: Fingerprint, record: type[S], extra: Resumable | None) -> LoopState[S]:
+def _restore(ckpt: dict[str, Any], where: str, model: nn.Module,
+             optimizer: torch.optim.Optimizer, record: type[S],
+             extra: Resumable | None) -> LoopState[S]:
     """Load a checkpoint into ``model``, ``optimizer`` (and ``extra``); the state to go on from.
 
     The optimiser keeps its saved moments but takes this run's learning rate and weight
     decay: ``load_state_dict`` would otherwise bring back the saved ones and silently
     ignore ``--lr`` on resume, which the fingerprint allows to change.
     """
-    ckpt = load_checkpoint(path, stamp)
     hyper = [{k: g[k] for k in ("lr", "weight_decay") if k in g} for g in optimizer.param_groups]
     try:
         model.load_state_dict(ckpt["model"])
@@ -209,8 +262,7 @@ def _restore(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
         set_rng_state(ckpt["rng"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:  # a well-formed file of
         # matching fingerprint whose content is not this mode's training state (hand-made)
-        raise DataFormatError(f"checkpoint {path} holds no usable training state ({err})"
-                              ) from err
+        raise DataFormatError(f"{where} holds no usable training state ({err})") from err
     for group, values in zip(optimizer.param_groups, hyper, strict=True):
         group.update(values)
     return state
