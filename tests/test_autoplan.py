@@ -98,3 +98,35 @@ def test_cli_calibrate_writes_a_loadable_profile(tmp_path: Path,
     assert min(loaded.spmm_nnz_s.values()) >= 0 and max(loaded.spmm_nnz_s.values()) > 0
     assert loaded.gemm_s > 0 and loaded.rank_overhead_bytes > 0
     assert replace(loaded, notes={}).to_dict()["format"] == 1
+
+
+@pytest.mark.distributed
+def test_cli_train_algo_auto_reports_predicted_and_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile().save(tmp_path / "p.json")
+    argv = ["train", "--dataset", "sbm:nodes=300,blocks=3,degree=6", "--nprocs", "4",
+            "--epochs", "2", "--no-progress", "--json"]
+    assert main([*argv, "--algo", "auto", "--profile", str(tmp_path / "p.json")]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    auto = out["auto"]
+    assert out["algo"] == auto["algo"] and auto["fits"] and auto["candidates"] > 3
+    assert auto["measured_epoch_s"] == out["epoch_time_s"] > 0 and auto["epoch_s"] > 0
+
+
+@pytest.mark.distributed
+def test_cli_overlap_changes_nothing_but_reports_waits(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "--dataset", "sbm:nodes=300,blocks=3,degree=6", "--nprocs", "4",
+            "--algo", "1.5d", "--replication", "2", "--epochs", "3", "--dropout", "0",
+            "--dtype", "float64", "--no-progress", "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main([*argv, "--overlap"]) == 0
+    overlapped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert overlapped["losses"] == plain["losses"]
+    assert overlapped["comm"]["per_rank"] == plain["comm"]["per_rank"]
+    assert overlapped["overlap"] and all(
+        "forward_spmm" in waits for waits in overlapped["comm_wait_s_per_epoch"])
+    assert plain["comm_wait_s_per_epoch"] == [{}] * 4

@@ -78,7 +78,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist = p.add_argument_group("distributed full-graph training")
     dist.add_argument("--nprocs", type=int_range(1), default=1,
                       help="spawn this many local ranks")
-    dist.add_argument("--algo", choices=ALGORITHMS, default=None)
+    dist.add_argument("--algo", choices=(*ALGORITHMS, "auto"), default=None,
+                      help="auto: the configuration `plan --auto` predicts fastest "
+                           "(algorithm, replication, comm and partition)")
+    dist.add_argument("--profile", default=None,
+                      help="--algo auto: machine profile from `sparsegnn calibrate --out` "
+                           "(default: calibrate now, quickly)")
+    dist.add_argument("--overlap", action="store_true",
+                      help="1d/1.5d dense: overlap each block's broadcast with the SpMM "
+                           "of the previous one")
     dist.add_argument(
         "--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
         metavar="GIB",
@@ -335,10 +343,12 @@ def _distributed(args: argparse.Namespace) -> int:
     partitioned folder as ``--dataset`` supplies its own grid when none is given."""
     from sparsegnn.train.distributed import DistributedConfig, DistributedJob, run_distributed
 
+    auto = _choose(args) if args.algo == "auto" else None
     partition = args.partition if args.partition in (None, *PARTITIONERS) else Path(
         args.partition)
     dcfg = DistributedConfig(replication=args.replication, backend=args.backend,
-                             timeout_s=args.timeout, partition=partition, comm=args.comm)
+                             timeout_s=args.timeout, partition=partition, comm=args.comm,
+                             overlap=args.overlap)
     job = DistributedJob.for_dataset(
         args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
@@ -369,4 +379,43 @@ def _distributed(args: argparse.Namespace) -> int:
     text += f"\n{run.shape.describe()}: {mib:.2f} MiB sent per epoch (all ranks)"
     if run.reports[0].resumed is not None:
         text += f"\n{run.reports[0].resumed.describe()}"
+    if auto is not None:
+        auto["measured_epoch_s"] = out["epoch_time_s"]
+        out["auto"] = auto
+        text += (f"\nauto: {auto['algo']} c={auto['replication']} {auto['comm']} comm, "
+                 f"{auto['partitioner']} partition; epoch predicted "
+                 f"{auto['epoch_s'] * 1e3:.1f} ms, measured {out['epoch_time_s'] * 1e3:.1f} ms")
     return emit(args, out, text)
+
+
+def _choose(args: argparse.Namespace) -> dict[str, Any]:
+    """``--algo auto``: rank the configurations for this graph and world size, and set the
+    options of the predicted-fastest one that fits ``--max-rank-memory``."""
+    from sparsegnn.cli.plan_cmd import load_profile
+    from sparsegnn.distributed.autoplan import auto_plan
+    from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+    from sparsegnn.distributed.shard import is_shard_dir
+    from sparsegnn.errors import InvalidValueError
+
+    if is_shard_dir(args.dataset):
+        raise InvalidValueError("--algo auto chooses the partition too: give the graph, "
+                                "not a partitioned folder")
+    world = _world(args)
+    cfg = config_from_args(args)
+    base = PlanConfig(world, model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
+                      dtype=cfg.dtype, seed=cfg.seed)
+    partitioners = ("block",) if args.partition is None else (args.partition,)
+    if args.profile is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "
+                                "choose the same; write one with `sparsegnn calibrate`)")
+    ranked = auto_plan(PlanGraph.of(_graph(args), cfg.model), world,
+                       load_profile(args.profile, world), base,
+                       partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory)
+    if not ranked or not ranked[0].fits:
+        raise InvalidValueError("--algo auto: no configuration is predicted to fit "
+                                f"--max-rank-memory {args.max_rank_memory} GiB on {world} ranks")
+    choice = ranked[0]
+    args.algo, args.replication = choice.config.algo, choice.config.replication
+    args.comm = choice.config.comm
+    args.partition = None if choice.config.partitioner == "block" else choice.config.partitioner
+    return {**choice.to_dict(), "candidates": len(ranked)}

@@ -17,7 +17,7 @@ model or dtype.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -56,15 +56,12 @@ from sparsegnn.train.checkpoint import graph_hash
 from sparsegnn.train.dist_checkpoint import DistributedStore, Resumed, file_sha256
 from sparsegnn.train.fullgraph import (
     EpochStats,
-    Task,
     TrainConfig,
     TrainResult,
-    _finish,
     build_model,
     fingerprint,
-    train_epoch,
+    fit,
 )
-from sparsegnn.train.loop import CheckpointStore, LoopConfig, run_epochs
 from sparsegnn.train.memory import RankMemory, measure_rank_memory
 
 _SEED_STRIDE = 1_000_003
@@ -86,6 +83,8 @@ class DistributedConfig:
     # "block": each vertex block draws its own; "auto": global when the rank holds the
     # whole graph anyway (in memory), block when it reads a partitioned directory.
     dropout_masks: Literal["auto", "global", "block"] = "auto"
+    # 1D/1.5D dense: start the next block's broadcast before multiplying the current one.
+    overlap: bool = False
 
 
 @dataclass
@@ -101,6 +100,8 @@ class RankReport:
     memory: RankMemory | None = None
     resumed: Resumed | None = None  # where --resume continued from (rank 0 reports it)
     checkpoint_warnings: list[str] = field(default_factory=list)  # incomplete ones skipped
+    # Seconds per epoch blocked on asynchronous collectives (overlap), by phase.
+    waited_s: dict[str, float] = field(default_factory=dict)
 
     def matches_model(self) -> bool:
         """Measured == predicted, phase by phase (the model predicts totals per phase)."""
@@ -164,7 +165,7 @@ def train_rank(
         op = SparseRowOperator(grid, rows_comm, shard.part, shard.blocks)
     else:
         comm = Communicator()
-        op = build_operator(grid, comm, shard.part, shard.blocks)
+        op = build_operator(grid, comm, shard.part, shard.blocks, dcfg.overlap)
     task = DistributedTask(shard.x, op, shard.y, shard.masks, comm, grid.col)
     model = build_model(cfg, shard.num_features, shard.num_classes)
     model = model.to(session.device, cfg.torch_dtype)
@@ -182,7 +183,7 @@ def train_rank(
         Path(cfg.checkpoint), grid, _identity(source, shard, cfg),
         _layout(shape, dcfg, source, global_masks, cfg.seed), cfg.seed,
         None if global_masks else grid.coords[0])
-    result = _fit(model, task, rank_cfg, store, meter.on_epoch)
+    result = fit(model, task, rank_cfg, on_epoch=meter.on_epoch, store=store)
     calls = spmm_schedule(cfg, shard.num_features, shard.num_classes)
     predicted = predict(
         shape, shard.part, grid.rank, [] if sparse else calls,
@@ -193,23 +194,12 @@ def train_rank(
         predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))
     tiles = [*shard.blocks.forward.values(), *shard.blocks.backward.values()]
     memory = measure_rank_memory(tiles, [shard.x], model, session.start_rss_bytes)
+    epochs = max(1, len(result.history))
+    waited = {k: v / epochs for k, v in comm.waited_seconds().items()}
     report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted, memory,
-                        store.resumed if store else None, store.skipped if store else [])
+                        store.resumed if store else None, store.skipped if store else [],
+                        waited)
     return model, result, report
-
-
-def _fit(model: nn.Module, task: Task, cfg: TrainConfig, store: CheckpointStore | None,
-         on_epoch: Callable[[EpochStats], None]) -> TrainResult:
-    """:func:`~sparsegnn.train.fullgraph.fit` with a distributed checkpoint store in place
-    of its checkpoint file (``fit`` takes no store)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
-                      checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
-                      progress=cfg.progress, seed=cfg.seed)
-    state = run_epochs(model, optimizer, lambda epoch: train_epoch(model, task, optimizer, epoch),
-                       loop, EpochStats, score=lambda s: s.val_accuracy, on_epoch=on_epoch,
-                       store=store)
-    return _finish(model, task, state)
 
 
 def _identity(source: Any, shard: Shard, cfg: TrainConfig) -> dict[str, str | int]:
@@ -372,6 +362,8 @@ class DistributedRun:
                 {"rank": r.rank, **r.memory.to_dict()} for r in self.reports
                 if r.memory is not None
             ],
+            "overlap": job.dcfg.overlap,
+            "comm_wait_s_per_epoch": [r.waited_s for r in self.reports],
             "config": config,
         }
 

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import GCN, GraphSAGE, Operator, graph_operator
 from sparsegnn.train.checkpoint import Fingerprint, graph_hash
-from sparsegnn.train.loop import LoopConfig, LoopState, run_epochs
+from sparsegnn.train.loop import CheckpointStore, LoopConfig, LoopState, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
 Split = Literal["train", "val", "test"]
@@ -145,21 +145,25 @@ def fit(
     is_main: bool = True,
     on_epoch: Callable[[EpochStats], None] | None = None,
     stamp: Fingerprint | None = None,
+    store: CheckpointStore | None = None,
 ) -> TrainResult:
     """Train ``model`` on ``task``; only the main rank writes checkpoints and progress.
 
     ``stamp`` is the checkpoint fingerprint (default: :func:`fingerprint` of ``cfg``
-    alone); a checkpoint resumes only if its own matches it field for field. A
-    non-finite loss stops the run before anything is saved, so the last checkpoint
+    alone); a checkpoint resumes only if its own matches it field for field. ``store``
+    replaces the checkpoint file of ``cfg`` (distributed runs keep one shard per rank).
+    A non-finite loss stops the run before anything is saved, so the last checkpoint
     stays the last good state.
     """
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience, checkpoint=cfg.checkpoint,
+    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
+                      checkpoint=None if store is not None else cfg.checkpoint,
                       checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
                       progress=cfg.progress, is_main=is_main, seed=cfg.seed)
     state = run_epochs(model, optimizer, lambda epoch: train_epoch(model, task, optimizer, epoch),
                        loop, EpochStats, score=lambda s: s.val_accuracy,
-                       stamp=fingerprint(cfg) if stamp is None else stamp, on_epoch=on_epoch)
+                       stamp=fingerprint(cfg) if stamp is None else stamp, on_epoch=on_epoch,
+                       store=store)
     return _finish(model, task, state)
 
 
