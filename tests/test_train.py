@@ -71,3 +71,13 @@ def test_gcn_on_cora_reaches_published_accuracy():
     graph.x = row_normalize(graph.x)
     _, result = train_single(graph, TrainConfig(progress=False, seed=0))
     assert result.test_accuracy >= 0.79
+
+
+def test_progress_bar_stays_off_a_log_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """Progress is for terminals: with stderr captured (a log file, CI) no bar is drawn."""
+    from sparsegnn.cli.main import main
+
+    assert main(["train", "--dataset", "sbm:nodes=120,blocks=2,degree=6", "--epochs",
+                 "3"]) == 0
+    err = capsys.readouterr().err
+    assert "epoch" not in err and "|" not in err

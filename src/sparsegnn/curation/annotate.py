@@ -161,7 +161,7 @@ def _annotate_share(annotator: Annotator, store_dir: Path, share: Share, batch_r
     rank, world = rank_and_world()
     store = store_dir / DOCUMENTS_FILE
     bar = tqdm(total=2 * (share.stop - share.start), desc="annotate", unit="doc",
-               disable=not progress or rank != 0)
+               disable=None if progress and rank == 0 else True)
     with bar:
         h0 = _full_h0(encode_corpus(annotator, store, batch_rows, bar, share.row_groups),
                       share, share.total, world, comm)

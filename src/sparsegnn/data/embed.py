@@ -111,7 +111,7 @@ class SentenceEmbedder:
         """Mean-pooled, L2-normalised embeddings of ``texts``, one row each."""
         out = [np.zeros((0, self.dim), np.float32)]
         for lo in tqdm(range(0, len(texts), self.batch_size), desc="embed", unit="batch",
-                       disable=not self.progress):
+                       disable=None if self.progress else True):
             batch = self.tokenizer(texts[lo:lo + self.batch_size], padding=True,
                                    truncation=True, max_length=self.max_length,
                                    return_tensors="pt")

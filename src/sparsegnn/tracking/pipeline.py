@@ -221,7 +221,7 @@ def evaluate_events(reco: Reconstruction, events: Sequence[Event],
     results, seconds = [], 0.0
     given = [None] * len(events) if graphs is None else list(graphs)
     for ev, graph in tqdm(list(zip(events, given, strict=True)), desc="reconstruct",
-                          unit="event", disable=not progress):
+                          unit="event", disable=None if progress else True):
         start = clock()
         out = reco.run(ev, graph)
         seconds += clock() - start

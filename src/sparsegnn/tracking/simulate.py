@@ -111,11 +111,12 @@ def run_acts(out_dir: str | Path, events: int, seed: int,
     sim.addFatras(seq, tracking, field, rnd=rnd, outputDirCsv=str(raw))
     sim.addDigitization(seq, tracking, field, digiConfigFile=str(digi), rnd=rnd,
                         outputDirCsv=str(raw))
-    with tqdm(total=events, desc="fatras", unit="event", disable=not progress) as bar:
+    with tqdm(total=events, desc="fatras", unit="event", disable=None if progress else True) as bar:
         seq.addAlgorithm(_progress(acts, bar))
         seq.run()
     return [convert_event(raw, f"event{i:09d}", out_dir)
-            for i in tqdm(range(events), desc="to TrackML", disable=not progress)]
+            for i in tqdm(range(events), desc="to TrackML",
+                            disable=None if progress else True)]
 
 
 def _progress(acts: Any, bar: tqdm) -> Any:

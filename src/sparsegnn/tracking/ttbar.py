@@ -97,7 +97,8 @@ def write_hepmc(path: Path, process: list[str], events: int, seed: int, progress
     if not pythia.init():
         raise RuntimeError(f"Pythia8 failed to initialise for {process}")
     with pyhepmc.open(path, "w") as fh:
-        for number in tqdm(range(events), desc=f"pythia {path.stem}", disable=not progress):
+        for number in tqdm(range(events), desc=f"pythia {path.stem}",
+                           disable=None if progress else True):
             while not pythia.next():  # a failed event is retried, as Pythia advises
                 pass
             event = pyhepmc.GenEvent()

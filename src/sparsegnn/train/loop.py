@@ -186,7 +186,7 @@ def run_epochs(
     elif cfg.seed is not None:
         seed_everything(cfg.seed)
     bar = tqdm(total=cfg.epochs, initial=state.epoch, desc=cfg.desc, unit="epoch",
-               disable=not (cfg.progress and cfg.is_main), leave=False)
+               disable=None if cfg.progress and cfg.is_main else True, leave=False)
     while state.epoch < cfg.epochs and not state.stopped_early:
         stats = epoch_fn(state.epoch)
         _check_loss(state.epoch, stats.loss, store)
