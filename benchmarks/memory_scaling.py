@@ -97,7 +97,7 @@ def memory_row(kind: str, p: int, c: int, out: dict[str, Any]) -> Row:
 
 def fullgraph_rows(g: GraphData, work: Path, ranks: list[int], args: Any) -> list[Row]:
     rows: list[Row] = []
-    for algo in args.algos.split(","):
+    for algo in [a for a in args.algos.split(",") if a and a != "none"]:
         for p in ranks:
             c = 2 if algo == "1.5d" else 1
             if p == 1 and algo != "1d":
@@ -210,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--bulk", type=int, default=4)
     ap.add_argument("--replicated-p", type=int, default=4,
-                    help="p of the replicated-topology minibatch run shown beside")
+                    help="p of the replicated-topology minibatch run shown beside (0: none)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per training run")
     ap.add_argument("--workdir", default=None, help="where the partitions go (default: temp)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--algos", default=",".join(FULLGRAPH), help="full-graph algorithms")
+    ap.add_argument("--algos", default=",".join(FULLGRAPH),
+                    help="full-graph algorithms ('none': minibatch only)")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.features, args.ranks = 32768, 32, "1,4"
