@@ -63,7 +63,8 @@ def make_graph(nodes: int, degree: int, features: int, train: int, evaluated: in
 
 def train(argv: list[str], timeout_s: float) -> dict[str, Any]:
     """``sparsegnn train ARGV --json`` in a fresh process; its JSON (or the error)."""
-    cmd = [sys.executable, "-m", "sparsegnn", "train", *argv, "--no-progress", "--json"]
+    cmd = [sys.executable, "-m", "sparsegnn", "train", *argv, "--no-progress", "--json",
+           "--timeout", "900"]  # collectives wait while a peer works through gigabytes
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     lines = proc.stdout.strip().splitlines()

@@ -212,7 +212,13 @@ class PartitionedEvaluator:
         remote = cols[(cols < lo) | (cols >= hi)]
         order = torch.cat([torch.arange(lo + a, lo + max(a, b), device=op.device), cols[own],
                            remote])
-        return _Chunk(a, max(a, b), rows.select_cols(order).to(device), cols[own] - lo, remote)
+        # Renumber columns to positions in ``order`` by search, not through an n-long map:
+        # a block has hundreds of chunks at millions of vertices.
+        keys, where = torch.sort(order)
+        local = where[torch.searchsorted(keys, rows.col)]
+        chunk = CSRMatrix.from_coo(rows.row_indices(), local, rows.val,
+                                   (max(a, b) - a, order.numel()))
+        return _Chunk(a, max(a, b), chunk.to(device), cols[own] - lo, remote)
 
     def _remote_rows(self, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         lo = self.owners.lo
