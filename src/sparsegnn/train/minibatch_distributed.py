@@ -192,7 +192,10 @@ class PartitionedEvaluator:
         lo, hi = self.owners.lo, self.owners.hi
         op = operator_for("sage", topo.block)
         per_row = features.row_bytes * (1 + -(-op.nnz // max(hi - lo, 1)))
-        size = max(1, int(chunk_mb * 2**20) // per_row)
+        # Every rank must run as many chunks: all take the smallest chunk any rank wants.
+        with comm.phase("evaluation"):
+            wanted = comm.gather_ints([max(1, int(chunk_mb * 2**20) // per_row)], group)
+        size = min(w[0] for w in wanted)
         count = -(-self.owners.largest_block // size)
         self.chunks = [self._chunk(op, a, min(a + size, hi - lo), device)
                        for a in range(0, count * size, size)]
