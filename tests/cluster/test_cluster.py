@@ -1,0 +1,496 @@
+"""Distributed training across "hosts" made of network namespaces (:mod:`.netns`).
+
+Each host is a namespace with one veth link to a private bridge. torchrun runs on every
+host and rendezvouses over that link with c10d; gloo is pinned to the host's interface
+(``GLOO_SOCKET_IFNAME``), so traffic between hosts crosses a real (virtual) wire while the
+ranks of one host talk over loopback. The cases show that
+
+* a job spread over two hosts learns exactly what the same world size learns on one host
+  (1D, 2D, partitioned minibatch), each host holding only its own ranks' files;
+* the bytes on the wire cover the payload we account, with little overhead;
+* a host cut off mid-run ends every rank on both hosts with an error, and host 0's
+  torchrun non-zero, within ``--timeout`` plus a margin (today an expected failure, with
+  the cause: the ranks wait far longer).
+
+Rank placement: with the c10d rendezvous torchrun ignores ``--node-rank`` (it warns so)
+and numbers the nodes in the order of their addresses. Every host therefore passes
+``--local-addr`` (its own address, which is also the store address the workers of other
+hosts dial), and host i gets global ranks ``i * nproc .. i * nproc + nproc - 1``
+(10.231.k.1 < 10.231.k.2 as strings, which holds below ten hosts). A host folder holds only
+those ranks' files, so a misplaced rank would fail to read its shard.
+
+Every case tears its cluster down even when it fails; a launch that hangs fails after
+``_RUN_S`` instead of blocking the suite. Needs root (skipped otherwise, with the reason);
+run ``.venv/bin/python -m pytest -q tests/cluster`` (about two minutes on one core). The
+measured numbers (loss gaps, wire bytes, fault detection times) are printed even when the
+tests pass.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sparsegnn.cli.main import main
+
+from .netns import Cluster, Counters, available, sweep_stale
+
+_AVAILABLE, _WHY = available()
+pytestmark = [pytest.mark.distributed, pytest.mark.skipif(not _AVAILABLE, reason=_WHY)]
+
+_PORT = 29500  # a fresh namespace listens on nothing, so any port is free there
+_RUN_S = 240.0  # longest a launch may take on a loaded one-core machine
+_GRACE_S = 30.0  # how long the other hosts may go on once one host's launch failed
+_EXIT_ABORT = "terminate called without an active exception"
+_SMALL = "sbm:nodes=400,blocks=4,degree=6"
+_EXACT = ("--dtype", "float64", "--dropout", "0", "--json", "--no-progress")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_leftovers() -> None:
+    """Remove clusters a crashed earlier run left, so names and memory do not pile up."""
+    sweep_stale()
+
+
+@pytest.fixture(scope="module")
+def small_graph(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("graph") / "g.npz"
+    assert main(["data", "generate", _SMALL, "--out", str(out)]) == 0
+    return out
+
+
+# ---------------------------------------------------------------------- helpers
+def _host_folders(folder: Path, hosts: int, per_host: int) -> list[Path]:
+    """One folder per host with the manifest and only that host's ranks' files.
+
+    Full-graph folders hold ``rank<r>.npz``. Row-block folders (minibatch) hold
+    ``block<r>.npz`` plus ``vertices.npz``, the labels every rank reads; because
+    ``train --mode minibatch`` checks the stamp of every block before training (also
+    under torchrun), another host's block is a stub with only its stamp (fingerprint,
+    block number), which a rank would fail to train on.
+    """
+    minibatch = (folder / "vertices.npz").is_file()
+    out = []
+    for host in range(hosts):
+        mine = folder.with_name(f"{folder.name}-host{host}")
+        mine.mkdir()
+        shared = ["manifest.json", "vertices.npz"] if minibatch else ["manifest.json"]
+        for name in shared:
+            shutil.copy(folder / name, mine / name)
+        for rank in range(hosts * per_host):
+            name = f"block{rank}.npz" if minibatch else f"rank{rank}.npz"
+            if rank // per_host == host:
+                shutil.copy(folder / name, mine / name)
+            elif minibatch:
+                with np.load(folder / name) as arrays:
+                    np.savez(mine / name, fingerprint=arrays["fingerprint"],
+                             block=arrays["block"])
+        out.append(mine)
+    return out
+
+
+def _torchrun(c: Cluster, host: int, nproc: int, port: int, args: Sequence[str],
+              logs: Path) -> subprocess.Popen[bytes]:
+    """``torchrun ... -m sparsegnn ARGS`` on ``host``, output in ``logs/host<i>.out|err``.
+
+    Host 0 is told it hosts the rendezvous store: torchrun recognises only the machine's
+    hostname addresses as its own, not the namespace's."""
+    h = c.hosts[host]
+    argv = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(c.hosts)),
+        "--nproc-per-node", str(nproc), "--node-rank", str(host), "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"{c.hosts[0].address}:{port}", "--rdzv-id", f"sg{c.token}-{port}",
+        "--rdzv-conf", f"is_host={int(host == 0)}", "--local-addr", h.address,
+        "-m", "sparsegnn", *args,
+    ]
+    # PYTHONFAULTHANDLER: a rank killed by a signal (a C++ abort) still logs its stack.
+    env = {"GLOO_SOCKET_IFNAME": h.ifname, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    with (logs / f"host{host}.out").open("wb") as out, \
+            (logs / f"host{host}.err").open("wb") as err:
+        return c.popen(host, argv, env, stdout=out, stderr=err)
+
+
+def _logs(logs: Path) -> str:
+    """The tail of every host's stderr, for a failure message."""
+    return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
+                     for f in sorted(logs.glob("host*.err")))
+
+
+def _wait_all(procs: Sequence[subprocess.Popen[bytes]]) -> list[int | None]:
+    """Exit codes of every host's launch (None: still running), waiting at most ``_RUN_S``;
+    once one host has failed the others get ``_GRACE_S`` only (a peer of a failed host
+    may wait on it for minutes), so that a failure is reported promptly."""
+    deadline = time.monotonic() + _RUN_S
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p in procs]
+        if None not in codes:
+            break
+        if any(code not in (None, 0) for code in codes):
+            deadline = min(deadline, time.monotonic() + _GRACE_S)
+        time.sleep(0.2)
+    return [p.poll() for p in procs]
+
+
+def _last_json(text: str) -> dict[str, Any]:
+    """The JSON object ``--json`` prints as the last line of stdout."""
+    lines = text.strip().splitlines()
+    assert lines, "no output"
+    return json.loads(lines[-1])
+
+
+def _across(c: Cluster, nproc: int, datasets: Sequence[Path], args: Sequence[str],
+            logs: Path, capsys: pytest.CaptureFixture[str],
+            port: int = _PORT) -> tuple[dict[str, Any], list[Counters]]:
+    """``sparsegnn ARGS`` on every host (host i reading ``datasets[i]``): rank 0's JSON
+    and the bytes each host's interface carried meanwhile.
+
+    Launched again once, on the next port, when a rank aborted at exit with
+    ``_EXIT_ABORT`` after rank 0 had printed its result: an abort in the teardown of a
+    finished torchrun rank (a few percent of launches here), which says nothing about
+    training and would otherwise make the suite flaky. The retry is reported; any other
+    failure fails."""
+    for attempt in range(2):
+        tried = logs / f"try{attempt}"
+        tried.mkdir(parents=True)
+        before = [c.counters(i) for i in range(len(datasets))]
+        procs = [_torchrun(c, i, nproc, port + attempt, [*args, "--dataset", str(d)], tried)
+                 for i, d in enumerate(datasets)]
+        codes = _wait_all(procs)
+        moved = [c.counters(i) - b for i, b in enumerate(before)]
+        printed = (tried / "host0.out").read_text()
+        if codes == [0] * len(procs):
+            return _last_json(printed), moved
+        aborted = any(_EXIT_ABORT in f.read_text(errors="replace")
+                      for f in tried.glob("host*.err"))
+        if attempt or not printed.strip() or not aborted:
+            break
+        _report(capsys, f"launch again: a rank aborted at exit (exit codes {codes}), logs in "
+                        f"{tried}")
+        for i in range(len(datasets)):
+            c.kill(i)
+    pytest.fail(f"exit codes {codes} (None: still running)\n{_logs(tried)}")
+
+
+def _one_host(args: Sequence[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``sparsegnn ARGS`` in the root namespace (local ranks over loopback); its JSON.
+
+    Run in this process: the launcher's fork server, once started, serves every later
+    case with torch already imported, which is most of a launch on a small machine."""
+    capsys.readouterr()
+    assert main(list(args)) == 0
+    return _last_json(capsys.readouterr().out)
+
+
+def _report(capsys: pytest.CaptureFixture[str], text: str) -> None:
+    """Show measured numbers in the test output even when the test passes."""
+    with capsys.disabled():
+        print(f"\n{text}")
+
+
+# ---------------------------------------------------------------------- the harness
+def _listed() -> str:
+    """Every link and namespace name of this machine (the root namespace's view)."""
+    return "".join(subprocess.run(["ip", *args], capture_output=True, text=True,
+                                  check=True).stdout
+                   for args in (["-o", "link", "show"], ["netns", "list"]))
+
+
+def test_cluster_links_hosts_counts_bytes_and_always_tears_down() -> None:
+    """Two shaped hosts reach each other over the bridge, the counters see the bytes, and
+    everything (a running process included) is gone after a body that raises."""
+    nbytes = 100_000
+    with pytest.raises(RuntimeError, match="body failed"), Cluster(2, rate="100mbit") as c:
+        bridge_side = subprocess.run(["tc", "qdisc", "show", "dev", c.hosts[0].peer],
+                                     capture_output=True, text=True, check=True).stdout
+        assert all("tbf" in q and "100Mbit" in q for q in (c.qdisc(0), c.qdisc(1), bridge_side))
+        server = c.popen(1, [sys.executable, "-c", (
+            "import socket\n"
+            f"s = socket.create_server(('{c.hosts[1].address}', {_PORT}))\n"
+            "conn, _ = s.accept(); n = 0\n"
+            "while data := conn.recv(1 << 16): n += len(data)\n"
+            "print(n)\n")], stdout=subprocess.PIPE)
+        c.popen(0, ["sleep", "1000"])  # still running when the body raises
+        before = c.counters(0)
+        client = c.popen(0, [sys.executable, "-c", (
+            "import socket, time\n"
+            "for _ in range(100):\n"
+            "    try:\n"
+            f"        s = socket.create_connection(('{c.hosts[1].address}', {_PORT}))\n"
+            "        break\n"
+            "    except ConnectionRefusedError:\n"
+            "        time.sleep(0.1)\n"
+            f"s.sendall(b'x' * {nbytes}); s.close()\n")])
+        assert client.wait(timeout=60) == 0
+        out, _ = server.communicate(timeout=60)
+        assert int(out) == nbytes
+        sent = c.counters(0) - before
+        assert sent.tx_bytes >= nbytes > sent.rx_bytes
+        raise RuntimeError("body failed")
+    assert c.token not in _listed()
+
+
+def test_sweep_removes_what_a_killed_run_left_and_spares_live_clusters() -> None:
+    """A test process SIGKILLed inside a cluster leaves its namespaces, links and marker;
+    the sweep removes them, and leaves alone a cluster whose owner still runs."""
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from netns import Cluster\n"
+        "with Cluster(2) as c:\n"
+        "    print(c.token, flush=True)\n"
+        "    time.sleep(600)\n")], cwd=Path(__file__).parent, stdout=subprocess.PIPE,
+        text=True)
+    assert child.stdout is not None
+    token = child.stdout.readline().strip()
+    child.kill()
+    child.communicate()
+    assert token in _listed()
+    with Cluster(1) as live:
+        assert sweep_stale() == [token]
+        assert live.token in _listed() and token not in _listed()
+
+
+# ---------------------------------------------------------------------- same result
+_PARTITION = {
+    "1d": ("--algo", "1d", "--nprocs", "4"),
+    "2d": ("--algo", "2d", "--nprocs", "4"),
+    "minibatch": ("--mode", "minibatch", "--nprocs", "4"),
+}
+_TRAIN = {
+    "1d": ("train", "--algo", "1d", "--epochs", "3", *_EXACT),
+    "2d": ("train", "--algo", "2d", "--epochs", "3", *_EXACT),
+    "minibatch": ("train", "--mode", "minibatch", "--fanouts", "3,3", "--layers", "2",
+                  "--batch-size", "64", "--epochs", "2", *_EXACT),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_PARTITION))
+def test_two_hosts_learn_what_one_host_learns(
+    case: str, small_graph: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2 hosts x 2 ranks under torchrun (c10d) == 4 local ranks on one host, in float64;
+    each host reads only its own ranks' files."""
+    folder = tmp_path / "parts"
+    assert main(["data", "partition", str(small_graph), str(folder), *_PARTITION[case]]) == 0
+    hosts = _host_folders(folder, hosts=2, per_host=2)
+    with Cluster(2, rate="1gbit") as c:
+        spread, wire = _across(c, 2, hosts, _TRAIN[case], tmp_path / "logs", capsys)
+    local = _one_host([*_TRAIN[case], "--dataset", str(folder), "--nprocs", "4"], capsys)
+    assert spread["world_size"] == local["world_size"] == 4
+    gap = max(abs(a - b) for a, b in zip(spread["losses"], local["losses"], strict=True))
+    assert len(spread["losses"]) == len(local["losses"]) > 1 and gap <= 1e-6
+    assert spread["test_accuracy"] == pytest.approx(local["test_accuracy"], abs=1e-9)
+    assert all(w.tx_bytes > 0 and w.rx_bytes > 0 for w in wire)  # gloo used the veths
+    _report(capsys, f"{case}: 2 hosts x 2 ranks vs 4 local ranks, largest loss gap {gap:.3g}; "
+                    f"wire bytes host0 {wire[0]}, host1 {wire[1]}")
+
+
+# ---------------------------------------------------------------------- wire bytes
+_PAYLOAD_GRAPH = "sbm:nodes=4000,blocks=4,degree=6,features=64"
+_WIRE_EPOCHS = (1, 8)
+_OVERHEAD = 1.25  # wire bytes per accounted byte allowed beyond the start-up allowance
+
+
+@dataclass(frozen=True)
+class _WireRun:
+    """Per host, for one run: the bytes its interface carried (tx + rx, from before the
+    launch until it ended) and the bytes its rank accounted; and rank 0's accounted bytes
+    of one epoch by phase.
+
+    Accounted = (sent + recv of one epoch) x epochs + the final test forward. The JSON
+    reports one epoch; after the last epoch ``fit`` evaluates the best weights on the test
+    split, one more forward whose SpMMs are those of an epoch's evaluation forward, i.e.
+    half of the epoch's ``forward_spmm`` (training and evaluation forward move the same
+    bytes); its one scalar reduction (16 bytes) is left to the allowance.
+    """
+
+    wire: list[int]
+    accounted: list[int]
+    phases: dict[str, int]
+
+
+def _wire_run(c: Cluster, hosts: Sequence[Path], epochs: int, logs: Path, port: int,
+              capsys: pytest.CaptureFixture[str]) -> _WireRun:
+    """One full-graph 1D run with one rank per host, so that every accounted byte crosses
+    the wire (ranks sharing a host would talk over loopback, which no veth counts)."""
+    args = ["train", "--algo", "1d", "--hidden", "64", "--epochs", str(epochs), *_EXACT]
+    out, moved = _across(c, 1, hosts, args, logs, capsys, port)
+    ranks = sorted(out["comm"]["per_rank"], key=lambda r: r["rank"])
+    assert all(r["constant_across_epochs"] for r in ranks) and out["epochs_run"] == epochs
+    return _WireRun(
+        [m.tx_bytes + m.rx_bytes for m in moved],
+        [epochs * (r["sent"] + r["recv"]) + _test_forward(r["phases"]) for r in ranks],
+        {p: v["sent"] + v["recv"] for p, v in ranks[0]["phases"].items()},
+    )
+
+
+def _test_forward(phases: dict[str, dict[str, int]]) -> int:
+    """Bytes of the final test forward: one evaluation forward, half an epoch's forward
+    SpMM bytes (sent + recv)."""
+    forward = phases["forward_spmm"]
+    return (forward["sent"] + forward["recv"]) // 2
+
+
+def test_wire_bytes_cover_the_accounted_payload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per host, wire >= accounted (the wire carries at least our payload) and, on a graph
+    whose SpMM payload dominates, wire <= 1.25 x accounted + the start-up allowance.
+
+    The allowance is what a one-epoch run carries beyond its accounted bytes: the
+    rendezvous and the store, process-group and group creation, the set-up phase (not in
+    the JSON), the gather of the reports, TCP connection set-up. The marginal ratio
+    (extra wire bytes per extra accounted byte between the two runs) is the overhead of
+    the epochs themselves: headers and ACKs.
+    """
+    graph, folder = tmp_path / "big.npz", tmp_path / "big"
+    assert main(["data", "generate", _PAYLOAD_GRAPH, "--out", str(graph)]) == 0
+    assert main(["data", "partition", str(graph), str(folder), "--algo", "1d",
+                 "--nprocs", "2"]) == 0
+    hosts = _host_folders(folder, hosts=2, per_host=1)
+    with Cluster(2) as c:
+        short, long = (_wire_run(c, hosts, e, tmp_path / f"logs{e}", _PORT + 2 * e, capsys)
+                       for e in _WIRE_EPOCHS)
+    spmm = sum(v for p, v in long.phases.items() if p.endswith("_spmm"))
+    lines = [f"accounted bytes of one epoch, rank 0, by phase: {long.phases} "
+             f"(SpMM {spmm / sum(long.phases.values()):.1%})"]
+    for h in range(2):
+        allowance = short.wire[h] - short.accounted[h]
+        extra = long.accounted[h] - short.accounted[h]
+        lines.append(
+            f"host {h}: {_WIRE_EPOCHS[0]} epoch wire {short.wire[h]} accounted "
+            f"{short.accounted[h]} (ratio {short.wire[h] / short.accounted[h]:.3f}, "
+            f"allowance {allowance}); {_WIRE_EPOCHS[1]} epochs wire {long.wire[h]} "
+            f"accounted {long.accounted[h]} (ratio {long.wire[h] / long.accounted[h]:.3f}); "
+            f"per extra epoch byte {(long.wire[h] - short.wire[h]) / extra:.4f}")
+        assert short.wire[h] >= short.accounted[h] and long.wire[h] >= long.accounted[h]
+        assert long.wire[h] <= _OVERHEAD * long.accounted[h] + allowance, lines[-1]
+    _report(capsys, "\n".join(lines))
+
+
+# ---------------------------------------------------------------------- a host cut off
+_FAULT_TIMEOUT_S = 10
+_FAULT_MARGIN_S = 20.0  # exit, unwinding and the agent's reaction on a loaded machine
+_UNDER_WAY_BYTES = 2_000_000  # host 1's traffic once epochs run (start-up moves ~60 kB)
+_JOIN_TIMEOUT = "DistStoreError: wait timeout"  # a rank's join outlasted --timeout
+_KNOWN_HANG = (
+    "ranks still running after --timeout + margin: the grid's process groups are made by "
+    "dist.new_group(ranks) without a timeout (distributed/comm.py _group_handle, "
+    "distributed/sampled.py), so their collectives wait gloo's default 30 minutes, not "
+    "--timeout"
+)
+
+
+@dataclass
+class _Host:
+    """What became of one host's processes after the cut (seconds since the cut)."""
+
+    agent: subprocess.Popen[bytes]
+    ranks_gone_s: float | None = None
+    agent_exit_s: float | None = None
+
+
+def _launch_until_traffic(c: Cluster, args: Sequence[str], folders: Sequence[Path],
+                          logs: Path, port: int) -> tuple[list[_Host], list[int | None]]:
+    """One rank per host, until host 1 has moved ``_UNDER_WAY_BYTES`` (its ranks are past
+    start-up and training) or a launch ended; the hosts and, if one ended, the exit codes
+    (else empty)."""
+    logs.mkdir(parents=True)
+    hosts = [_Host(_torchrun(c, i, 1, port, [*args, "--dataset", str(d)], logs))
+             for i, d in enumerate(folders)]
+    deadline = time.monotonic() + _RUN_S
+    while (w := c.counters(1)).tx_bytes + w.rx_bytes < _UNDER_WAY_BYTES:
+        codes = [h.agent.poll() for h in hosts]
+        if codes != [None] * len(hosts):
+            return hosts, codes
+        assert time.monotonic() < deadline, f"no training traffic\n{_logs(logs)}"
+        time.sleep(0.2)
+    return hosts, []
+
+
+def _start_training(c: Cluster, args: Sequence[str], folders: Sequence[Path], logs: Path,
+                    capsys: pytest.CaptureFixture[str]) -> tuple[list[_Host], Path]:
+    """Training under way on every host; the hosts and their log folder.
+
+    Launched again once when a rank gave up joining the process group: ``--timeout`` also
+    bounds that join, and on a loaded machine one host's rank may start more than 10 s
+    after the other's (``_JOIN_TIMEOUT``). The retry is reported; any other early end
+    fails."""
+    tried = logs / "try0"
+    hosts, ended = _launch_until_traffic(c, args, folders, tried, _PORT)
+    if ended and any(_JOIN_TIMEOUT in f.read_text(errors="replace")
+                     for f in tried.glob("host*.err")):
+        _report(capsys, f"launch again: a rank timed out joining (exit codes {ended}), "
+                        f"logs in {tried}")
+        for i in range(len(folders)):
+            c.kill(i)
+        tried = logs / "try1"
+        hosts, ended = _launch_until_traffic(c, args, folders, tried, _PORT + 1)
+    assert not ended, f"ended before the cut: {ended}\n{_logs(tried)}"
+    return hosts, tried
+
+
+def _watch(c: Cluster, hosts: list[_Host], cut: float, deadline: float) -> None:
+    """Until ``deadline``: note when each host's ranks (every process there but its
+    torchrun agent) are gone and when its agent exits. Stops early once every rank is
+    gone and host 0's agent, which holds the store, has exited."""
+    while time.monotonic() < deadline:
+        now = time.monotonic() - cut
+        for i, h in enumerate(hosts):
+            if h.ranks_gone_s is None and set(c.pids(i)) <= {h.agent.pid}:
+                h.ranks_gone_s = now
+            if h.agent_exit_s is None and h.agent.poll() is not None:
+                h.agent_exit_s = now
+        if all(h.ranks_gone_s is not None for h in hosts) and hosts[0].agent_exit_s:
+            return
+        time.sleep(0.1)
+
+
+def _rank_errors(stderr: Path) -> list[str]:
+    """The final error line each failed rank printed (torchrun prefixes ``[rank<r>]:``)."""
+    last: dict[str, str] = {}
+    for line in stderr.read_text(errors="replace").splitlines():
+        prefix, _, rest = line.partition("]: ")
+        if prefix.startswith("[rank") and "Error" in rest.split(":", 1)[0]:
+            last[prefix + "]"] = f"{prefix}]: {rest}"
+    return [last[k] for k in sorted(last)]
+
+
+def test_a_host_cut_off_ends_every_rank(
+    small_graph: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Host 1's link goes down mid-run (1 rank per host, ``--timeout 10``): every rank on
+    both hosts ends with an error, and host 0's torchrun exits non-zero, within
+    ``--timeout`` + ``_FAULT_MARGIN_S`` of the cut.
+
+    Host 1's torchrun is only reported: its agent polls the rendezvous store on host 0,
+    now unreachable, and that is torchrun's own store client, not our code."""
+    folder = tmp_path / "parts"
+    assert main(["data", "partition", str(small_graph), str(folder), "--algo", "1d",
+                 "--nprocs", "2"]) == 0
+    args = ["train", "--algo", "1d", "--epochs", "1000000", "--patience", "1000000",
+            "--timeout", str(_FAULT_TIMEOUT_S), *_EXACT]
+    with Cluster(2) as c:
+        folders = _host_folders(folder, hosts=2, per_host=1)
+        hosts, logs = _start_training(c, args, folders, tmp_path / "logs", capsys)
+        c.link_down(1)
+        cut = time.monotonic()
+        _watch(c, hosts, cut, cut + _FAULT_TIMEOUT_S + _FAULT_MARGIN_S)
+        codes = [h.agent.poll() for h in hosts]
+    errors = [_rank_errors(logs / f"host{i}.err") for i in range(2)]
+    _report(capsys, "\n".join(
+        f"host {i}: ranks gone {h.ranks_gone_s} s after the cut, torchrun exit {codes[i]} "
+        f"at {h.agent_exit_s} s; rank errors: {errors[i]}" for i, h in enumerate(hosts)))
+    if any(h.ranks_gone_s is None for h in hosts):
+        pytest.xfail(_KNOWN_HANG)
+    assert codes[0] not in (None, 0), _logs(logs)
+    assert all(len(e) == 1 for e in errors), _logs(logs)  # each host's one rank failed
