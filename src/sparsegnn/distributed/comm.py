@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -131,13 +132,27 @@ _GROUP_CACHE: dict[tuple[int, ...], Any] = {}
 _CACHE_OWNER: list[Any] = [None]
 
 
+# The collective timeout of the job, for groups created after joining it: a group made
+# without one waits gloo's default 30 minutes on a lost peer instead of ``--timeout``.
+_TIMEOUT = [timedelta(seconds=60.0)]
+
+
+def set_group_timeout(seconds: float) -> None:
+    _TIMEOUT[0] = timedelta(seconds=seconds)
+
+
+def new_group(ranks: list[int]) -> Any:
+    """A process group of ``ranks`` (collective over the job) with the job's timeout."""
+    return dist.new_group(ranks, timeout=_TIMEOUT[0])
+
+
 def _group_handle(ranks: tuple[int, ...]) -> Any:
     default = dist.group.WORLD
     if _CACHE_OWNER[0] is not default:
         _GROUP_CACHE.clear()
         _CACHE_OWNER[0] = default
     if ranks not in _GROUP_CACHE:
-        _GROUP_CACHE[ranks] = dist.new_group(list(ranks))
+        _GROUP_CACHE[ranks] = new_group(list(ranks))
     return _GROUP_CACHE[ranks]
 
 

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sparsegnn.distributed.comm import Communicator, Group
+from sparsegnn.distributed.comm import Communicator, Group, new_group
 from sparsegnn.distributed.partition import split_range
 from sparsegnn.sparse import CSRMatrix
 
@@ -41,7 +41,7 @@ def separate_group(group: Group) -> Group:
     Collectives of two threads interleave safely only on different groups: the minibatch
     loader samples and fetches on one while the training thread all-reduces on another.
     """
-    return Group(group.ranks, group.me, dist.new_group(list(group.ranks)))
+    return Group(group.ranks, group.me, new_group(list(group.ranks)))
 
 
 class GradientSum:

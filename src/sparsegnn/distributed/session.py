@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 import torch
 import torch.distributed as dist
 
-from sparsegnn.distributed.comm import ByteCounts
+from sparsegnn.distributed.comm import ByteCounts, set_group_timeout
 
 T = TypeVar("T")
 
@@ -57,7 +57,9 @@ def default_backend() -> str:
 
 
 def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session:
-    """Join the process group the environment describes; every collective times out."""
+    """Join the process group the environment describes; every collective times out, in
+    the default group and in every group :func:`~sparsegnn.distributed.comm.new_group`
+    makes."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     backend = backend or default_backend()
@@ -66,6 +68,7 @@ def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
+    set_group_timeout(timeout_s)
     if not dist.is_initialized():
         dist.init_process_group(
             backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
