@@ -49,8 +49,18 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, model: str) -> CSRM
 def as_operator(
     adj: Operator | torch.Tensor, num_nodes: int, norm: Norm, dtype: torch.dtype
 ) -> Operator:
-    """Accept our operators as they are; turn a PyG ``edge_index`` into a normalised CSR."""
+    """Accept our operators as they are; turn a PyG ``edge_index`` into a normalised CSR.
+
+    An ``edge_index`` means what it means to PyG, so the same tensor gives the same layer
+    output: repeated edges each count (their entries add up), and for ``gcn`` every node
+    ends with exactly one self-loop of weight 1 however many it had, as PyG's
+    ``add_remaining_self_loops`` leaves it for an unweighted graph (a loop listed k times
+    would otherwise weigh k and shift that node's degree).
+    """
     if isinstance(adj, torch.Tensor):
-        mat = CSRMatrix.from_edge_index(adj.to(torch.long), num_nodes).to(dtype=dtype)
+        edge_index = adj.to(torch.long)
+        if norm == "gcn":
+            edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+        mat = CSRMatrix.from_edge_index(edge_index, num_nodes).to(dtype=dtype)
         return normalize(mat, norm)
     return adj
