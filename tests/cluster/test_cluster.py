@@ -9,18 +9,13 @@ ranks of one host talk over loopback. The cases show that
   (1D, 2D, partitioned minibatch), each host holding only its own ranks' files;
 * the bytes on the wire cover the payload we account, with little overhead;
 * a host cut off mid-run ends every rank on both hosts with an error, and host 0's
-  torchrun non-zero, within ``--timeout`` plus a margin (today an expected failure, with
-  the cause: the ranks wait far longer).
+  torchrun non-zero, within ``--timeout`` plus a margin.
 
-Rank placement: with the c10d rendezvous torchrun ignores ``--node-rank`` (it warns so)
-and numbers the nodes in the order of their addresses. Every host therefore passes
-``--local-addr`` (its own address, which is also the store address the workers of other
-hosts dial), and host i gets global ranks ``i * nproc .. i * nproc + nproc - 1``
-(10.231.k.1 < 10.231.k.2 as strings, which holds below ten hosts). A host folder holds only
-those ranks' files, so a misplaced rank would fail to read its shard.
+How a host is launched and which ranks it gets: :mod:`.launch` (shared with
+``benchmarks/cluster.py``).
 
 Every case tears its cluster down even when it fails; a launch that hangs fails after
-``_RUN_S`` instead of blocking the suite. Needs root (skipped otherwise, with the reason);
+``RUN_S`` instead of blocking the suite. Needs root (skipped otherwise, with the reason);
 run ``.venv/bin/python -m pytest -q tests/cluster`` (about two minutes on one core). The
 measured numbers (loss gaps, wire bytes, fault detection times) are printed even when the
 tests pass.
@@ -28,8 +23,6 @@ tests pass.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 import time
@@ -38,20 +31,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from sparsegnn.cli.main import main
 
+from .launch import (
+    PORT,
+    RUN_S,
+    accounted_bytes,
+    across,
+    host_folders,
+    last_json,
+    log_tails,
+    torchrun,
+)
 from .netns import Cluster, Counters, available, sweep_stale
 
 _AVAILABLE, _WHY = available()
 pytestmark = [pytest.mark.distributed, pytest.mark.skipif(not _AVAILABLE, reason=_WHY)]
 
-_PORT = 29500  # a fresh namespace listens on nothing, so any port is free there
-_RUN_S = 240.0  # longest a launch may take on a loaded one-core machine
-_GRACE_S = 30.0  # how long the other hosts may go on once one host's launch failed
-_EXIT_ABORT = "terminate called without an active exception"
 _SMALL = "sbm:nodes=400,blocks=4,degree=6"
 _EXACT = ("--dtype", "float64", "--dropout", "0", "--json", "--no-progress")
 
@@ -70,115 +68,19 @@ def small_graph(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # ---------------------------------------------------------------------- helpers
-def _host_folders(folder: Path, hosts: int, per_host: int) -> list[Path]:
-    """One folder per host with the manifest and only that host's ranks' files.
-
-    Full-graph folders hold ``rank<r>.npz``. Row-block folders (minibatch) hold
-    ``block<r>.npz`` plus ``vertices.npz``, the labels every rank reads; because
-    ``train --mode minibatch`` checks the stamp of every block before training (also
-    under torchrun), another host's block is a stub with only its stamp (fingerprint,
-    block number), which a rank would fail to train on.
-    """
-    minibatch = (folder / "vertices.npz").is_file()
-    out = []
-    for host in range(hosts):
-        mine = folder.with_name(f"{folder.name}-host{host}")
-        mine.mkdir()
-        shared = ["manifest.json", "vertices.npz"] if minibatch else ["manifest.json"]
-        for name in shared:
-            shutil.copy(folder / name, mine / name)
-        for rank in range(hosts * per_host):
-            name = f"block{rank}.npz" if minibatch else f"rank{rank}.npz"
-            if rank // per_host == host:
-                shutil.copy(folder / name, mine / name)
-            elif minibatch:
-                with np.load(folder / name) as arrays:
-                    np.savez(mine / name, fingerprint=arrays["fingerprint"],
-                             block=arrays["block"])
-        out.append(mine)
-    return out
-
-
-def _torchrun(c: Cluster, host: int, nproc: int, port: int, args: Sequence[str],
-              logs: Path) -> subprocess.Popen[bytes]:
-    """``torchrun ... -m sparsegnn ARGS`` on ``host``, output in ``logs/host<i>.out|err``.
-
-    Host 0 is told it hosts the rendezvous store: torchrun recognises only the machine's
-    hostname addresses as its own, not the namespace's."""
-    h = c.hosts[host]
-    argv = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(c.hosts)),
-        "--nproc-per-node", str(nproc), "--node-rank", str(host), "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"{c.hosts[0].address}:{port}", "--rdzv-id", f"sg{c.token}-{port}",
-        "--rdzv-conf", f"is_host={int(host == 0)}", "--local-addr", h.address,
-        "-m", "sparsegnn", *args,
-    ]
-    # PYTHONFAULTHANDLER: a rank killed by a signal (a C++ abort) still logs its stack.
-    env = {"GLOO_SOCKET_IFNAME": h.ifname, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
-    with (logs / f"host{host}.out").open("wb") as out, \
-            (logs / f"host{host}.err").open("wb") as err:
-        return c.popen(host, argv, env, stdout=out, stderr=err)
-
-
-def _logs(logs: Path) -> str:
-    """The tail of every host's stderr, for a failure message."""
-    return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
-                     for f in sorted(logs.glob("host*.err")))
-
-
-def _wait_all(procs: Sequence[subprocess.Popen[bytes]]) -> list[int | None]:
-    """Exit codes of every host's launch (None: still running), waiting at most ``_RUN_S``;
-    once one host has failed the others get ``_GRACE_S`` only (a peer of a failed host
-    may wait on it for minutes), so that a failure is reported promptly."""
-    deadline = time.monotonic() + _RUN_S
-    while time.monotonic() < deadline:
-        codes = [p.poll() for p in procs]
-        if None not in codes:
-            break
-        if any(code not in (None, 0) for code in codes):
-            deadline = min(deadline, time.monotonic() + _GRACE_S)
-        time.sleep(0.2)
-    return [p.poll() for p in procs]
-
-
-def _last_json(text: str) -> dict[str, Any]:
-    """The JSON object ``--json`` prints as the last line of stdout."""
-    lines = text.strip().splitlines()
-    assert lines, "no output"
-    return json.loads(lines[-1])
-
-
 def _across(c: Cluster, nproc: int, datasets: Sequence[Path], args: Sequence[str],
             logs: Path, capsys: pytest.CaptureFixture[str],
-            port: int = _PORT) -> tuple[dict[str, Any], list[Counters]]:
+            port: int = PORT) -> tuple[dict[str, Any], list[Counters]]:
     """``sparsegnn ARGS`` on every host (host i reading ``datasets[i]``): rank 0's JSON
-    and the bytes each host's interface carried meanwhile.
-
-    Launched again once, on the next port, when a rank aborted at exit with
-    ``_EXIT_ABORT`` after rank 0 had printed its result: an abort in the teardown of a
-    finished torchrun rank (a few percent of launches here), which says nothing about
-    training and would otherwise make the suite flaky. The retry is reported; any other
-    failure fails."""
-    for attempt in range(2):
-        tried = logs / f"try{attempt}"
-        tried.mkdir(parents=True)
-        before = [c.counters(i) for i in range(len(datasets))]
-        procs = [_torchrun(c, i, nproc, port + attempt, [*args, "--dataset", str(d)], tried)
-                 for i, d in enumerate(datasets)]
-        codes = _wait_all(procs)
-        moved = [c.counters(i) - b for i, b in enumerate(before)]
-        printed = (tried / "host0.out").read_text()
-        if codes == [0] * len(procs):
-            return _last_json(printed), moved
-        aborted = any(_EXIT_ABORT in f.read_text(errors="replace")
-                      for f in tried.glob("host*.err"))
-        if attempt or not printed.strip() or not aborted:
-            break
-        _report(capsys, f"launch again: a rank aborted at exit (exit codes {codes}), logs in "
-                        f"{tried}")
-        for i in range(len(datasets)):
-            c.kill(i)
-    pytest.fail(f"exit codes {codes} (None: still running)\n{_logs(tried)}")
+    and the bytes each host's interface carried meanwhile. A second launch after a
+    teardown abort (:func:`.launch.across`) is reported; any failure fails."""
+    launch = across(c, nproc, datasets, args, logs, port)
+    if launch.retried:
+        _report(capsys, f"launch again: a rank aborted at exit, logs in {logs / 'try0'}")
+    if not launch.ok:
+        pytest.fail(f"exit codes {launch.codes} (None: still running)\n"
+                    f"{log_tails(launch.logs)}")
+    return last_json(launch.printed), launch.wire
 
 
 def _one_host(args: Sequence[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -188,7 +90,7 @@ def _one_host(args: Sequence[str], capsys: pytest.CaptureFixture[str]) -> dict[s
     case with torch already imported, which is most of a launch on a small machine."""
     capsys.readouterr()
     assert main(list(args)) == 0
-    return _last_json(capsys.readouterr().out)
+    return last_json(capsys.readouterr().out)
 
 
 def _report(capsys: pytest.CaptureFixture[str], text: str) -> None:
@@ -215,7 +117,7 @@ def test_cluster_links_hosts_counts_bytes_and_always_tears_down() -> None:
         assert all("tbf" in q and "100Mbit" in q for q in (c.qdisc(0), c.qdisc(1), bridge_side))
         server = c.popen(1, [sys.executable, "-c", (
             "import socket\n"
-            f"s = socket.create_server(('{c.hosts[1].address}', {_PORT}))\n"
+            f"s = socket.create_server(('{c.hosts[1].address}', {PORT}))\n"
             "conn, _ = s.accept(); n = 0\n"
             "while data := conn.recv(1 << 16): n += len(data)\n"
             "print(n)\n")], stdout=subprocess.PIPE)
@@ -225,7 +127,7 @@ def test_cluster_links_hosts_counts_bytes_and_always_tears_down() -> None:
             "import socket, time\n"
             "for _ in range(100):\n"
             "    try:\n"
-            f"        s = socket.create_connection(('{c.hosts[1].address}', {_PORT}))\n"
+            f"        s = socket.create_connection(('{c.hosts[1].address}', {PORT}))\n"
             "        break\n"
             "    except ConnectionRefusedError:\n"
             "        time.sleep(0.1)\n"
@@ -281,7 +183,7 @@ def test_two_hosts_learn_what_one_host_learns(
     each host reads only its own ranks' files."""
     folder = tmp_path / "parts"
     assert main(["data", "partition", str(small_graph), str(folder), *_PARTITION[case]]) == 0
-    hosts = _host_folders(folder, hosts=2, per_host=2)
+    hosts = host_folders(folder, hosts=2, per_host=2)
     with Cluster(2, rate="1gbit") as c:
         spread, wire = _across(c, 2, hosts, _TRAIN[case], tmp_path / "logs", capsys)
     local = _one_host([*_TRAIN[case], "--dataset", str(folder), "--nprocs", "4"], capsys)
@@ -306,11 +208,7 @@ class _WireRun:
     launch until it ended) and the bytes its rank accounted; and rank 0's accounted bytes
     of one epoch by phase.
 
-    Accounted = (sent + recv of one epoch) x epochs + the final test forward. The JSON
-    reports one epoch; after the last epoch ``fit`` evaluates the best weights on the test
-    split, one more forward whose SpMMs are those of an epoch's evaluation forward, i.e.
-    half of the epoch's ``forward_spmm`` (training and evaluation forward move the same
-    bytes); its one scalar reduction (16 bytes) is left to the allowance.
+    Accounted: :func:`.launch.accounted_bytes` (the epochs plus the final test forward).
     """
 
     wire: list[int]
@@ -328,16 +226,9 @@ def _wire_run(c: Cluster, hosts: Sequence[Path], epochs: int, logs: Path, port: 
     assert all(r["constant_across_epochs"] for r in ranks) and out["epochs_run"] == epochs
     return _WireRun(
         [m.tx_bytes + m.rx_bytes for m in moved],
-        [epochs * (r["sent"] + r["recv"]) + _test_forward(r["phases"]) for r in ranks],
+        [accounted_bytes(r, epochs) for r in ranks],
         {p: v["sent"] + v["recv"] for p, v in ranks[0]["phases"].items()},
     )
-
-
-def _test_forward(phases: dict[str, dict[str, int]]) -> int:
-    """Bytes of the final test forward: one evaluation forward, half an epoch's forward
-    SpMM bytes (sent + recv)."""
-    forward = phases["forward_spmm"]
-    return (forward["sent"] + forward["recv"]) // 2
 
 
 def test_wire_bytes_cover_the_accounted_payload(
@@ -356,9 +247,9 @@ def test_wire_bytes_cover_the_accounted_payload(
     assert main(["data", "generate", _PAYLOAD_GRAPH, "--out", str(graph)]) == 0
     assert main(["data", "partition", str(graph), str(folder), "--algo", "1d",
                  "--nprocs", "2"]) == 0
-    hosts = _host_folders(folder, hosts=2, per_host=1)
+    hosts = host_folders(folder, hosts=2, per_host=1)
     with Cluster(2) as c:
-        short, long = (_wire_run(c, hosts, e, tmp_path / f"logs{e}", _PORT + 2 * e, capsys)
+        short, long = (_wire_run(c, hosts, e, tmp_path / f"logs{e}", PORT + 2 * e, capsys)
                        for e in _WIRE_EPOCHS)
     spmm = sum(v for p, v in long.phases.items() if p.endswith("_spmm"))
     lines = [f"accounted bytes of one epoch, rank 0, by phase: {long.phases} "
@@ -399,14 +290,14 @@ def _launch_until_traffic(c: Cluster, args: Sequence[str], folders: Sequence[Pat
     start-up and training) or a launch ended; the hosts and, if one ended, the exit codes
     (else empty)."""
     logs.mkdir(parents=True)
-    hosts = [_Host(_torchrun(c, i, 1, port, [*args, "--dataset", str(d)], logs))
+    hosts = [_Host(torchrun(c, i, 1, port, [*args, "--dataset", str(d)], logs))
              for i, d in enumerate(folders)]
-    deadline = time.monotonic() + _RUN_S
+    deadline = time.monotonic() + RUN_S
     while (w := c.counters(1)).tx_bytes + w.rx_bytes < _UNDER_WAY_BYTES:
         codes = [h.agent.poll() for h in hosts]
         if codes != [None] * len(hosts):
             return hosts, codes
-        assert time.monotonic() < deadline, f"no training traffic\n{_logs(logs)}"
+        assert time.monotonic() < deadline, f"no training traffic\n{log_tails(logs)}"
         time.sleep(0.2)
     return hosts, []
 
@@ -420,7 +311,7 @@ def _start_training(c: Cluster, args: Sequence[str], folders: Sequence[Path], lo
     after the other's (``_JOIN_TIMEOUT``). The retry is reported; any other early end
     fails."""
     tried = logs / "try0"
-    hosts, ended = _launch_until_traffic(c, args, folders, tried, _PORT)
+    hosts, ended = _launch_until_traffic(c, args, folders, tried, PORT)
     if ended and any(_JOIN_TIMEOUT in f.read_text(errors="replace")
                      for f in tried.glob("host*.err")):
         _report(capsys, f"launch again: a rank timed out joining (exit codes {ended}), "
@@ -428,8 +319,8 @@ def _start_training(c: Cluster, args: Sequence[str], folders: Sequence[Path], lo
         for i in range(len(folders)):
             c.kill(i)
         tried = logs / "try1"
-        hosts, ended = _launch_until_traffic(c, args, folders, tried, _PORT + 1)
-    assert not ended, f"ended before the cut: {ended}\n{_logs(tried)}"
+        hosts, ended = _launch_until_traffic(c, args, folders, tried, PORT + 1)
+    assert not ended, f"ended before the cut: {ended}\n{log_tails(tried)}"
     return hosts, tried
 
 
@@ -474,7 +365,7 @@ def test_a_host_cut_off_ends_every_rank(
     args = ["train", "--algo", "1d", "--epochs", "1000000", "--patience", "1000000",
             "--timeout", str(_FAULT_TIMEOUT_S), *_EXACT]
     with Cluster(2) as c:
-        folders = _host_folders(folder, hosts=2, per_host=1)
+        folders = host_folders(folder, hosts=2, per_host=1)
         hosts, logs = _start_training(c, args, folders, tmp_path / "logs", capsys)
         c.link_down(1)
         cut = time.monotonic()
@@ -484,6 +375,6 @@ def test_a_host_cut_off_ends_every_rank(
     _report(capsys, "\n".join(
         f"host {i}: ranks gone {h.ranks_gone_s} s after the cut, torchrun exit {codes[i]} "
         f"at {h.agent_exit_s} s; rank errors: {errors[i]}" for i, h in enumerate(hosts)))
-    assert all(h.ranks_gone_s is not None for h in hosts), _logs(logs)
-    assert codes[0] not in (None, 0), _logs(logs)
-    assert all(len(e) == 1 for e in errors), _logs(logs)  # each host's one rank failed
+    assert all(h.ranks_gone_s is not None for h in hosts), log_tails(logs)
+    assert codes[0] not in (None, 0), log_tails(logs)
+    assert all(len(e) == 1 for e in errors), log_tails(logs)  # each host's one rank failed
