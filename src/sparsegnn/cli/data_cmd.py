@@ -47,7 +47,7 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
                         help="dataset name, generator spec or graph file")
     parser.add_argument("--data-dir", default=None,
                         help="folder holding the datasets (default: $SPARSEGNN_DATA, "
-                             "else the nearest shared/data)")
+                             "else the nearest shared/data, else the bundled copy)")
     parser.add_argument("--seed", type=int_range(0), default=None,
                         help="seed for generator specs (overrides the spec's seed=)")
 

@@ -44,9 +44,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _events_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--events", type=Path, required=True, help="directory of TrackML CSV events")
+    p.add_argument("--events", type=Path, default=None,
+                   help="directory of TrackML CSV events (default: the TrackML sample event "
+                        "from $SPARSEGNN_DATA, the nearest shared/data or the bundled copy)")
     p.add_argument("--limit", type=int_range(1), default=None,
                    help="read only the first N events")
+
+
+def _events_dir(args: argparse.Namespace) -> Path:
+    """``--events``, else the sample event, so ``track evaluate`` runs from a clone alone."""
+    from sparsegnn.data.paths import dataset_dir
+
+    return args.events if args.events is not None else dataset_dir("trackml_sample")
 
 
 def _target_flags(p: argparse.ArgumentParser) -> None:
@@ -191,7 +200,7 @@ def _build(args: argparse.Namespace) -> int:
         from sparsegnn.tracking.filter import load_filter
 
         edge_filter = load_filter(args.filter)
-    events = read_events(args.events, args.limit)
+    events = read_events(_events_dir(args), args.limit)
     reco = _reconstruction(args, RecoConfig(), events, edge_filter=edge_filter)
     graphs = [reco.graph(ev) for ev in events]
     with output_folder(args.out, GRAPHS_FORMAT) as (tmp, manifest):
@@ -339,7 +348,7 @@ def _model_and_events(args: argparse.Namespace) -> tuple[Any, list[Any], list[An
 
     device = resolve_device(args.device)
     found = None if args.model is None else load_track_model(args.model, device)
-    events = read_events(args.events, args.limit)
+    events = read_events(_events_dir(args), args.limit)
     graphs = (None if args.graphs is None
               else graphs_by_event(load_graphs(args.graphs), events, args.graphs))
     return found, events, graphs
@@ -415,7 +424,7 @@ def _evaluate_tracks(args: argparse.Namespace) -> int:
     for flag in ("model", "graphs", "plots"):
         if getattr(args, flag) is not None:
             raise InvalidValueError(f"--tracks scores written tracks; --{flag} does not apply")
-    events = read_events(args.events, args.limit)
+    events = read_events(_events_dir(args), args.limit)
     pooled, manifest = score_written_tracks(events, args.tracks, _targets(args))
     result = {"tracks": str(args.tracks), "events": len(events),
               "settings": manifest.get("settings"), "model": manifest.get("model"),

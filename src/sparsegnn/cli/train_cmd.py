@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a GNN on a graph", description=__doc__)
     p.add_argument("--dataset", default="cora", help="dataset name, generator spec or graph file")
     p.add_argument(
-        "--data-dir", default=None, help="data root (default: $SPARSEGNN_DATA or ../shared/data)"
+        "--data-dir", default=None,
+        help="data root (default: $SPARSEGNN_DATA, else the nearest shared/data, else bundled)",
     )
     p.add_argument(
         "--model",

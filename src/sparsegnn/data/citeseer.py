@@ -19,7 +19,7 @@ import torch
 
 from sparsegnn.data.edges import undirected_edge_index
 from sparsegnn.data.graph import GraphData
-from sparsegnn.data.paths import dataset_dir
+from sparsegnn.data.paths import dataset_dir, read_data_bytes
 from sparsegnn.data.splits import stratified_split
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError, ShapeError
@@ -136,9 +136,9 @@ def _to_dense(featurizer: Featurizer, texts: list[str]) -> torch.Tensor:
 
 
 def _read_text(path: Path) -> str:
-    """A UTF-8 file's content, or a DataFormatError naming the file."""
+    """A UTF-8 file's content (or its bundled ``.xz``), or a DataFormatError naming the file."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_data_bytes(path).decode("utf-8")
     except FileNotFoundError:
         raise DataFormatError(f"{path}: file is missing") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -8,6 +8,7 @@ actually reference; anything else is refused as a corrupt file rather than impor
 from __future__ import annotations
 
 import collections
+import io
 import os
 import pickle
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 
 from sparsegnn.data.edges import undirected_edge_index
 from sparsegnn.data.graph import GraphData
-from sparsegnn.data.paths import dataset_dir
+from sparsegnn.data.paths import dataset_dir, read_data_bytes
 from sparsegnn.errors import DataFormatError
 
 CORA_CLASSES = [
@@ -105,8 +106,7 @@ def load_cora(root: str | os.PathLike[str] | None = None) -> GraphData:
 
 def _read_pickle(path: Path) -> Any:
     try:
-        with path.open("rb") as f:
-            return _RestrictedUnpickler(f, encoding="latin1").load()
+        return _RestrictedUnpickler(io.BytesIO(read_data_bytes(path)), encoding="latin1").load()
     except FileNotFoundError:
         raise DataFormatError(f"{path}: file is missing") from None
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError,
@@ -116,7 +116,7 @@ def _read_pickle(path: Path) -> Any:
 
 def _read_test_index(path: Path) -> np.ndarray:
     try:
-        text = path.read_text()
+        text = read_data_bytes(path).decode()
     except FileNotFoundError:
         raise DataFormatError(f"{path}: file is missing") from None
     except (OSError, UnicodeDecodeError) as err:
