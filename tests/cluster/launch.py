@@ -4,8 +4,8 @@ Shared by the cluster tests and ``benchmarks/cluster.py``, so that what the benc
 times is exactly what the tests check: the same per-host folders, the same torchrun
 command line and environment, the same retry of a known teardown abort.
 
-Rank placement: with the c10d rendezvous torchrun ignores ``--node-rank`` (it warns so)
-and numbers the nodes in the order of their addresses. Every host therefore passes
+Rank placement: the c10d rendezvous has no ``--node-rank`` (torchrun ignores it) and
+numbers the nodes in the order of their addresses. Every host therefore passes
 ``--local-addr`` (its own address, which is also the store address the workers of other
 hosts dial), and host i gets global ranks ``i * nproc .. i * nproc + nproc - 1``
 (10.231.k.1 < 10.231.k.2 as strings, which holds below ten hosts). A host folder holds only
@@ -64,30 +64,57 @@ def host_folders(folder: Path, hosts: int, per_host: int) -> list[Path]:
     return out
 
 
+@dataclass(frozen=True)
+class Elastic:
+    """torchrun's elastic mode: the job runs on ``min_nodes`` hosts or more and restarts
+    its workers (on the hosts still there) up to ``max_restarts`` times after a failure.
+
+    The c10d rendezvous's own timings are shortened so that a restart takes seconds, not
+    a minute: it closes ``last_call_s`` after the minimum number of hosts joined, and a
+    host whose agent missed 3 heartbeats ``keep_alive_s`` apart counts as gone."""
+
+    min_nodes: int = 1
+    max_restarts: int = 3
+    last_call_s: int = 5
+    keep_alive_s: int = 1
+
+    def nnodes(self, nnodes: int) -> str:
+        return f"{self.min_nodes}:{nnodes}"
+
+    def rdzv_conf(self) -> str:
+        return (f",last_call_timeout={self.last_call_s},keep_alive_interval="
+                f"{self.keep_alive_s},keep_alive_max_attempt=3")
+
+
 def torchrun_argv(nnodes: int, nproc: int, node: int, endpoint: str, rdzv_id: str,
-                  local_addr: str, args: Sequence[str]) -> list[str]:
+                  local_addr: str, args: Sequence[str],
+                  elastic: Elastic | None = None) -> list[str]:
     """The command line host ``node`` runs: torchrun with the c10d rendezvous at
     ``endpoint`` (``host:port``), pinned to ``local_addr``, starting ``python -m sparsegnn
-    ARGS``.
+    ARGS``. ``docs/examples/sparsegnn.sbatch`` runs the same flags (tested).
 
     Host 0 is told that it serves the rendezvous store (``is_host``): torchrun recognises
-    only the machine's hostname addresses as its own, not a namespace's."""
+    only the machine's hostname addresses as its own, not a namespace's. No
+    ``--node-rank``: the c10d rendezvous ignores it."""
+    restarts = [] if elastic is None else ["--max-restarts", str(elastic.max_restarts)]
     return [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
-        "--nproc-per-node", str(nproc), "--node-rank", str(node), "--rdzv-backend", "c10d",
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(nnodes) if elastic is None else elastic.nnodes(nnodes), *restarts,
+        "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
         "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
-        "--rdzv-conf", f"is_host={int(node == 0)}", "--local-addr", local_addr,
+        "--rdzv-conf", f"is_host={int(node == 0)}{elastic.rdzv_conf() if elastic else ''}",
+        "--local-addr", local_addr,
         "-m", "sparsegnn", *args,
     ]
 
 
 def torchrun(c: Cluster, host: int, nproc: int, port: int, args: Sequence[str],
-             logs: Path) -> subprocess.Popen[bytes]:
+             logs: Path, elastic: Elastic | None = None) -> subprocess.Popen[bytes]:
     """``torchrun ... -m sparsegnn ARGS`` on ``host``, output in ``logs/host<i>.out|err``;
     gloo pinned to the host's interface, one thread per rank."""
     h = c.hosts[host]
     argv = torchrun_argv(len(c.hosts), nproc, host, f"{c.hosts[0].address}:{port}",
-                         f"sg{c.token}-{port}", h.address, args)
+                         f"sg{c.token}-{port}", h.address, args, elastic)
     # PYTHONFAULTHANDLER: a rank killed by a signal (a C++ abort) still logs its stack.
     env = {"GLOO_SOCKET_IFNAME": h.ifname, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
     with (logs / f"host{host}.out").open("wb") as out, \

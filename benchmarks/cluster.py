@@ -1,0 +1,231 @@
+"""Multi-host full-graph training on a shaped network: epoch time per algorithm at 1, 2
+and 4 hosts, bytes on the wire against the bytes we account, and the fault table.
+
+Hosts are Linux network namespaces joined by a bridge (``tests/cluster/netns.py``), every
+link shaped in both directions with a token bucket (``tc ... tbf``). Every job is the
+launch the cluster tests check (``tests/cluster/launch.py``): ``torchrun --rdzv-backend
+c10d`` on every host running ``sparsegnn train --json`` on a folder of its own that holds
+only its ranks' files of one ``sparsegnn data partition`` of a generated graph.
+
+The world size is fixed per algorithm (1D, 1.5D with c = 2 and 2D on 4 ranks, 3D on 8)
+and spread over 1, 2 or 4 hosts, so a row differs from its one-host row only in which
+messages cross a shaped wire instead of loopback; the machine's cores stay the same. Per
+row: the median epoch (rank 0's, from the JSON), and per host the bytes its interface
+carried (tx + rx, kernel counters, the whole launch) against the bytes its ranks
+accounted (``comm.per_rank`` of the JSON: the epochs plus the final test forward). Their
+ratio is the network's overhead (headers, ACKs, rendezvous, set-up) only where a host
+runs one rank; ranks sharing a host talk over loopback, which no interface counts, so
+there the ratio falls below 1 by that share.
+
+The fault table runs the fault scenarios of ``tests/cluster/faults.py``.
+
+    python benchmarks/cluster.py --json        # 1D/1.5D/2D/3D, 1/2/4 hosts, 1gbit and 100mbit
+    python benchmarks/cluster.py --quick --json  # 2D, 1 and 2 hosts, 1gbit; under 2 min
+
+Needs root (network namespaces); elsewhere it says why, prints a JSON saying so and exits
+0. No peer runs here (the reference is the same job on one host), so no speedups; the
+metrics hold each epoch time over the one-host epoch time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
+
+from tests.cluster.launch import PORT, accounted_bytes, across, host_folders, last_json
+from tests.cluster.netns import Cluster, available, sweep_stale
+
+from _harness import Row, emit, make_parser, print_table
+
+LOOPBACK = "loopback"  # the link of a one-host job: every rank talks over lo
+
+
+@dataclass(frozen=True)
+class Algo:
+    """An algorithm and the grid it runs on: world size and 1.5D replication."""
+
+    name: str
+    world: int
+    replication: int = 1
+
+    def partition_args(self) -> list[str]:
+        c = ["--replication", str(self.replication)] if self.name == "1.5d" else []
+        return ["--algo", self.name, "--nprocs", str(self.world), *c]
+
+
+ALGOS = {a.name: a for a in (Algo("1d", 4), Algo("1.5d", 4, 2), Algo("2d", 4), Algo("3d", 8))}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What one benchmark run trains, on how many hosts, over which links."""
+
+    graph: str
+    hidden: int
+    epochs: int
+    algos: tuple[str, ...]
+    hosts: tuple[int, ...]
+    rates: tuple[str, ...]
+
+
+QUICK = Setup("sbm:nodes=4096,blocks=8,degree=16,features=64", 32, 3, ("2d",), (1, 2),
+              ("1gbit",))
+FULL = Setup("sbm:nodes=16384,blocks=8,degree=16,features=64", 64, 8,
+             tuple(ALGOS), (1, 2, 4), ("1gbit", "100mbit"))
+
+
+# ---------------------------------------------------------------------- data
+def sparsegnn(*args: str) -> str:
+    """``python -m sparsegnn ARGS`` (the CLI users run, not imported here); its stdout."""
+    done = subprocess.run([sys.executable, "-m", "sparsegnn", *args], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"sparsegnn {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def partitions(setup: Setup, work: Path) -> dict[str, Path]:
+    """The generated graph cut once per algorithm for its grid."""
+    graph = work / "graph.npz"
+    sparsegnn("data", "generate", setup.graph, "--out", str(graph))
+    out = {}
+    for name in setup.algos:
+        out[name] = work / name
+        sparsegnn("data", "partition", str(graph), str(out[name]), *ALGOS[name].partition_args())
+    return out
+
+
+def graph_sizes(folder: Path) -> tuple[int, int]:
+    """Vertices and operator nonzeros (self-loops included) from a partition's manifest."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return manifest["offsets"][-1], sum(h[1] for h in manifest["rank_holdings"])
+
+
+def spread(folder: Path, hosts: int, per_host: int) -> list[Path]:
+    """Per-host folders of ``folder`` for ``hosts`` hosts (a link to it names the set,
+    since :func:`host_folders` names its folders after its argument)."""
+    named = folder.with_name(f"{folder.name}-{hosts}h")
+    named.symlink_to(folder.name)
+    return host_folders(named, hosts, per_host)
+
+
+# ---------------------------------------------------------------------- epochs
+def train_args(setup: Setup) -> list[str]:
+    return ["train", "--epochs", str(setup.epochs), "--patience", str(setup.epochs),
+            "--hidden", str(setup.hidden), "--timeout", "120", "--json", "--no-progress"]
+
+
+def epoch_row(algo: Algo, hosts: int, link: str, setup: Setup, out: dict[str, Any],
+              wire: list[int], seconds: float) -> Row:
+    """One job's row: epoch time, accuracy, and per host wire vs accounted bytes."""
+    per_host = algo.world // hosts
+    accounted = [0] * hosts
+    for rank in out["comm"]["per_rank"]:
+        accounted[rank["rank"] // per_host] += accounted_bytes(rank, setup.epochs)
+    crossed = hosts > 1
+    return {
+        "what": "epoch", "algo": algo.name, "replication": algo.replication,
+        "world_size": out["world_size"], "hosts": hosts, "ranks_per_host": per_host,
+        "link": link, "epoch_time_s": out["epoch_time_s"], "epochs": out["epochs_run"],
+        "test_accuracy": out["test_accuracy"], "launch_s": seconds,
+        "accounted_bytes_per_epoch": out["comm"]["total_bytes_per_epoch"],
+        "wire_bytes_per_host": wire if crossed else None,
+        "accounted_bytes_per_host": accounted,
+        "wire_over_accounted": sum(wire) / sum(accounted) if crossed else None,
+    }
+
+
+def run_epochs(setup: Setup, folders: dict[str, Path]) -> tuple[list[Row], list[Row]]:
+    """Every algorithm at every host count and link rate (one-host jobs once, on
+    loopback); the rows and the failed launches."""
+    rows: list[Row] = []
+    failed: list[Row] = []
+    spreads = {(name, h): spread(folders[name], h, ALGOS[name].world // h)
+               for name in setup.algos for h in setup.hosts}
+    jobs = [(1, LOOPBACK)] if 1 in setup.hosts else []
+    jobs += [(h, rate) for h in setup.hosts if h > 1 for rate in setup.rates]
+    for hosts, rate in jobs:
+        with Cluster(hosts, None if rate == LOOPBACK else rate) as c:
+            for k, name in enumerate(setup.algos):
+                algo = ALGOS[name]
+                start = time.perf_counter()
+                launch = across(c, algo.world // hosts, spreads[(name, hosts)],
+                                train_args(setup),
+                                folders[name].parent / f"logs-{name}-{hosts}h-{rate}",
+                                PORT + 2 * k)
+                if not launch.ok:
+                    failed.append({"what": "epoch", "algo": name, "hosts": hosts, "link": rate,
+                                   "codes": launch.codes, "error": _last_error(launch.logs)})
+                    continue
+                rows.append(epoch_row(algo, hosts, rate, setup, last_json(launch.printed),
+                                      [w.tx_bytes + w.rx_bytes for w in launch.wire],
+                                      time.perf_counter() - start))
+                _print_epoch(rows[-1])
+    return rows, failed
+
+
+def _last_error(logs: Path) -> str:
+    """The last line naming an error in any host's stderr (sparsegnn's one-line
+    ``error:``, or a Python exception), for a failed launch."""
+    lines = [line for f in sorted(logs.glob("host*.err"))
+             for line in f.read_text(errors="replace").splitlines()
+             if "error: " in line or "Error: " in line]
+    return lines[-1] if lines else "no error line"
+
+
+def _print_epoch(r: Row) -> None:
+    ratio = r["wire_over_accounted"]
+    print(f"{r['algo']:>4} {r['hosts']} host(s) x {r['ranks_per_host']} on {r['link']:>8}: "
+          f"{r['epoch_time_s'] * 1e3:8.1f} ms/epoch, accounted "
+          f"{sum(r['accounted_bytes_per_host']) / 2**20:8.2f} MiB"
+          + ("" if ratio is None else f", wire/accounted {ratio:.3f}"), flush=True)
+
+
+def slowdowns(rows: Sequence[Row]) -> dict[str, float]:
+    """Each multi-host epoch time over the same algorithm's one-host epoch time."""
+    one = {r["algo"]: r["epoch_time_s"] for r in rows if r["hosts"] == 1}
+    return {f"epoch_time_vs_1host/{r['algo']}/{r['hosts']}hosts/{r['link']}":
+            r["epoch_time_s"] / one[r["algo"]]
+            for r in rows if r["hosts"] > 1 and r["algo"] in one}
+
+
+# ---------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(__doc__ or "", quick_help="2D at 1 and 2 hosts on a 4096-vertex graph, 1gbit")
+    args = ap.parse_args(argv)
+    ok, why = available()
+    if not ok:
+        print(f"skipped: multi-host runs need network namespaces here ({why})")
+        emit([], {}, {"skipped": why}, args.json)
+        return 0
+    sweep_stale()
+    setup = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sparsegnn-cluster-") as tmp:
+        folders = partitions(setup, Path(tmp))
+        nodes, nonzeros = graph_sizes(folders[setup.algos[0]])
+        rows, failed = run_epochs(setup, folders)
+    print()
+    print_table(rows, ["algo", "hosts", "ranks_per_host", "link", "epoch_time_s",
+                       "test_accuracy", "accounted_bytes_per_epoch", "wire_over_accounted"])
+    metrics: dict[str, Any] = {
+        "graph": setup.graph, "nodes": nodes, "nonzeros": nonzeros, "hidden": setup.hidden,
+        "epochs": setup.epochs, "rates": list(setup.rates), **slowdowns(rows),
+        "failed": failed, "seconds": time.perf_counter() - started,
+    }
+    emit(rows, {}, metrics, args.json)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
