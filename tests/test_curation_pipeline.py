@@ -189,15 +189,17 @@ def test_knn_edges_get_their_own_operator(corpus: Path, tmp_path: Path):
     plain, knn = tmp_path / "plain", tmp_path / "knn"
     ingest(corpus / "corpus.jsonl", plain, IngestConfig(batch_rows=128))
     ingest(corpus / "corpus.jsonl", knn, IngestConfig(batch_rows=128, knn=3))
-    with_knn = document_graph(knn, knn=True)
-    # the link/site operator is the same whether or not ingest also made k-NN edges
-    assert torch.equal(with_knn.gcn.to_dense(), document_graph(plain).gcn.to_dense())
+    with_knn = document_graph(knn, ["link", "site", "knn"])
+    # the link and site operators are the same whether or not ingest also made k-NN edges
+    for kind in ("link", "site"):
+        assert torch.equal(with_knn.ops[kind].to_dense(),
+                           document_graph(plain, [kind]).ops[kind].to_dense())
     n, src, dst = load_graph_edges(knn / "graph.npz", ("knn",))
-    dense = with_knn.knn.to_dense()
+    dense = with_knn.ops["knn"].to_dense()
     assert n == 300 and len(src) == 900 and (dense[src, dst] > 0).all()
     assert (dense[dst, src] > 0).all()  # symmetrised
     with pytest.raises(DataFormatError, match="--knn"):
-        document_graph(plain, knn=True)
+        document_graph(plain, ["knn"])
 
     schema = essential_web()
     every = read_labels(corpus / "corpus.jsonl", schema)
@@ -208,7 +210,7 @@ def test_knn_edges_get_their_own_operator(corpus: Path, tmp_path: Path):
     assert result.annotator.config.knn_hops == 1 and result.annotator.model.knn_hops == 1
     result.annotator.save(tmp_path / "m.pt")
     loaded = Annotator.load(tmp_path / "m.pt")
-    assert loaded.model.knn_hops == 1 and loaded.graph(knn, []).knn is not None
+    assert loaded.model.knn_hops == 1 and "knn" in loaded.graph(knn, []).ops
     with pytest.raises(DataFormatError, match="--knn"):
         distil(plain, labels, schema, replace(cfg, knn_hops=1))
 
@@ -250,7 +252,8 @@ def test_annotation_over_ranks_equals_one_process(corpus: Path, tmp_path: Path, 
                      "--nprocs", "2", "--json"]) == 0
         got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         # each rank sends its zero-padded H0 (300 documents x hidden 8, float32) once
-        assert got["world_size"] == 2 and got["bytes_sent_per_rank"] == [300 * 8 * 4] * 2
+        # (both students' H0 of the text fallback: hidden 8 each)
+        assert got["world_size"] == 2 and got["bytes_sent_per_rank"] == [300 * 16 * 4] * 2
     many = pq.read_table(out)
     assert many.column("id").to_pylist() == one.column("id").to_pylist()
     for cat in ("document_type_v1", "free_decimal_correspondence"):

@@ -124,10 +124,20 @@ def _distil(args: argparse.Namespace) -> int:
     result.annotator.save(args.out)
     out = {"model": args.model, "out": str(args.out), "best_val_accuracy": result.best_val_accuracy,
            "epochs_run": result.epochs_run, "train_seconds": result.train_seconds,
-           "config": cfg.to_dict()}
+           "config": cfg.to_dict(), "channel_weights": result.annotator.model.weights_report()}
     summary = (f"{args.model}: best validation accuracy {result.best_val_accuracy:.3f} after "
-               f"{result.epochs_run} epochs ({result.train_seconds:.1f} s); saved {args.out}")
+               f"{result.epochs_run} epochs ({result.train_seconds:.1f} s); saved {args.out}\n"
+               + _weights_table(out["channel_weights"]))
     return emit(args, out, summary)
+
+
+def _weights_table(weights: dict[str, dict[str, float]]) -> str:
+    """Each category's share per channel (``graph_share``: the graph student's share of
+    the mix with the text-only student, chosen on validation)."""
+    lines = ["channel weights per category:"]
+    lines += [f"  {cat:<28} " + "  ".join(f"{k} {v:.2f}" for k, v in shares.items())
+              for cat, shares in weights.items()]
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- annotate
@@ -245,8 +255,11 @@ def memory_size(text: str) -> int:
 # --------------------------------------------------------------------------- agreement
 def _register_agreement(cmds: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("agreement", help="Cohen's kappa per category, NMI, confusion PNGs")
-    p.add_argument("--reference", required=True, help="golden/teacher labels (.jsonl/.parquet)")
-    p.add_argument("--annotations", required=True, help="annotator output or another label file")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="FILE_A FILE_B: reference (e.g. teacher labels of held-out documents) "
+                        "and the annotations compared with it, on FILE_A's documents")
+    p.add_argument("--reference", default=None, help="golden/teacher labels (.jsonl/.parquet)")
+    p.add_argument("--annotations", default=None, help="annotator output or another label file")
     p.add_argument("--schema", default="essential_web")
     p.add_argument("--weights", choices=("none", "linear", "quadratic"), default="none")
     p.add_argument("--primary-only", action="store_true",
@@ -262,10 +275,16 @@ def _register_agreement(cmds: argparse._SubParsersAction) -> None:
 def _agreement(args: argparse.Namespace) -> int:
     from sparsegnn.curation import load_schema, read_labels
     from sparsegnn.curation.report import agreement_report
+    from sparsegnn.errors import DataFormatError
 
+    flags = [f for f in (args.reference, args.annotations) if f is not None]
+    if len(args.files) + len(flags) != 2 or (args.files and flags):
+        raise DataFormatError("give two label files: FILE_A FILE_B, or --reference A "
+                              "--annotations B")
+    reference, annotations = args.files or flags
     schema = load_schema(args.schema)
-    report = agreement_report(read_labels(args.reference, schema),
-                              read_labels(args.annotations, schema), schema,
+    report = agreement_report(read_labels(reference, schema),
+                              read_labels(annotations, schema), schema,
                               weights=args.weights, overlap=not args.primary_only,
                               n_boot=args.bootstrap, plots=args.plots)
     return emit(args, report.to_dict(), report.table())

@@ -98,7 +98,7 @@ def share_of(store: Path, rank: int, world: int) -> Share:
 def encode_corpus(annotator: Annotator, store: Path, batch_rows: int, bar: tqdm,
                   row_groups: list[int] | None = None) -> torch.Tensor:
     """``H0 = X W_in`` for every document (of ``row_groups``), one batch at a time."""
-    blocks = [torch.zeros(0, annotator.model.w_in.shape[1])]
+    blocks = [torch.zeros(0, annotator.model.encoded_width)]
     texts = iter_texts(store, batch_rows, row_groups)
     for block in annotator.featurizer.transform_iter(texts):
         blocks.append(annotator.model.encode(as_operand(block)))

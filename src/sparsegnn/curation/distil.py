@@ -6,6 +6,11 @@ and learns one head per category from the labelled rows. Hard labels train with 
 entropy, soft labels (probabilities per code) with the cross entropy to that
 distribution. Training is :func:`sparsegnn.train.fit` (Adam, early stopping on the mean
 validation accuracy over categories) with a task whose loss sums the heads.
+
+A graph student (``mixing="learnt"``) is trained next to a text-only student of the same
+size, and each category's mix of the two is then chosen on the validation documents
+(:class:`~sparsegnn.curation.student.TextFallback`), so the annotator falls back to the
+text wherever the document graph does not help.
 """
 
 from __future__ import annotations
@@ -26,7 +31,15 @@ from sparsegnn.curation.ingest import edge_kinds, iter_ids, iter_texts, load_gra
 from sparsegnn.curation.labels import CategoryLabels, LabelSet
 from sparsegnn.curation.schema import Schema
 from sparsegnn.curation.store import DOCUMENTS_FILE, GRAPH_FILE, check_store
-from sparsegnn.curation.student import DocumentGraph, GraphStudent, StudentConfig
+from sparsegnn.curation.student import (
+    ALPHAS,
+    POOLED,
+    DocumentGraph,
+    GraphStudent,
+    StudentConfig,
+    TextFallback,
+    mix_log_probs,
+)
 from sparsegnn.data.edges import undirected_edge_index
 from sparsegnn.data.embed import SentenceEmbedder
 from sparsegnn.data.text import HashedTfidf
@@ -40,8 +53,9 @@ from sparsegnn.train.loop import LoopConfig, run_epochs
 
 Split = Literal["train", "val", "test"]
 Featurizer = HashedTfidf | SentenceEmbedder
-# Layout of a saved annotator's state (2: inside a checksummed sparsegnn checkpoint).
-ANNOTATOR_FORMAT = 2
+# Layout of a saved annotator's state (2: inside a checksummed sparsegnn checkpoint;
+# 3: a channel per edge kind and hop, learnt channel weights, the text-only fallback).
+ANNOTATOR_FORMAT = 3
 _KIND = "annotator"
 
 
@@ -49,7 +63,7 @@ _KIND = "annotator"
 class Annotator:
     """A trained model with everything needed to annotate: featurizer, classes, schema."""
 
-    model: GraphStudent
+    model: GraphStudent | TextFallback
     featurizer: Featurizer
     classes: dict[str, list[str]]
     schema: Schema
@@ -111,7 +125,7 @@ class Annotator:
         """The operators (and known labels) this annotator needs on a corpus."""
         if not self.model.needs_graph:
             return None
-        graph = document_graph(store_dir, knn=self.model.knn_hops > 0)
+        graph = document_graph(store_dir, operator_names(self.config))
         if self.model.label_inputs and self.known is not None:
             row_of = {d: i for i, d in enumerate(ids)}
             graph.labels = label_matrix(row_of, self.known, self.classes, len(ids))
@@ -155,49 +169,76 @@ def as_operand(block: sp.csr_matrix | np.ndarray) -> CSRMatrix | torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
 
 
-def document_graph(store_dir: str | Path, knn: bool = False) -> DocumentGraph:
-    """The student's operators over the undirected graphs written by ingest: links and
-    same-site edges in one, k-NN edges (when ``knn``) in another."""
-    return operators(*raw_adjacency(store_dir, knn))
+def operator_names(cfg: StudentConfig) -> list[str]:
+    """The operators a (resolved) configuration multiplies by: its edge kinds (or
+    ``graph``, links and sites pooled), ``knn``, and ``mean`` for label inputs."""
+    return list(cfg.operator_hops()) + (["mean"] if cfg.label_inputs else [])
 
 
-def raw_adjacency(store_dir: str | Path, knn: bool = False
-                  ) -> tuple[CSRMatrix, CSRMatrix | None]:
-    """The undirected link + site adjacency and (when ``knn``) the k-NN one, unnormalised."""
+def document_graph(store_dir: str | Path, names: list[str]) -> DocumentGraph:
+    """The named operators over the undirected graphs written by ingest."""
+    return operators(raw_adjacency(store_dir, names))
+
+
+_EDGES_OF = {"link": ("link",), "site": ("site",), "knn": ("knn",), POOLED: ("link", "site"),
+             "mean": ("link", "site")}
+
+
+def raw_adjacency(store_dir: str | Path, names: list[str]) -> dict[str, CSRMatrix]:
+    """Each named operator's undirected adjacency, unnormalised (``graph`` and ``mean``:
+    links and same-site edges together)."""
     path = Path(store_dir) / GRAPH_FILE
-    adj = _adjacency(*load_graph_edges(path, ("link", "site")))
-    if not knn:
-        return adj, None
-    if "knn" not in edge_kinds(path):
+    if "knn" in names and "knn" not in edge_kinds(path):
         raise DataFormatError(f"{path}: no k-NN edges for a student that propagates over "
                               "them; ingest with --knn K")
-    return adj, _adjacency(*load_graph_edges(path, ("knn",)))
+    return {name: _adjacency(*load_graph_edges(path, _EDGES_OF[name])) for name in names}
 
 
-def operators(adj: CSRMatrix, knn: CSRMatrix | None) -> DocumentGraph:
+def operators(raw: dict[str, CSRMatrix]) -> DocumentGraph:
     """A student's operators from the raw adjacencies (of a corpus or of a subgraph)."""
-    graph = DocumentGraph(gcn_norm(adj, symmetric=True), row_norm(adj))
-    if knn is not None:
-        graph.knn = gcn_norm(knn, symmetric=True)
-    return graph
+    ops = {name: gcn_norm(a, symmetric=True) for name, a in raw.items() if name != "mean"}
+    return DocumentGraph(ops, row_norm(raw["mean"]) if "mean" in raw else None)
 
 
 def _adjacency(n: int, src: np.ndarray, dst: np.ndarray) -> CSRMatrix:
     return CSRMatrix.from_edge_index(undirected_edge_index(src, dst, n), n)
 
 
-def build_model(cfg: StudentConfig, heads: dict[str, int]) -> GraphStudent:
-    """The annotator network ``cfg`` describes (``knn_hops`` already resolved)."""
-    return GraphStudent(in_features(cfg), cfg.hidden, cfg.hops, heads, cfg.dropout,
-                        cfg.label_inputs, cfg.knn_hops or 0)
+def text_config(cfg: StudentConfig) -> StudentConfig:
+    """The text-only student trained beside a graph student: the same, with no graph."""
+    return replace(cfg, hops=0, knn_hops=0, label_inputs=False)
 
 
-def resolve_knn_hops(cfg: StudentConfig, store_dir: str | Path) -> StudentConfig:
-    """``knn_hops=None`` means one k-NN hop when ingest made k-NN edges, none otherwise."""
-    if cfg.knn_hops is not None:
-        return cfg
-    has_knn = "knn" in edge_kinds(Path(store_dir) / GRAPH_FILE)
-    return replace(cfg, knn_hops=1 if has_knn else 0)
+def build_model(cfg: StudentConfig, heads: dict[str, int], seed: int | None = None
+                ) -> GraphStudent | TextFallback:
+    """The annotator network ``cfg`` describes (``knn_hops`` and ``edge_kinds`` already
+    resolved): a graph student with its text-only fallback, or one student alone (text
+    only, or the previous design). With ``seed``, torch is seeded before each student is
+    built, so each starts as a run of that student alone would."""
+    if cfg.mixing == "none" or not cfg.uses_graph:
+        return _student(cfg, heads, seed)
+    return TextFallback(_student(text_config(cfg), heads, seed), _student(cfg, heads, seed))
+
+
+def _student(cfg: StudentConfig, heads: dict[str, int], seed: int | None) -> GraphStudent:
+    if seed is not None:
+        torch.manual_seed(seed)
+    return GraphStudent(in_features(cfg), cfg.hidden, cfg.operator_hops(), heads, cfg.dropout,
+                        cfg.label_inputs, learn_weights=cfg.mixing != "none")
+
+
+def resolve_graph(cfg: StudentConfig, store_dir: str | Path) -> StudentConfig:
+    """``knn_hops=None`` means one k-NN hop when ingest made k-NN edges, none otherwise;
+    ``edge_kinds=None`` the kinds among links and same-site edges the corpus has."""
+    path = Path(store_dir) / GRAPH_FILE
+    kinds = edge_kinds(path)
+    if cfg.knn_hops is None:
+        cfg = replace(cfg, knn_hops=1 if "knn" in kinds else 0)
+    if cfg.edge_kinds is None:
+        present = tuple(k for k in ("link", "site")
+                        if k in kinds and load_graph_edges(path, (k,))[1].size)
+        cfg = replace(cfg, edge_kinds=present)
+    return cfg
 
 
 def label_matrix(row_of: dict[str, int], labels: LabelSet, classes: dict[str, list[str]],
@@ -311,7 +352,7 @@ def distil(
     """
     start = time.perf_counter()
     check_store(store_dir)
-    cfg = resolve_knn_hops(cfg or StudentConfig(), store_dir)
+    cfg = resolve_graph(cfg or StudentConfig(), store_dir)
     ids = corpus_ids(store_dir)
     row_of = {d: i for i, d in enumerate(ids)}
     unknown = [d for d in labels.ids if d not in row_of]
@@ -327,36 +368,75 @@ def distil(
     blocks = list(featurizer.transform_iter(iter_texts(store, 8192)))
     features = (sp.vstack(blocks, format="csr") if sp.issparse(blocks[0])
                 else np.concatenate(blocks))
-    x = as_operand(features)
-    torch.manual_seed(cfg.seed)
-    model = build_model(cfg, {c: len(v) for c, v in classes.items()})
-    raw = raw_adjacency(store_dir, knn=model.knn_hops > 0) if model.needs_graph else None
-    graph = operators(*raw) if raw is not None else None
+    model = build_model(cfg, {c: len(v) for c, v in classes.items()}, cfg.seed)
+    raw = raw_adjacency(store_dir, operator_names(cfg)) if cfg.uses_graph else None
+    graph = operators(raw) if raw is not None else None
     if graph is not None and cfg.label_inputs:
         graph.labels = label_matrix(row_of, labels.subset(train_ids), classes, len(ids))
-    task = DistilTask(x, graph, model.head_slices(), {}, {})
+    task = DistilTask(as_operand(features), graph, _heads(model), {}, {})
     for split, split_ids in (("train", train_ids), ("val", val)):
         task.rows[split] = torch.tensor([row_of[d] for d in split_ids], dtype=torch.long)
         task.targets[split] = _targets(labels.subset(split_ids), classes)
+    stamp = {"classes": content_hash(classes)[:16], "documents": len(ids),
+             "labels": content_hash([train_ids, val])[:16]}
+    fit = partial(_fit, features=features, stamp=stamp, progress=progress, resume=resume)
+    if isinstance(model, TextFallback):
+        text_ckpt = None if checkpoint is None else Path(f"{checkpoint}.text")
+        fit(model.text, replace(task, adj=None), None, text_config(cfg), text_ckpt)
+        state = fit(model.graph, task, raw, cfg, checkpoint)
+        best = choose_alpha(model, task)
+    else:
+        state = fit(model, task, raw, cfg, checkpoint)
+        best = state.best_score
+    annotator = Annotator(model.eval(), featurizer, classes, schema, cfg, labels)
+    return DistilResult(annotator, best, state.epoch, time.perf_counter() - start)
+
+
+def _heads(model: GraphStudent | TextFallback) -> dict[str, slice]:
+    return (model.graph if isinstance(model, TextFallback) else model).head_slices()
+
+
+def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None,
+         cfg: StudentConfig, checkpoint: str | Path | None, *,
+         features: sp.csr_matrix | np.ndarray, stamp: dict[str, Any], progress: bool,
+         resume: bool) -> Any:
+    """Train one student with early stopping and restore its best weights; the loop's
+    final state."""
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     epoch_fn = (_sampled_epoch(model, task, features, raw, cfg, optimizer) if cfg.batch_size
                 else partial(train_epoch, model, task, optimizer))
-    # Full-graph students reseed after building the model (as full-graph training does);
-    # the sampled loop draws from (seed, epoch, batch) streams and needs no reseeding.
+    # Every student reseeds after its model is built (as full-graph training does), so
+    # each one's dropout stream is its own: the text student of a fallback pair trains
+    # as a text-only run would, and a resumed pair as an uninterrupted one.
     loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
                       checkpoint=None if checkpoint is None else Path(checkpoint),
-                      resume=resume, progress=progress, desc="distil",
-                      seed=None if cfg.batch_size else cfg.seed)
-    stamp = {"kind": "distil", "student": content_hash(_model_fields(cfg))[:16],
-             "classes": content_hash(classes)[:16], "documents": len(ids),
-             "labels": content_hash([train_ids, val])[:16]}
+                      resume=resume, progress=progress, desc="distil", seed=cfg.seed)
+    stamp = {"kind": "distil", "student": content_hash(_model_fields(cfg))[:16], **stamp}
     state = run_epochs(model, optimizer, epoch_fn, loop, EpochStats,
                        score=lambda s: s.val_accuracy, stamp=stamp)
     if state.best_weights is not None:
         model.load_state_dict(state.best_weights)
-    annotator = Annotator(model.eval(), featurizer, classes, schema, cfg, labels)
-    return DistilResult(annotator, state.best_score, state.epoch,
-                        time.perf_counter() - start)
+    return state
+
+
+@torch.no_grad()
+def choose_alpha(model: TextFallback, task: DistilTask) -> float:
+    """Set each category's graph share to the :data:`ALPHAS` value with the best validation
+    accuracy (ties go to the smaller share: the text unless the graph shows it helps);
+    returns the mean validation accuracy over categories at the chosen shares."""
+    model.eval()
+    rows = task.rows["val"]
+    text = model.text(task.x, None)[rows]
+    graph = model.graph(task.x, task.adj)[rows]
+    best = []
+    for i, (c, cols) in enumerate(task.heads.items()):
+        truth = task.targets["val"][c].argmax(1)
+        accs = [float((mix_log_probs(text[:, cols], graph[:, cols], a).argmax(1) == truth)
+                      .float().mean()) for a in ALPHAS]
+        pick = int(np.argmax(accs))  # the first maximum: the smallest share
+        model.alpha[i] = ALPHAS[pick]
+        best.append(accs[pick])
+    return float(np.mean(best))
 
 
 def _model_fields(cfg: StudentConfig) -> dict[str, Any]:
@@ -367,7 +447,7 @@ def _model_fields(cfg: StudentConfig) -> dict[str, Any]:
 
 def _sampled_epoch(model: GraphStudent, task: DistilTask,
                    features: sp.csr_matrix | np.ndarray,
-                   raw: tuple[CSRMatrix, CSRMatrix | None] | None, cfg: StudentConfig,
+                   raw: dict[str, CSRMatrix] | None, cfg: StudentConfig,
                    opt: torch.optim.Optimizer) -> Callable[[int], EpochStats]:
     """One epoch of Adam on ShaDow minibatches of ``cfg.batch_size`` training documents,
     then whole-graph validation accuracy.
@@ -377,8 +457,8 @@ def _sampled_epoch(model: GraphStudent, task: DistilTask,
     student's operators on the induced subgraph and its feature rows only, and takes the
     loss on the seeds. Memory per step grows with the subgraph, not the corpus.
     """
-    graphs = None if raw is None else [None if a is None else a.to_scipy() for a in raw]
-    sampler = None if graphs is None else ShadowSampler(_union(*graphs), cfg.fanouts)
+    graphs = None if raw is None else {name: a.to_scipy() for name, a in raw.items()}
+    sampler = None if graphs is None else ShadowSampler(_union(graphs), cfg.fanouts)
     rows, targets = task.rows["train"], task.targets["train"]
 
     def epoch_fn(epoch: int) -> EpochStats:
@@ -405,21 +485,20 @@ def _sampled_epoch(model: GraphStudent, task: DistilTask,
     return epoch_fn
 
 
-def _union(adj: sp.csr_matrix, knn: sp.csr_matrix | None) -> CSRMatrix:
-    """The graph the sampler walks: links and sites, plus k-NN edges when the student has
-    them (so a k-NN hop sees sampled textual neighbours too)."""
-    both = adj.copy() if knn is None else (adj + knn).tocsr()
+def _union(graphs: dict[str, sp.csr_matrix]) -> CSRMatrix:
+    """The graph the sampler walks: every edge the student's operators have (so each hop,
+    of each kind, sees sampled neighbours)."""
+    both = sum(graphs.values()).tocsr()
     both.data[:] = 1
     return CSRMatrix.from_scipy(both.astype(np.float32))
 
 
-def _induced(graphs: list[sp.csr_matrix | None], nodes: torch.Tensor,
+def _induced(graphs: dict[str, sp.csr_matrix], nodes: torch.Tensor,
              full: DocumentGraph | None) -> DocumentGraph:
     """The student's operators on the subgraph induced by ``nodes`` (in their order)."""
     idx = nodes.numpy()
-    sub = [None if a is None else CSRMatrix.from_scipy(a[idx][:, idx].astype(np.float32))
-           for a in graphs]
-    out = operators(sub[0], sub[1])
+    out = operators({name: CSRMatrix.from_scipy(a[idx][:, idx].astype(np.float32))
+                     for name, a in graphs.items()})
     if full is not None and full.labels is not None:
         out.labels = full.labels[nodes]
     return out

@@ -23,23 +23,33 @@ from sparsegnn.curation.schema import Schema
 
 @dataclass
 class AgreementReport:
-    """Kappa per scored category (FDC at levels 1-3), NMI between the reference's
-    categories, and the PNG files written."""
+    """Kappa per scored category (FDC at levels 1-3): ``kappa`` as asked (the
+    primary/secondary overlap unless primary only was asked for) and ``primary`` on
+    primary labels alone; NMI between the reference's categories; the schema's
+    categories that one of the files lacks; and the PNG files written."""
 
     kappa: dict[str, Kappa]
     nmi: dict[str, float]
     plots: list[str] = field(default_factory=list)
     num_documents: int = 0
+    primary: dict[str, Kappa] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_documents": self.num_documents,
                 "kappa": {k: v.to_dict() for k, v in self.kappa.items()},
-                "nmi": self.nmi, "plots": self.plots}
+                "primary_kappa": {k: v.to_dict() for k, v in self.primary.items()},
+                "missing_categories": self.missing, "nmi": self.nmi, "plots": self.plots}
 
     def table(self) -> str:
-        lines = [f"{'category':<40} {'kappa':>7} {'95% CI':>17} {'n':>7}"]
+        lines = [f"{'category':<40} {'kappa':>7} {'95% CI':>17} {'primary':>8} "
+                 f"{'95% CI':>17} {'n':>7}"]
         for name, k in self.kappa.items():
-            lines.append(f"{name:<40} {k.kappa:>7.3f} [{k.low:>6.3f}, {k.high:>6.3f}] {k.n:>7}")
+            p = self.primary[name]
+            lines.append(f"{name:<40} {k.kappa:>7.3f} [{k.low:>6.3f}, {k.high:>6.3f}] "
+                         f"{p.kappa:>8.3f} [{p.low:>6.3f}, {p.high:>6.3f}] {k.n:>7}")
+        if self.missing:
+            lines.append(f"not in both files: {', '.join(self.missing)}")
         if self.nmi:
             worst = max(self.nmi, key=self.nmi.__getitem__)
             lines.append(f"max NMI between categories: {self.nmi[worst]:.3f} ({worst})")
@@ -68,6 +78,7 @@ def agreement_report(
     if not shared:
         raise SchemaError("the two label files share no category of the schema")
     kappas: dict[str, Kappa] = {}
+    primary: dict[str, Kappa] = {}
     written: list[str] = []
     for cat in shared:
         ref_levels = _levels(cat.name, reference.categories[cat.name], cat.kind == "fdc")
@@ -79,12 +90,16 @@ def agreement_report(
                 ref.primary, oth.primary,
                 ref.secondary if overlap else None, oth.secondary if overlap else None,
                 weights=weights if order else "none", order=order, n_boot=n_boot)
+            primary[name] = cohen_kappa(ref.primary, oth.primary,
+                                        weights=weights if order else "none", order=order,
+                                        n_boot=n_boot)
             if plots is not None:
                 written.append(str(_plot(ref, oth, name, Path(plots))))
     nmi = {f"{a}~{b}": normalized_mutual_info(reference.categories[a].primary,
                                               reference.categories[b].primary)
            for a, b in combinations(reference.categories, 2)}
-    return AgreementReport(kappas, nmi, written, len(reference.ids))
+    missing = [c.name for c in schema.categories if c not in shared]
+    return AgreementReport(kappas, nmi, written, len(reference.ids), primary, missing)
 
 
 def _plot(ref: CategoryLabels, oth: CategoryLabels, name: str, folder: Path) -> Path:
