@@ -31,6 +31,7 @@ from sparsegnn.data.citeseer import load_citeseer_text
 from sparsegnn.data.edgelist import edges_to_graph, read_edge_list
 from sparsegnn.data.generators import from_spec, is_spec
 from sparsegnn.data.graph import GraphData, check_features, check_labels
+from sparsegnn.data.ogb import is_ogb_folder, is_ogb_name, load_ogb, read_ogb_folder
 from sparsegnn.data.planetoid import load_cora
 from sparsegnn.errors import DataFormatError
 
@@ -394,22 +395,27 @@ def load_any(
 ) -> GraphData:
     """A graph from a dataset name, a generator spec or a file, whichever ``source`` is.
 
-    Dataset names (``cora``, ``citeseer``) are read from the data root ``root``; generator
-    specs (``rmat:18``) are generated, with ``seed`` overriding the spec's; anything else
-    is a path handled by :func:`read_graph`. One entry point lets every CLI command and
-    benchmark accept all three interchangeably.
+    Dataset names (``cora``, ``citeseer``, OGB's ``ogbn-arxiv``...) are read from the data
+    root ``root``; generator specs (``rmat:18``) are generated, with ``seed`` overriding
+    the spec's; anything else is a path: an OGB dataset folder, or a file handled by
+    :func:`read_graph`. One entry point lets every CLI command and benchmark accept all of
+    them interchangeably.
     """
     text = os.fspath(source)
     if text.lower() in DATASETS:
         return DATASETS[text.lower()](root)
+    if is_ogb_name(text):
+        return load_ogb(text, root, undirected=undirected)
     if is_spec(text):
         return from_spec(text, seed=seed, progress=progress)
     path = Path(text)
     if not path.exists():
         raise DataFormatError(
-            f"{path}: no such file, and not a dataset name ({', '.join(DATASETS)}) "
-            f"or generator spec (rmat:..., sbm:..., uniform:...)"
+            f"{path}: no such file, and not a dataset name ({', '.join(DATASETS)}, "
+            f"ogbn-...) or generator spec (rmat:..., sbm:..., uniform:...)"
         )
+    if path.is_dir() and is_ogb_folder(path):
+        return read_ogb_folder(path, undirected=undirected)
     return read_graph(path, undirected=undirected)
 
 
