@@ -4,9 +4,11 @@ on two files against hand-computed kappas."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from sparsegnn.cli.main import main
 from sparsegnn.curation import cohen_kappa, essential_web, read_labels
@@ -86,3 +88,20 @@ def test_agreement_of_two_files_against_hand_computed_kappas(
     assert overlap["low"] <= overlap["high"]
     assert FDC in out["missing_categories"]
     assert main(["curate", "agreement", str(a)]) == 2
+
+
+def test_text_fallback_is_the_text_only_student_weight_for_weight(tmp_path: Path):
+    """The text half of a student is the model `--model text` trains (same seed)."""
+    cfg = SyntheticConfig(num_docs=300, num_sites=10, seed=2)
+    write_corpus(tmp_path / "c.jsonl", cfg)
+    ingest(tmp_path / "c.jsonl", tmp_path / "store", IngestConfig(batch_rows=128))
+    labels = read_labels(tmp_path / "c.jsonl", essential_web())
+    labels = labels.subset(labels.ids[:150])
+    small = StudentConfig(n_features=512, hidden=8, hops=1, epochs=4, patience=4)
+    pair = distil(tmp_path / "store", labels, essential_web(), small).annotator.model
+    text = distil(tmp_path / "store", labels, essential_web(),
+                  replace(small, hops=0, knn_hops=0)).annotator.model
+    mine = pair.text.state_dict()
+    assert mine.keys() == text.state_dict().keys()
+    for name, value in text.state_dict().items():
+        assert torch.equal(mine[name], value), name
