@@ -33,6 +33,7 @@ from sparsegnn.data.generators import from_spec, is_spec
 from sparsegnn.data.graph import GraphData, check_features, check_labels
 from sparsegnn.data.ogb import is_ogb_folder, is_ogb_name, load_ogb, read_ogb_folder
 from sparsegnn.data.planetoid import load_cora
+from sparsegnn.data.pyg import is_pyg_dir, read_pyg
 from sparsegnn.errors import DataFormatError
 
 FORMAT_VERSION = 1
@@ -397,9 +398,9 @@ def load_any(
 
     Dataset names (``cora``, ``citeseer``, OGB's ``ogbn-arxiv``...) are read from the data
     root ``root``; generator specs (``rmat:18``) are generated, with ``seed`` overriding
-    the spec's; anything else is a path: an OGB dataset folder, or a file handled by
-    :func:`read_graph`. One entry point lets every CLI command and benchmark accept all of
-    them interchangeably.
+    the spec's; anything else is a path: an OGB dataset folder, a PyG ``.pt`` file or
+    dataset folder (``processed/data.pt``), or a file handled by :func:`read_graph`. One
+    entry point lets every CLI command and benchmark accept all of them interchangeably.
     """
     text = os.fspath(source)
     if text.lower() in DATASETS:
@@ -416,6 +417,8 @@ def load_any(
         )
     if path.is_dir() and is_ogb_folder(path):
         return read_ogb_folder(path, undirected=undirected)
+    if path.suffix == ".pt" or (path.is_dir() and is_pyg_dir(path)):
+        return read_pyg(path, undirected=undirected)
     return read_graph(path, undirected=undirected)
 
 

@@ -1,0 +1,74 @@
+"""PyG graphs in memory and on disk (``InMemoryDataset.save``, ``torch.save(data)``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sparsegnn.data import load_any
+from sparsegnn.data.pyg import from_pyg, read_pyg
+from sparsegnn.errors import DataFormatError
+
+pyg_data = pytest.importorskip("torch_geometric.data")
+
+
+def _data() -> object:
+    """Directed, with a repeated edge and a self-loop; y of one column, as OGB's PyG sets."""
+    gen = torch.Generator().manual_seed(0)
+    edge_index = torch.tensor([[0, 1, 1, 2, 3, 3], [1, 2, 2, 0, 3, 4]])
+    return pyg_data.Data(x=torch.randn(6, 3, generator=gen), edge_index=edge_index,
+                         y=torch.tensor([[0], [1], [2], [0], [1], [2]]),
+                         train_mask=torch.tensor([1, 1, 0, 0, 0, 0], dtype=torch.bool),
+                         val_mask=torch.tensor([0, 0, 1, 0, 0, 0], dtype=torch.bool),
+                         test_mask=torch.tensor([0, 0, 0, 1, 1, 0], dtype=torch.bool))
+
+
+def _check(g: object) -> None:
+    data = _data()
+    assert g.num_nodes == 6  # node 5 is isolated
+    assert {tuple(e) for e in g.edge_index.T.tolist()} == {
+        (0, 1), (1, 0), (1, 2), (2, 1), (2, 0), (0, 2), (3, 4), (4, 3)}
+    assert torch.equal(g.x, data.x) and g.y.tolist() == [0, 1, 2, 0, 1, 2]
+    for key in ("train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(g, key), getattr(data, key))
+
+
+def test_from_pyg_data() -> None:
+    _check(from_pyg(_data()))
+    directed = from_pyg(_data(), undirected=False)
+    assert {tuple(e) for e in directed.edge_index.T.tolist()} == {
+        (0, 1), (1, 2), (2, 0), (3, 4)}
+
+
+def test_in_memory_dataset_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "MyGraph"
+    (folder / "processed").mkdir(parents=True)
+    pyg_data.InMemoryDataset.save([_data()], str(folder / "processed" / "data.pt"))
+    torch.save({}, folder / "processed" / "pre_transform.pt")
+    g = load_any(folder)
+    _check(g)
+    assert g.name == "MyGraph"
+
+
+def test_torch_saved_data(tmp_path: Path) -> None:
+    torch.save(_data(), tmp_path / "graph.pt")
+    _check(load_any(tmp_path / "graph.pt"))
+
+
+def test_several_graphs_are_refused(tmp_path: Path) -> None:
+    pyg_data.InMemoryDataset.save([_data(), _data()], str(tmp_path / "two.pt"))
+    with pytest.raises(DataFormatError, match="holds 2 graphs"):
+        read_pyg(tmp_path / "two.pt")
+
+
+class _Exploit:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("ran",))
+
+
+def test_a_pickle_that_runs_code_is_refused(tmp_path: Path) -> None:
+    torch.save(_Exploit(), tmp_path / "evil.pt")
+    with pytest.raises(DataFormatError, match="without running code"):
+        read_pyg(tmp_path / "evil.pt")
