@@ -24,7 +24,8 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
 """
 HELPS = [
     [], ["train"], ["demo"], ["plan"], ["data"], ["data", "info"], ["data", "convert"],
-    ["data", "generate"], ["data", "partition"], ["curate"], ["curate", "ingest"],
+    ["data", "generate"], ["data", "partition"], ["data", "fetch"], ["curate"],
+    ["curate", "ingest"],
     ["curate", "distil"], ["curate", "annotate"], ["curate", "query"], ["curate", "agreement"],
     ["track"], ["track", "simulate"], ["track", "build-graphs"], ["track", "train"],
     ["track", "reconstruct"], ["track", "evaluate"],
