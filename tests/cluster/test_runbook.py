@@ -8,7 +8,8 @@ cluster every node's interface has the same name; here each namespace's differs)
 python the script runs is a wrapper that records each node's command line, so the test
 checks that the script starts exactly the torchrun of :func:`.launch.torchrun_argv`, the
 launch the cluster tests check. A second submission must resume from the first one's
-checkpoint, as a requeued job does. Needs root (skipped otherwise).
+checkpoint, as a requeued job does. Needs root (skipped otherwise). The runbook's copy of
+the script is checked against the file everywhere.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from .launch import PORT, RUN_S, last_json, torchrun_argv
 from .netns import Cluster, available, sweep_stale
 
 _AVAILABLE, _WHY = available()
-pytestmark = [pytest.mark.distributed, pytest.mark.skipif(not _AVAILABLE, reason=_WHY)]
-
-SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "examples" / "sparsegnn.sbatch"
+_ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = _ROOT / "docs" / "examples" / "sparsegnn.sbatch"
 _JOB_ID = "4242"
 _NPROC = 2
 _STUBS = {
@@ -51,9 +51,10 @@ exec {sys.executable} "$@"
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _no_leftovers() -> None:
-    sweep_stale()
+def test_runbook_shows_the_script_as_it_is() -> None:
+    """docs/distributed.md shows the script in full; that copy must not drift from it."""
+    doc = (_ROOT / "docs" / "distributed.md").read_text()
+    assert f"```bash\n{SCRIPT.read_text()}```" in doc
 
 
 def _stubs(folder: Path) -> Path:
@@ -82,6 +83,8 @@ def _submit(c: Cluster, stubs: Path, dataset: Path, ckpt: Path, epochs: int,
                           timeout=RUN_S, check=False)
 
 
+@pytest.mark.distributed
+@pytest.mark.skipif(not _AVAILABLE, reason=_WHY)
 def test_sbatch_script_runs_the_tested_torchrun_and_resumes(tmp_path: Path) -> None:
     """Two hosts x 2 ranks, 2D: the script's run trains on 4 ranks and checkpoints; its
     torchrun command lines are the harness's; submitted again for one more epoch, it
@@ -91,6 +94,7 @@ def test_sbatch_script_runs_the_tested_torchrun_and_resumes(tmp_path: Path) -> N
     assert main(["data", "partition", str(graph), str(folder), "--algo", "2d",
                  "--nprocs", "4"]) == 0
     stubs, ckpt = _stubs(tmp_path / "bin"), tmp_path / "ckpt"
+    sweep_stale()  # clusters a crashed earlier run left
     with Cluster(2) as c:
         first = _submit(c, stubs, folder, ckpt, 2, tmp_path / "argv")
         assert first.returncode == 0, first.stderr[-3000:]
