@@ -28,6 +28,7 @@ import torch
 from numpy.lib.npyio import NpzFile
 
 from sparsegnn.data.citeseer import load_citeseer_text
+from sparsegnn.data.dgl import is_dgl_dir, read_dgl_csv
 from sparsegnn.data.edgelist import edges_to_graph, read_edge_list
 from sparsegnn.data.generators import from_spec, is_spec
 from sparsegnn.data.graph import GraphData, check_features, check_labels
@@ -399,8 +400,9 @@ def load_any(
     Dataset names (``cora``, ``citeseer``, OGB's ``ogbn-arxiv``...) are read from the data
     root ``root``; generator specs (``rmat:18``) are generated, with ``seed`` overriding
     the spec's; anything else is a path: an OGB dataset folder, a PyG ``.pt`` file or
-    dataset folder (``processed/data.pt``), or a file handled by :func:`read_graph`. One
-    entry point lets every CLI command and benchmark accept all of them interchangeably.
+    dataset folder (``processed/data.pt``), a DGL ``CSVDataset`` folder (``edges.csv``,
+    ``nodes.csv``), or a file handled by :func:`read_graph`. One entry point lets every CLI
+    command and benchmark accept all of them interchangeably.
     """
     text = os.fspath(source)
     if text.lower() in DATASETS:
@@ -419,6 +421,8 @@ def load_any(
         return read_ogb_folder(path, undirected=undirected)
     if path.suffix == ".pt" or (path.is_dir() and is_pyg_dir(path)):
         return read_pyg(path, undirected=undirected)
+    if path.is_dir() and is_dgl_dir(path):
+        return read_dgl_csv(path, undirected=undirected)
     return read_graph(path, undirected=undirected)
 
 
