@@ -120,7 +120,7 @@ def test_cli_overlap_changes_nothing_but_reports_waits(
 ) -> None:
     argv = ["train", "--dataset", "sbm:nodes=300,blocks=3,degree=6", "--nprocs", "4",
             "--algo", "1.5d", "--replication", "2", "--epochs", "3", "--dropout", "0",
-            "--dtype", "float64", "--no-progress", "--json"]
+            "--dtype", "float64", "--no-progress", "--history", "--json"]
     assert main(argv) == 0
     plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert main([*argv, "--overlap"]) == 0

@@ -342,7 +342,7 @@ def test_a_rank_killed_while_saving_leaves_the_previous_checkpoint(graph, base, 
 def test_cli_resumes_a_two_rank_checkpoint_on_one_rank(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     common = ["train", "--dataset", GRAPH_SPEC, "--checkpoint", str(ckpt), "--no-progress",
-              "--json"]
+              "--history", "--json"]
     assert main([*common, "--nprocs", "2", "--algo", "1d", "--checkpoint-every", "2",
                  "--epochs", "4"]) == 0
     first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

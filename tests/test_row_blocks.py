@@ -160,7 +160,8 @@ def test_torchrun_ranks_read_their_blocks_like_nprocs(
     out = tmp_path / "rb"
     assert main(["data", "partition", SBM, str(out), "--mode", "minibatch", "--nprocs", "2"]) == 0
     argv = ["train", "--mode", "minibatch", "--dataset", str(out), "--fanouts", "3,3",
-            "--layers", "2", "--epochs", "2", "--batch-size", "32", "--no-progress", "--json"]
+            "--layers", "2", "--epochs", "2", "--batch-size", "32", "--no-progress", "--history",
+            "--json"]
     capsys.readouterr()
     assert main([*argv, "--nprocs", "2"]) == 0
     launched = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -64,11 +64,11 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert pruned["mean_efficiency"] >= 0.999 and pruned["mean_purity"] > built["mean_purity"]
     trained = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out", str(model),
                        "--hidden", "8", "--iterations", "1", "--epochs", "1", "--device", "cpu")
-    assert trained["epochs"][0]["events_used"] == 1 and model.is_file()
+    assert trained["last_epoch"]["events_used"] == 1 and model.is_file()
     tuned = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
                      str(tmp_path / "tuned.pt"), "--init", str(model), "--epochs", "1",
                      "--max-sample-nodes", "2000", "--seed-order", "phi", "--device", "cpu")
-    epoch = tuned["epochs"][0]
+    epoch = tuned["last_epoch"]
     assert epoch["events_used"] == 1 and epoch["steps"] > 1
     assert epoch["max_step_nodes"] <= 2000 and epoch["edge_coverage"] > 0.95
     ckpt = tmp_path / "run.ckpt"
@@ -76,8 +76,8 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
              "--hidden", "8", "--iterations", "1", "--epochs", "1", "--checkpoint", str(ckpt))
     resumed = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
                        str(tmp_path / "b.pt"), "--hidden", "8", "--iterations", "1", "--epochs",
-                       "2", "--checkpoint", str(ckpt), "--resume")
-    assert [e["epoch"] for e in resumed["epochs"]] == [0, 1]
+                       "2", "--checkpoint", str(ckpt), "--resume", "--history")
+    assert [e["epoch"] for e in resumed["history"]] == [0, 1]
     assert load_model(tmp_path / "tuned.pt").cfg == load_model(model).cfg  # hidden 8 kept
     run_json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--graphs", str(graphs),
              "--model", str(model), "--out", str(tracks), "--device", "cpu")
@@ -113,10 +113,10 @@ def test_train_over_ranks_reports_shares_and_gradient_bytes(
         g.save(graphs / f"event{i}.npz")
     out = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
                    str(tmp_path / "in.pt"), "--hidden", "8", "--iterations", "1", "--epochs",
-                   "2", "--nprocs", "2", "--timeout", "60")
+                   "2", "--nprocs", "2", "--timeout", "60", "--history")
     assert out["world_size"] == 2 and out["events_per_rank"] == [2, 1]
-    assert [e["steps"] for e in out["epochs"]] == [2, 2]  # the rank with two events sets it
-    assert all(e["events_used"] == 3 for e in out["epochs"])
+    assert [e["steps"] for e in out["history"]] == [2, 2]  # the rank with two events sets it
+    assert all(e["events_used"] == 3 for e in out["history"])
     n_params = sum(v.numel() for v in load_model(tmp_path / "in.pt").state_dict().values())
     grads = [c["grad_allreduce"]["sent"] for c in out["comm_bytes"]]
     assert grads == [4 * 4 * n_params] * 2  # 4 steps, one float32 gradient to the other rank
@@ -133,7 +133,7 @@ def test_data_parallel_training_resumes_bit_identically(
     for i, g in enumerate(toy_graphs([6, 8, 10])):
         g.save(graphs / f"event{i}.npz")
     common = ["track", "train", "--graphs", str(graphs), "--hidden", "8", "--iterations", "1",
-              "--max-sample-nodes", "20", "--nprocs", "2", "--timeout", "60"]
+              "--max-sample-nodes", "20", "--nprocs", "2", "--timeout", "60", "--history"]
     full = run_json(capsys, *common, "--epochs", "3", "--out", str(tmp_path / "full.pt"))
     ckpt = tmp_path / "run.ckpt"
     run_json(capsys, *common, "--epochs", "2", "--out", str(tmp_path / "part.pt"),
@@ -142,7 +142,7 @@ def test_data_parallel_training_resumes_bit_identically(
         "run.rank0.ckpt", "run.rank1.ckpt"]
     resumed = run_json(capsys, *common, "--epochs", "3", "--out", str(tmp_path / "res.pt"),
                        "--checkpoint", str(ckpt), "--resume")
-    assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in full["epochs"]]
+    assert [e["loss"] for e in resumed["history"]] == [e["loss"] for e in full["history"]]
     a, b = load_model(tmp_path / "full.pt"), load_model(tmp_path / "res.pt")
     for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
         assert torch.equal(x, y)

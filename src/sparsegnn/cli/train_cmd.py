@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from sparsegnn.cli.common import (
     add_device_flag,
     add_json_flag,
-    emit,
+    add_run_flags,
+    finish_run,
     float_range,
     int_list,
     int_range,
@@ -73,9 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from --checkpoint if it exists (a checkpoint folder: from "
                    "its newest complete checkpoint, on any --nprocs/--algo)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_device_flag(p)
     add_json_flag(p)
+    add_run_flags(p)
     dist = p.add_argument_group("distributed full-graph training")
     dist.add_argument("--nprocs", type=int_range(1), default=1,
                       help="spawn this many local ranks")
@@ -193,7 +194,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay, epochs=args.epochs,
         patience=args.patience, seed=args.seed, dtype=args.dtype, checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every, resume=args.resume,
-        progress=not args.no_progress,
+        progress=args.progress, logdir=args.logdir,
     )
 
 
@@ -222,7 +223,13 @@ def _fullgraph(args: argparse.Namespace) -> int:
     _, result = train_single(graph, cfg, device)
     out = {"dataset": graph.name, "model": cfg.model, "device": str(device),
            **result.to_dict(), "config": _plain_config(cfg)}
-    return emit(args, out, fullgraph_summary(graph.name, cfg.model, result))
+    return finish_run(args, _title(graph.name, cfg.model), out,
+                      fullgraph_summary(graph.name, cfg.model, result))
+
+
+def _title(dataset: str, model: str, detail: str = "") -> str:
+    """The report's heading."""
+    return f"sparsegnn train: {model} on {dataset}{detail}"
 
 
 def fullgraph_summary(dataset: str, model: str, r: TrainResult) -> str:
@@ -284,7 +291,8 @@ def _minibatch(args: argparse.Namespace) -> int:
            "config": _plain_config(cfg)}
     if comm is not None:
         out["comm_bytes"] = comm
-    return emit(args, out, _minibatch_summary(name, mb, summary))
+    return finish_run(args, _title(name, "sage", f", {mb.sampler} minibatches"), out,
+                      _minibatch_summary(name, mb, summary))
 
 
 def _minibatch_from_blocks(args: argparse.Namespace) -> int:
@@ -322,7 +330,8 @@ def _minibatch_from_blocks(args: argparse.Namespace) -> int:
            "topology": "partitioned", "replication": replication, "row_blocks": blocks,
            **summary, "minibatch": asdict(mb), "config": _plain_config(cfg),
            "comm_bytes": outcome.comm.to_dict()}
-    return emit(args, out, _minibatch_summary(manifest["name"], mb, summary))
+    return finish_run(args, _title(manifest["name"], "sage", f", {mb.sampler} minibatches"),
+                      out, _minibatch_summary(manifest["name"], mb, summary))
 
 
 def _minibatch_summary(dataset: str, mb: MinibatchConfig, r: dict[str, Any]) -> str:
@@ -386,7 +395,8 @@ def _distributed(args: argparse.Namespace) -> int:
         text += (f"\nauto: {auto['algo']} c={auto['replication']} {auto['comm']} comm, "
                  f"{auto['partitioner']} partition; epoch predicted "
                  f"{auto['epoch_s'] * 1e3:.1f} ms, measured {out['epoch_time_s'] * 1e3:.1f} ms")
-    return emit(args, out, text)
+    return finish_run(args, _title(run.graph, job.cfg.model, f", {run.shape.describe()}"),
+                      out, text)
 
 
 def _choose(args: argparse.Namespace) -> dict[str, Any]:

@@ -328,6 +328,7 @@ class DistilResult:
     best_val_accuracy: float
     epochs_run: int
     train_seconds: float
+    history: list[EpochStats]
 
 
 def distil(
@@ -338,9 +339,10 @@ def distil(
     *,
     val_ids: list[str] | None = None,
     val_fraction: float = 0.2,
-    progress: bool = False,
+    progress: bool | None = False,
     checkpoint: str | Path | None = None,
     resume: bool = False,
+    logdir: str | Path | None = None,
 ) -> DistilResult:
     """Train an annotator on the corpus in ``store_dir`` from teacher ``labels``.
 
@@ -348,7 +350,8 @@ def distil(
     ``val_fraction`` of the labelled documents. Training runs on
     :func:`sparsegnn.train.loop.run_epochs`: ``checkpoint`` is rewritten after every
     epoch, and ``resume`` continues from it bit-identically (same corpus, labels and
-    student sizes, which its fingerprint checks).
+    student sizes, which its fingerprint checks). ``progress`` is the loop's bar (None: on
+    a terminal only); ``logdir`` receives TensorBoard event files.
     """
     start = time.perf_counter()
     check_store(store_dir)
@@ -379,7 +382,8 @@ def distil(
         task.targets[split] = _targets(labels.subset(split_ids), classes)
     stamp = {"classes": content_hash(classes)[:16], "documents": len(ids),
              "labels": content_hash([train_ids, val])[:16]}
-    fit = partial(_fit, features=features, stamp=stamp, progress=progress, resume=resume)
+    fit = partial(_fit, features=features, stamp=stamp, progress=progress, resume=resume,
+                  logdir=logdir)
     if isinstance(model, TextFallback):
         text_ckpt = None if checkpoint is None else Path(f"{checkpoint}.text")
         fit(model.text, replace(task, adj=None), None, text_config(cfg), text_ckpt)
@@ -389,7 +393,8 @@ def distil(
         state = fit(model, task, raw, cfg, checkpoint)
         best = state.best_score
     annotator = Annotator(model.eval(), featurizer, classes, schema, cfg, labels)
-    return DistilResult(annotator, best, state.epoch, time.perf_counter() - start)
+    return DistilResult(annotator, best, state.epoch, time.perf_counter() - start,
+                        state.history)
 
 
 def _heads(model: GraphStudent | TextFallback) -> dict[str, slice]:
@@ -398,8 +403,8 @@ def _heads(model: GraphStudent | TextFallback) -> dict[str, slice]:
 
 def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None,
          cfg: StudentConfig, checkpoint: str | Path | None, *,
-         features: sp.csr_matrix | np.ndarray, stamp: dict[str, Any], progress: bool,
-         resume: bool) -> Any:
+         features: sp.csr_matrix | np.ndarray, stamp: dict[str, Any], progress: bool | None,
+         resume: bool, logdir: str | Path | None) -> Any:
     """Train one student with early stopping and restore its best weights; the loop's
     final state."""
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -410,7 +415,8 @@ def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None
     # as a text-only run would, and a resumed pair as an uninterrupted one.
     loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
                       checkpoint=None if checkpoint is None else Path(checkpoint),
-                      resume=resume, progress=progress, desc="distil", seed=cfg.seed)
+                      resume=resume, progress=progress, desc="distil", seed=cfg.seed,
+                      logdir=None if logdir is None else Path(logdir))
     stamp = {"kind": "distil", "student": content_hash(_model_fields(cfg))[:16], **stamp}
     state = run_epochs(model, optimizer, epoch_fn, loop, EpochStats,
                        score=lambda s: s.val_accuracy, stamp=stamp)

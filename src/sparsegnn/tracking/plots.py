@@ -29,27 +29,46 @@ def _binned_efficiency(values: np.ndarray, matched: np.ndarray, edges: np.ndarra
     return eff, err, total
 
 
+def efficiency_curves(matches: ParticleMatches, cfg: TargetConfig
+                      ) -> dict[str, dict[str, list[float | None]]]:
+    """Tracking efficiency per bin of pT (all cuts but pT) and of eta (all cuts but eta),
+    as plain lists (``edges``, ``efficiency``, ``error``; None for an empty bin): what
+    the PNGs draw and what a run report (``--report``) carries."""
+    pt, eta = matches.pt, matches.eta
+    enough_hits = matches.nhits >= cfg.min_hits
+    panels = {"efficiency_vs_pt": (pt, enough_hits & (np.abs(eta) < cfg.max_abs_eta),
+                                   np.logspace(-1, 1.3, 12)),
+              "efficiency_vs_eta": (eta, enough_hits & (pt >= cfg.min_pt),
+                                    np.linspace(-4, 4, 17))}
+    curves = {}
+    for key, (values, selected, edges) in panels.items():
+        eff, err, total = _binned_efficiency(values[selected], matches.matched[selected], edges)
+        curves[key] = {"edges": edges.tolist(),
+                       "efficiency": [float(e) if n else None for e, n in zip(eff, total,
+                                                                               strict=True)],
+                       "error": [float(e) if n else None for e, n in zip(err, total,
+                                                                          strict=True)]}
+    return curves
+
+
 def efficiency_plots(matches: ParticleMatches, cfg: TargetConfig,
                      out_dir: str | Path) -> list[Path]:
     """``efficiency_pt.png`` (all cuts but pT) and ``efficiency_eta.png`` (all cuts but eta)."""
     plt = pyplot("for tracking plots")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pt, eta = matches.pt, matches.eta
-    enough_hits = matches.nhits >= cfg.min_hits
-    panels = [
-        ("efficiency_pt.png", pt, enough_hits & (np.abs(eta) < cfg.max_abs_eta),
-         np.logspace(-1, 1.3, 12), "pT [GeV]", True),
-        ("efficiency_eta.png", eta, enough_hits & (pt >= cfg.min_pt),
-         np.linspace(-4, 4, 17), "eta", False),
-    ]
+    curves = efficiency_curves(matches, cfg)
+    panels = [("efficiency_pt.png", curves["efficiency_vs_pt"], "pT [GeV]", True),
+              ("efficiency_eta.png", curves["efficiency_vs_eta"], "eta", False)]
     written = []
-    for name, values, selected, edges, label, log in panels:
-        eff, err, total = _binned_efficiency(values[selected], matches.matched[selected], edges)
+    for name, curve, label, log in panels:
+        edges = np.asarray(curve["edges"])
         centers = 0.5 * (edges[1:] + edges[:-1])
+        ok = np.array([e is not None for e in curve["efficiency"]])
+        eff = np.array([e for e in curve["efficiency"] if e is not None])
+        err = np.array([e for e in curve["error"] if e is not None])
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        ok = total > 0
-        ax.errorbar(centers[ok], eff[ok], yerr=err[ok], fmt="o", capsize=2)
+        ax.errorbar(centers[ok], eff, yerr=err, fmt="o", capsize=2)
         ax.set_xlabel(label)
         ax.set_ylabel("tracking efficiency")
         ax.set_ylim(0, 1.05)

@@ -67,6 +67,8 @@ class TrackTrainConfig:
     seed_order: str = "random"  # which seeds share a minibatch: "random" or "phi" (wedges)
     skip_larger_than: int | None = None
     seed: int = 0
+    progress: bool | None = False  # the loop's bar: always, never (default), on a terminal
+    logdir: Path | None = None  # TensorBoard event files (rank 0)
 
 
 @dataclass(frozen=True)
@@ -175,13 +177,14 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
 
     def epoch_fn(epoch: int) -> EpochReport:
         stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device, parallel)
-        log.info("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
+        log.debug("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
                  stats.loss, stats.steps, stats.events_used, stats.events_skipped,
                  stats.seconds)
         return stats
 
     loop = LoopConfig(epochs=cfg.epochs, checkpoint=rank_checkpoint(checkpoint, me, world),
-                      resume=resume, progress=False)
+                      resume=resume, progress=cfg.progress, logdir=cfg.logdir,
+                      reports=me == 0)
     state = run_epochs(model, optim, epoch_fn, loop, EpochReport, stamp=stamp,
                        extra=_Sizes(model.cfg, pos_weight))
     return model, TrainReport(pos_weight, state.history)

@@ -176,14 +176,14 @@ def train_rank(
         use_global_dropout(model, shard.part.num_nodes, _original_rows(shard, grid.coords[0]))
     rank_cfg = replace(
         cfg, seed=cfg.seed if global_masks else cfg.seed + _SEED_STRIDE * grid.coords[0],
-        progress=cfg.progress and grid.rank == 0,
     )
     meter = _EpochMeter(comm)
     store = None if cfg.checkpoint is None else DistributedStore(
         Path(cfg.checkpoint), grid, _identity(source, shard, cfg),
         _layout(shape, dcfg, source, global_masks, cfg.seed), cfg.seed,
         None if global_masks else grid.coords[0])
-    result = fit(model, task, rank_cfg, on_epoch=meter.on_epoch, store=store)
+    result = fit(model, task, rank_cfg, is_main=grid.rank == 0, on_epoch=meter.on_epoch,
+                 store=store)
     calls = spmm_schedule(cfg, shard.num_features, shard.num_classes)
     predicted = predict(
         shape, shard.part, grid.rank, [] if sparse else calls,

@@ -46,7 +46,8 @@ class TrainConfig:
     checkpoint: Path | None = None
     checkpoint_every: int = 10
     resume: bool = False
-    progress: bool = True
+    progress: bool | None = None  # a bar: always, never, or on a terminal only (None)
+    logdir: Path | None = None  # TensorBoard event files (main rank)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -86,6 +87,15 @@ class LocalTask:
     def sync_gradients(self, model: nn.Module) -> None:
         """Nothing to synchronise on one process."""
 
+    def confusion(self, logits: torch.Tensor, split: Split) -> list[list[int]]:
+        """Counts of (true class, predicted class) on ``split``: where the errors go,
+        which accuracy alone hides (the run report draws it)."""
+        m = self.masks[split]
+        classes = logits.shape[1]
+        pairs = self.y[m] * classes + logits[m].argmax(1)
+        return torch.bincount(pairs, minlength=classes * classes).view(
+            classes, classes).tolist()
+
 
 @dataclass
 class EpochStats:
@@ -108,12 +118,12 @@ class TrainResult:
     peak_memory_bytes: int
     history: list[EpochStats] = field(default_factory=list)
     stopped_early: bool = False
+    test_confusion: list[list[int]] | None = None  # one process only: rows true, cols predicted
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["losses"] = [h.loss for h in self.history]
-        del out["history"]
-        return out
+        """Final figures, the per-epoch ``history`` and its ``losses`` (the command line
+        keeps the last two for ``--history``)."""
+        return {**asdict(self), "losses": [h.loss for h in self.history]}
 
 
 def build_model(cfg: TrainConfig, in_channels: int, out_channels: int) -> nn.Module:
@@ -147,7 +157,8 @@ def fit(
     stamp: Fingerprint | None = None,
     store: CheckpointStore | None = None,
 ) -> TrainResult:
-    """Train ``model`` on ``task``; only the main rank writes checkpoints and progress.
+    """Train ``model`` on ``task``; only the main rank writes checkpoints, progress and
+    event files.
 
     ``stamp`` is the checkpoint fingerprint (default: :func:`fingerprint` of ``cfg``
     alone); a checkpoint resumes only if its own matches it field for field. ``store``
@@ -159,7 +170,8 @@ def fit(
     loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
                       checkpoint=None if store is not None else cfg.checkpoint,
                       checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
-                      progress=cfg.progress, is_main=is_main, seed=cfg.seed)
+                      progress=cfg.progress, is_main=is_main, seed=cfg.seed,
+                      logdir=cfg.logdir, reports=is_main)
     state = run_epochs(model, optimizer, lambda epoch: train_epoch(model, task, optimizer, epoch),
                        loop, EpochStats, score=lambda s: s.val_accuracy,
                        stamp=fingerprint(cfg) if stamp is None else stamp, on_epoch=on_epoch,
@@ -193,7 +205,9 @@ def _finish(model: nn.Module, task: Task, state: LoopState[EpochStats]) -> Train
         model.load_state_dict(state.best_weights)
     model.eval()
     with torch.no_grad():
-        test_acc = task.accuracy(model(task.x, task.adj), "test")
+        logits = model(task.x, task.adj)
+    test_acc = task.accuracy(logits, "test")
+    confusion = task.confusion(logits, "test") if isinstance(task, LocalTask) else None
     model.load_state_dict(final)
     times = sorted(h.seconds for h in state.history)
     return TrainResult(
@@ -205,6 +219,7 @@ def _finish(model: nn.Module, task: Task, state: LoopState[EpochStats]) -> Train
         peak_memory_bytes=peak_memory_bytes(task.x.device),
         history=state.history,
         stopped_early=state.stopped_early,
+        test_confusion=confusion,
     )
 
 

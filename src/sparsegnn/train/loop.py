@@ -4,7 +4,9 @@ Full-graph training (one process or a grid of ranks), sampled minibatch training
 tracking's Interaction Network and curation's distilled annotator differ only in what one
 epoch does. :func:`run_epochs` owns everything around that epoch, once:
 
-* the epoch counter, a progress bar (on a terminal, main rank only) and ``on_epoch``;
+* the epoch counter, a progress bar on a terminal or summary lines in a log file
+  (:mod:`sparsegnn.train.progress`), TensorBoard event files with ``logdir``
+  (:mod:`sparsegnn.train.eventlog`), both on one rank only, and ``on_epoch``;
 * a NaN or infinite loss stops the run before anything is saved, so the last checkpoint
   stays the last good state;
 * early stopping on a validation score, and the best-scoring weights kept for the caller;
@@ -33,7 +35,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from sparsegnn.errors import DataFormatError, NonFiniteError
 from sparsegnn.train.checkpoint import (
@@ -45,6 +46,8 @@ from sparsegnn.train.checkpoint import (
     seed_everything,
     set_rng_state,
 )
+from sparsegnn.train.eventlog import EventLog
+from sparsegnn.train.progress import EpochDisplay
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +120,10 @@ class LoopConfig:
     ``patience=None`` trains every epoch (no validation score); ``seed=None`` leaves the
     RNG streams as the caller set them (a mode that seeds before building its model).
     ``checkpoint`` is a file (a :class:`FileStore`) unless :func:`run_epochs` gets a store.
+    ``progress``: a bar always (True), never (False), or on a terminal only (None), with
+    summary lines where there is no bar; ``logdir``: TensorBoard event files there.
+    ``is_main`` writes a :class:`FileStore`'s file (modes that keep one file per rank leave
+    it True everywhere); ``reports`` shows progress and writes event files, on one rank.
     """
 
     epochs: int
@@ -124,10 +131,12 @@ class LoopConfig:
     checkpoint: Path | None = None
     checkpoint_every: int = 1
     resume: bool = False
-    progress: bool = True
+    progress: bool | None = None
     is_main: bool = True
     seed: int | None = None
     desc: str = "train"
+    logdir: Path | None = None
+    reports: bool = True
 
 
 @dataclass
@@ -185,23 +194,29 @@ def run_epochs(
         log.debug("resumed from %s at epoch %d", store.describe(), state.epoch)
     elif cfg.seed is not None:
         seed_everything(cfg.seed)
-    bar = tqdm(total=cfg.epochs, initial=state.epoch, desc=cfg.desc, unit="epoch",
-               disable=None if cfg.progress and cfg.is_main else True, leave=False)
-    while state.epoch < cfg.epochs and not state.stopped_early:
-        stats = epoch_fn(state.epoch)
-        _check_loss(state.epoch, stats.loss, store)
-        state.history.append(stats)
-        state.epoch += 1
-        if score is not None:
-            _track_best(state, model, score(stats), cfg.patience)
-        bar.update(1)
-        bar.set_postfix(_postfix(stats, score))
-        if on_epoch is not None:
-            on_epoch(stats)
-        if store is not None and state.epoch % cfg.checkpoint_every == 0:
-            _save(store, model, optimizer, state, extra)
-            saved = state.epoch
-    bar.close()
+    display = EpochDisplay(cfg.epochs, state.epoch, cfg.desc, cfg.progress, cfg.reports, score)
+    events = EventLog(cfg.logdir) if cfg.logdir is not None and cfg.reports else None
+    try:
+        while state.epoch < cfg.epochs and not state.stopped_early:
+            stats = epoch_fn(state.epoch)
+            _check_loss(state.epoch, stats.loss, store)
+            state.history.append(stats)
+            state.epoch += 1
+            if score is not None:
+                _track_best(state, model, score(stats), cfg.patience)
+            display.update(state.epoch, stats,
+                           state.epoch == cfg.epochs or state.stopped_early)
+            if events is not None:
+                events.epoch(state.epoch - 1, stats)
+            if on_epoch is not None:
+                on_epoch(stats)
+            if store is not None and state.epoch % cfg.checkpoint_every == 0:
+                _save(store, model, optimizer, state, extra)
+                saved = state.epoch
+    finally:
+        display.close()
+        if events is not None:
+            events.close()
     if store is not None and saved != state.epoch:  # the end, unless just saved
         _save(store, model, optimizer, state, extra)
     return state
@@ -215,13 +230,6 @@ def _track_best(state: LoopState[Any], model: nn.Module, value: float,
     else:
         state.bad_epochs += 1
     state.stopped_early = patience is not None and state.bad_epochs >= patience
-
-
-def _postfix(stats: EpochRecord, score: Callable[[Any], float] | None) -> dict[str, str]:
-    shown = {"loss": f"{stats.loss:.4f}"}
-    if score is not None:
-        shown["val"] = f"{score(stats):.3f}"
-    return shown
 
 
 def _check_loss(epoch: int, loss: float, store: CheckpointStore | None) -> None:

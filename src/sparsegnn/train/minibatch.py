@@ -92,10 +92,9 @@ class MinibatchResult:
     history: list[MinibatchEpoch] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["losses"] = [h.loss for h in self.history]
-        del out["history"]
-        return out
+        """Final figures, the per-epoch ``history`` and its ``losses`` (the command line
+        keeps the last two for ``--history``)."""
+        return {**asdict(self), "losses": [h.loss for h in self.history]}
 
 
 @dataclass
@@ -190,7 +189,8 @@ def fit_minibatch(
     loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
                       checkpoint=rank_checkpoint(cfg.checkpoint, rank, world_size),
                       checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
-                      progress=cfg.progress and rank == 0, seed=None)
+                      progress=cfg.progress, seed=None, logdir=cfg.logdir,
+                      reports=rank == 0)
     stamp = {**fingerprint(cfg, kind="minibatch", world_size=world_size, rank=rank),
              "sampler": mb.sampler, "fanouts": ",".join(map(str, mb.fanouts)),
              "batch_size": mb.batch_size, "seed": cfg.seed}  # the seed draws the minibatches

@@ -1,0 +1,86 @@
+"""TensorBoard event files of a training run (``--logdir``).
+
+People read training runs in TensorBoard, so every training command writes its curves
+there: while the run goes, each epoch's numbers (loss, accuracies, epoch time and
+whatever else the mode records) under ``epoch/``; at the end, the run's final figures
+under ``final/`` and each rank's bytes and memory under ``ranks/``. Only the main rank
+writes, so a distributed run has one set of curves, not one per rank. The writer is
+torch's :class:`~torch.utils.tensorboard.SummaryWriter`; the ``tensorboard`` package it
+needs is optional (the ``tensorboard`` extra).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sparsegnn.optional import require
+
+# Epoch-record fields that are not a curve, or are better named in TensorBoard.
+_SKIPPED = {"epoch"}
+_RENAMED = {"seconds": "epoch_time_s"}
+
+
+def epoch_scalars(record: Any) -> dict[str, float]:
+    """The finite numbers of one epoch's record (a dataclass or a dict), by TensorBoard tag."""
+    items = (dataclasses.asdict(record) if dataclasses.is_dataclass(record)
+             else dict(record)).items()
+    return {f"epoch/{_RENAMED.get(k, k)}": float(v) for k, v in items
+            if k not in _SKIPPED and _is_number(v) and math.isfinite(v)}
+
+
+def rank_scalars(result: Mapping[str, Any]) -> dict[str, list[float]]:
+    """Per-rank series of a run's JSON result, where the run had ranks: bytes sent (per
+    epoch for full-graph training, in all for tracking) and peak memory."""
+    series: dict[str, list[float]] = {}
+    comm = result.get("comm")
+    per_rank = comm.get("per_rank") if isinstance(comm, Mapping) else None
+    if per_rank:
+        series["bytes_sent_per_epoch"] = [float(r["sent"]) for r in per_rank]
+    if result.get("bytes_sent_per_rank"):
+        series["bytes_sent"] = [float(b) for b in result["bytes_sent_per_rank"]]
+    memory = result.get("memory_per_rank") or []
+    if memory:
+        series["peak_memory_bytes"] = [float(m["peak_rss_bytes"]) for m in memory]
+    return series
+
+
+def final_scalars(result: Mapping[str, Any]) -> dict[str, float]:
+    """The run's top-level finite numbers (accuracies, median epoch time, peak memory)."""
+    return {f"final/{k}": float(v) for k, v in result.items()
+            if _is_number(v) and math.isfinite(v)}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class EventLog:
+    """One run's event file; every scalar goes to ``logdir``, readable as it is written."""
+
+    def __init__(self, logdir: str | Path) -> None:
+        require("tensorboard", "for --logdir")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(logdir))
+
+    def epoch(self, step: int, record: Any) -> None:
+        """Epoch ``step`` (0-based, as in the run's history)."""
+        for tag, value in epoch_scalars(record).items():
+            self._writer.add_scalar(tag, value, step)
+        self._writer.flush()
+
+    def final(self, result: Mapping[str, Any], step: int) -> None:
+        """The final figures and per-rank series of a finished run's JSON result."""
+        for tag, value in final_scalars(result).items():
+            self._writer.add_scalar(tag, value, step)
+        for name, values in rank_scalars(result).items():
+            for rank, value in enumerate(values):
+                self._writer.add_scalar(f"ranks/{name}/{rank}", value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

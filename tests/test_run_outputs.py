@@ -1,0 +1,154 @@
+"""What training commands leave behind: TensorBoard event files read back with
+tensorboard's own reader, the per-epoch history behind ``--history``, and quiet logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparsegnn.cli.main import main
+from sparsegnn.train.progress import EpochDisplay
+
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator",
+    reason="tensorboard is not installed (pip install 'sparsegnn[tensorboard]')")
+
+GRAPH = "sbm:nodes=300,blocks=3,degree=6"
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series in ``logdir``, as tensorboard itself reads the event files."""
+    acc = event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
+            for tag in acc.Tags()["scalars"]}
+
+
+def assert_epochs_match(series: dict[str, list[tuple[int, float]]],
+                        history: list[dict[str, Any]], fields: dict[str, str]) -> None:
+    """Each history field equals its TensorBoard curve (stored as float32)."""
+    for field, tag in fields.items():
+        got = series[f"epoch/{tag}"]
+        assert [step for step, _ in got] == [h["epoch"] for h in history]
+        assert [v for _, v in got] == pytest.approx([h[field] for h in history], rel=1e-6)
+
+
+def test_train_logdir_matches_the_json(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "6", "--device", "cpu",
+                   "--logdir", str(tmp_path), "--history")
+    series = scalars(tmp_path)
+    assert len(out["history"]) == 6 and out["losses"] == [h["loss"] for h in out["history"]]
+    assert_epochs_match(series, out["history"], {
+        "loss": "loss", "train_accuracy": "train_accuracy", "val_accuracy": "val_accuracy",
+        "seconds": "epoch_time_s"})
+    for key in ("test_accuracy", "best_val_accuracy", "epoch_time_s", "peak_memory_bytes"):
+        assert series[f"final/{key}"] == [(5, pytest.approx(out[key], rel=1e-6))]
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert saved["history"] == out["history"] and saved["test_accuracy"] == out["test_accuracy"]
+
+
+def test_json_keeps_final_figures_and_drops_the_history(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "3", "--device", "cpu")
+    assert "history" not in out and "losses" not in out
+    assert out["epochs_run"] == 3 and 0.0 <= out["test_accuracy"] <= 1.0
+
+
+@pytest.mark.distributed
+def test_distributed_logdir_has_one_writer_and_every_rank_bytes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "3", "--nprocs", "2",
+                   "--algo", "1d", "--device", "cpu", "--logdir", str(tmp_path), "--history")
+    series = scalars(tmp_path)
+    # rank 0 alone writes: one event file of epochs (plus the final figures), not two
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    assert_epochs_match(series, out["history"], {"loss": "loss", "val_accuracy": "val_accuracy"})
+    sent = [r["sent"] for r in out["comm"]["per_rank"]]
+    assert [series[f"ranks/bytes_sent_per_epoch/{r}"][0][1] for r in (0, 1)] == sent
+    memory = [m["peak_rss_bytes"] for m in out["memory_per_rank"]]
+    got = [series[f"ranks/peak_memory_bytes/{r}"][0][1] for r in (0, 1)]
+    assert got == pytest.approx(memory, rel=1e-6)
+
+
+def test_track_train_logdir_matches_the_json(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from tracking_toys import toy_graphs
+
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    for i, g in enumerate(toy_graphs([6, 8])):
+        g.save(graphs / f"event{i}.npz")
+    logdir = tmp_path / "tb"
+    out = run_json(capsys, "track", "train", "--graphs", str(graphs), "--out",
+                   str(tmp_path / "in.pt"), "--hidden", "8", "--iterations", "1", "--epochs",
+                   "3", "--device", "cpu", "--logdir", str(logdir), "--history")
+    assert out["epochs_run"] == 3 and out["last_epoch"] == out["history"][-1]
+    assert_epochs_match(scalars(logdir), out["history"], {
+        "loss": "loss", "events_used": "events_used", "seconds": "epoch_time_s"})
+
+
+def test_curate_distil_logdir_matches_the_json(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pyarrow")
+    from sparsegnn.curation.ingest import IngestConfig, ingest
+    from sparsegnn.curation.synthetic import SyntheticConfig, write_corpus
+
+    write_corpus(tmp_path / "corpus.jsonl", SyntheticConfig(num_docs=120, num_sites=4, seed=2))
+    ingest(tmp_path / "corpus.jsonl", tmp_path / "store", IngestConfig(batch_rows=64))
+    logdir = tmp_path / "tb"
+    out = run_json(capsys, "curate", "distil", "--corpus", str(tmp_path / "store"),
+                   "--labels", str(tmp_path / "corpus.jsonl"), "--model", "text",
+                   "--epochs", "3", "--out", str(tmp_path / "a.pt"), "--logdir", str(logdir),
+                   "--history")
+    series = scalars(logdir)
+    assert_epochs_match(series, out["history"], {"loss": "loss", "val_accuracy": "val_accuracy"})
+    assert series["final/best_val_accuracy"][0][1] == pytest.approx(out["best_val_accuracy"])
+
+
+@pytest.mark.parametrize(("epochs", "lines"), [(200, 10), (25, 9), (7, 7), (1, 1)])
+def test_without_a_bar_a_run_logs_a_line_per_tenth(
+        epochs: int, lines: int, caplog: pytest.LogCaptureFixture) -> None:
+    """Off a terminal (pytest's stderr): summary lines at every tenth and the last epoch."""
+    display = EpochDisplay(epochs, 0, "train", None, True, None)
+    stats = type("Stats", (), {"loss": 0.5, "seconds": 0.01})()
+    with caplog.at_level(logging.INFO, logger="sparsegnn.train.progress"):
+        for epoch in range(1, epochs + 1):
+            display.update(epoch, stats, epoch == epochs)
+    display.close()
+    assert display.bar is None and len(caplog.records) == lines
+    assert caplog.records[-1].getMessage().startswith(f"train: epoch {epochs}/{epochs}, loss")
+
+
+def test_progress_flag_forces_the_bar_and_other_ranks_stay_silent() -> None:
+    assert EpochDisplay(5, 0, "train", True, True, None).bar is not None
+    assert EpochDisplay(5, 0, "train", True, False, None).bar is None
+    assert EpochDisplay(5, 0, "train", False, True, None).bar is None
+
+
+@pytest.mark.slow
+def test_demo_into_a_log_file_writes_fewer_than_30_lines(tmp_path: Path) -> None:
+    """``make demo > log.txt`` (stderr too, as CI captures it): a few summary lines, no
+    bar redrawn line after line."""
+    log = tmp_path / "log.txt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with log.open("w") as fh:
+        done = subprocess.run([sys.executable, "-m", "sparsegnn", "demo", "--device", "cpu"],
+                              stdout=fh, stderr=subprocess.STDOUT, env=env, timeout=600,
+                              check=False)
+    text = log.read_text()
+    assert done.returncode == 0, text
+    assert len(text.splitlines()) < 30 and "\r" not in text, text
