@@ -30,11 +30,12 @@ def register(subparsers: Any) -> None:
     """Add ``data`` and its actions to the top-level subparsers."""
     parser = subparsers.add_parser(
         "data",
-        help="inspect, convert and generate graphs",
-        description="Inspect, convert and generate graphs. SOURCE is a dataset name "
-                    "(cora, citeseer), a generator spec (rmat:18, "
-                    "sbm:nodes=4096,blocks=8,degree=16, uniform:nodes=1000,degree=8) "
-                    "or a file (.npz graph, scipy .npz, edge list).",
+        help="inspect, convert, generate and fetch graphs",
+        description="Inspect, convert, generate and fetch graphs. SOURCE is a dataset "
+                    "name (cora, citeseer, ogbn-arxiv, ...), a generator spec (rmat:18, "
+                    "sbm:nodes=4096,blocks=8,degree=16, uniform:nodes=1000,degree=8), "
+                    "a file (.npz graph, scipy .npz, PyG .pt, edge list) or a folder (OGB "
+                    "dataset, PyG dataset with processed/, DGL CSVDataset).",
     )
     actions = parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     for add in _ACTIONS:
