@@ -8,13 +8,16 @@ same folder and must agree with ours.
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from sparsegnn.cli.main import main
 from sparsegnn.data import load_any, paths
 from sparsegnn.data.ogb import ogb_evaluate, ogb_evaluate_pairs, read_ogb_folder
 from sparsegnn.errors import DataFormatError
@@ -133,6 +136,16 @@ def test_evaluator_equals_our_accuracy() -> None:
     confusion = torch.zeros(40, 40, dtype=torch.int64)
     confusion.index_put_((y_true, y_pred), torch.ones(500, dtype=torch.int64), accumulate=True)
     assert ogb_evaluate_pairs("ogbn-arxiv", confusion.tolist()) == result
+
+
+def test_train_reports_ogbs_metric(arxiv: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ogb")
+    monkeypatch.delenv(paths.ENV_VAR, raising=False)
+    assert main(["train", "--dataset", "ogbn-arxiv", "--data-dir", str(arxiv.parent),
+                 "--epochs", "20", "--device", "cpu", "--json"]) == 0
+    out: dict[Any, Any] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ogb_evaluator"]["test"]["acc"] == pytest.approx(out["test_accuracy"])
 
 
 REAL = [p / "ogbn_arxiv" for p in (paths.shared_data(), Path.home() / "ogb") if p]

@@ -223,8 +223,31 @@ def _fullgraph(args: argparse.Namespace) -> int:
     _, result = train_single(graph, cfg, device)
     out = {"dataset": graph.name, "model": cfg.model, "device": str(device),
            **result.to_dict(), "config": _plain_config(cfg)}
+    ogb = _ogb_metrics(graph, result)
+    if ogb is not None:
+        out["ogb_evaluator"] = ogb
     return finish_run(args, _title(graph.name, cfg.model), out,
-                      fullgraph_summary(graph.name, cfg.model, result))
+                      fullgraph_summary(graph.name, cfg.model, result) + _ogb_line(out))
+
+
+def _ogb_metrics(graph: GraphData, result: TrainResult) -> dict[str, dict[str, float]] | None:
+    """OGB's own Evaluator on the test predictions of the best-on-validation weights, for
+    an OGB dataset where ``ogb`` is installed (None otherwise): the leaderboard's metric."""
+    from sparsegnn.data.ogb import ogb_evaluate_pairs
+
+    name = graph.meta.get("ogb_name")
+    if name is None or result.test_confusion is None:
+        return None
+    metrics = ogb_evaluate_pairs(str(name), result.test_confusion)
+    return None if metrics is None else {"test": metrics}
+
+
+def _ogb_line(out: dict[str, Any]) -> str:
+    ogb = out.get("ogb_evaluator")
+    if ogb is None:
+        return ""
+    shown = ", ".join(f"{split} {k} {v:.4f}" for split, m in ogb.items() for k, v in m.items())
+    return f"\nOGB Evaluator ({out['dataset']}): {shown}"
 
 
 def _title(dataset: str, model: str, detail: str = "") -> str:
