@@ -57,6 +57,9 @@ def test_train_logdir_matches_the_json(tmp_path: Path,
         "seconds": "epoch_time_s"})
     for key in ("test_accuracy", "best_val_accuracy", "epoch_time_s", "peak_memory_bytes"):
         assert series[f"final/{key}"] == [(5, pytest.approx(out[key], rel=1e-6))]
+    memory = [v for _, v in series["epoch/peak_memory_bytes"]]
+    assert len(memory) == 6 and memory == sorted(memory)  # a high-water mark
+    assert memory[-1] <= out["peak_memory_bytes"] * (1 + 1e-6)
     saved = json.loads((tmp_path / "run.json").read_text())
     assert saved["history"] == out["history"] and saved["test_accuracy"] == out["test_accuracy"]
 
@@ -66,6 +69,20 @@ def test_json_keeps_final_figures_and_drops_the_history(
     out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "3", "--device", "cpu")
     assert "history" not in out and "losses" not in out
     assert out["epochs_run"] == 3 and 0.0 <= out["test_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("mode", [[], ["--mode", "minibatch", "--fanouts", "3,3", "--layers",
+                                         "2", "--batch-size", "64"]])
+def test_test_confusion_agrees_with_test_accuracy(
+        mode: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The matrix the report draws: rows true class, columns predicted, on the test split
+    with the best-on-validation weights (full-graph and minibatch on one process)."""
+    out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "3", "--device", "cpu",
+                   *mode)
+    counts = out["test_confusion"]
+    correct = sum(counts[i][i] for i in range(len(counts)))
+    assert len(counts) == 3 and correct / sum(map(sum, counts)) == pytest.approx(
+        out["test_accuracy"], rel=1e-6)
 
 
 @pytest.mark.distributed

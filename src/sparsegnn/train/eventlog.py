@@ -1,12 +1,12 @@
 """TensorBoard event files of a training run (``--logdir``).
 
 People read training runs in TensorBoard, so every training command writes its curves
-there: while the run goes, each epoch's numbers (loss, accuracies, epoch time and
-whatever else the mode records) under ``epoch/``; at the end, the run's final figures
-under ``final/`` and each rank's bytes and memory under ``ranks/``. Only the main rank
-writes, so a distributed run has one set of curves, not one per rank. The writer is
-torch's :class:`~torch.utils.tensorboard.SummaryWriter`; the ``tensorboard`` package it
-needs is optional (the ``tensorboard`` extra).
+there: while the run goes, each epoch's numbers (loss, accuracies, epoch time, whatever
+else the mode records, and the peak memory so far) under ``epoch/``; at the end, the
+run's final figures under ``final/`` and each rank's bytes and memory under ``ranks/``.
+Only one rank writes, so a distributed run has one set of curves, not one per rank. The
+writer is torch's :class:`~torch.utils.tensorboard.SummaryWriter`; the ``tensorboard``
+package it needs is optional (the ``tensorboard`` extra).
 """
 
 from __future__ import annotations
@@ -67,10 +67,12 @@ class EventLog:
 
         self._writer = SummaryWriter(log_dir=str(logdir))
 
-    def epoch(self, step: int, record: Any) -> None:
-        """Epoch ``step`` (0-based, as in the run's history)."""
+    def epoch(self, step: int, record: Any, peak_memory_bytes: int) -> None:
+        """Epoch ``step`` (0-based, as in the run's history) and the peak memory so far
+        (a leak or a growing cache shows as a rising curve)."""
         for tag, value in epoch_scalars(record).items():
             self._writer.add_scalar(tag, value, step)
+        self._writer.add_scalar("epoch/peak_memory_bytes", float(peak_memory_bytes), step)
         self._writer.flush()
 
     def final(self, result: Mapping[str, Any], step: int) -> None:

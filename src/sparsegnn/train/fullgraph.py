@@ -88,13 +88,16 @@ class LocalTask:
         """Nothing to synchronise on one process."""
 
     def confusion(self, logits: torch.Tensor, split: Split) -> list[list[int]]:
-        """Counts of (true class, predicted class) on ``split``: where the errors go,
-        which accuracy alone hides (the run report draws it)."""
         m = self.masks[split]
-        classes = logits.shape[1]
-        pairs = self.y[m] * classes + logits[m].argmax(1)
-        return torch.bincount(pairs, minlength=classes * classes).view(
-            classes, classes).tolist()
+        return confusion_counts(logits[m], self.y[m])
+
+
+def confusion_counts(logits: torch.Tensor, y: torch.Tensor) -> list[list[int]]:
+    """Counts of (true class, predicted class): where the errors go, which accuracy
+    alone hides (the run report draws it)."""
+    classes = logits.shape[1]
+    pairs = y * classes + logits.argmax(1)
+    return torch.bincount(pairs, minlength=classes * classes).view(classes, classes).tolist()
 
 
 @dataclass

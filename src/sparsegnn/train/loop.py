@@ -47,6 +47,7 @@ from sparsegnn.train.checkpoint import (
     set_rng_state,
 )
 from sparsegnn.train.eventlog import EventLog
+from sparsegnn.train.memory import peak_memory_bytes
 from sparsegnn.train.progress import EpochDisplay
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def run_epochs(
             display.update(state.epoch, stats,
                            state.epoch == cfg.epochs or state.stopped_early)
             if events is not None:
-                events.epoch(state.epoch - 1, stats)
+                events.epoch(state.epoch - 1, stats, peak_memory_bytes(_device(model)))
             if on_epoch is not None:
                 on_epoch(stats)
             if store is not None and state.epoch % cfg.checkpoint_every == 0:
@@ -230,6 +231,11 @@ def _track_best(state: LoopState[Any], model: nn.Module, value: float,
     else:
         state.bad_epochs += 1
     state.stopped_early = patience is not None and state.bad_epochs >= patience
+
+
+def _device(model: nn.Module) -> torch.device:
+    """Where the model's weights live: the device whose memory the run uses."""
+    return next(model.parameters()).device
 
 
 def _check_loss(epoch: int, loss: float, store: CheckpointStore | None) -> None:

@@ -33,7 +33,7 @@ from sparsegnn.sampling.loader import FeatureSource, MinibatchLoader
 from sparsegnn.sampling.samplers import Sampler, Topology
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.checkpoint import rank_checkpoint, seed_everything
-from sparsegnn.train.fullgraph import TrainConfig, fingerprint
+from sparsegnn.train.fullgraph import TrainConfig, confusion_counts, fingerprint
 from sparsegnn.train.loop import LoopConfig, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
@@ -90,6 +90,7 @@ class MinibatchResult:
     peak_memory_bytes: int
     stopped_early: bool = False
     history: list[MinibatchEpoch] = field(default_factory=list)
+    test_confusion: list[list[int]] | None = None  # whole graph local: rows true, cols predicted
 
     def to_dict(self) -> dict[str, Any]:
         """Final figures, the per-epoch ``history`` and its ``losses`` (the command line
@@ -140,6 +141,12 @@ class _Evaluator:
         m = self.masks[split]
         return float((logits[m].argmax(1) == self.y[m]).float().mean())
 
+    @torch.no_grad()
+    def confusion(self, model: nn.Module, split: str) -> list[list[int]]:
+        model.eval()
+        m = self.masks[split]
+        return confusion_counts(model(self.x, self.op)[m], self.y[m])
+
 
 def fit_minibatch(
     data: MinibatchData,
@@ -179,7 +186,8 @@ def fit_minibatch(
         world_size=world_size,
         device=device,
     )
-    accuracy = evaluate if evaluate is not None else _Evaluator(data, device).accuracy
+    local = _Evaluator(data, device) if evaluate is None else None
+    accuracy = evaluate if local is None else local.accuracy
 
     def epoch_fn(epoch: int) -> MinibatchEpoch:
         stats = _train_epoch(model, optimizer, loader, epoch, cfg.num_layers, sync)
@@ -210,6 +218,7 @@ def fit_minibatch(
         peak_memory_bytes=peak_memory_bytes(device),
         stopped_early=state.stopped_early,
         history=history,
+        test_confusion=None if local is None else local.confusion(model, "test"),
     )
     return model, result
 
