@@ -8,14 +8,15 @@ ranks of one host talk over loopback. The cases show that
 * a job spread over two hosts learns exactly what the same world size learns on one host
   (1D, 2D, partitioned minibatch), each host holding only its own ranks' files;
 * the bytes on the wire cover the payload we account, with little overhead;
-* a host cut off mid-run ends every rank on both hosts with an error, and host 0's
-  torchrun non-zero, within ``--timeout`` plus a margin.
+* a host cut off mid-run ends every rank on both hosts with an error naming the host and
+  rank it lost, and host 0's torchrun non-zero, within ``--timeout`` plus a margin (the
+  scenario is :func:`.faults.host_cut_off`; the other faults are in ``test_faults.py``).
 
 How a host is launched and which ranks it gets: :mod:`.launch` (shared with
 ``benchmarks/cluster.py``).
 
 Every case tears its cluster down even when it fails; a launch that hangs fails after
-``RUN_S`` instead of blocking the suite. Needs root (skipped otherwise, with the reason);
+``launch.RUN_S`` instead of blocking the suite. Needs root (skipped otherwise, with the reason);
 run ``.venv/bin/python -m pytest -q tests/cluster`` (about two minutes on one core). The
 measured numbers (loss gaps, wire bytes, fault detection times) are printed even when the
 tests pass.
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,15 +35,14 @@ import pytest
 
 from sparsegnn.cli.main import main
 
+from .faults import MARGIN_S, host_cut_off
 from .launch import (
     PORT,
-    RUN_S,
     accounted_bytes,
     across,
     host_folders,
     last_json,
     log_tails,
-    torchrun,
 )
 from .netns import Cluster, Counters, available, sweep_stale
 
@@ -51,7 +50,7 @@ _AVAILABLE, _WHY = available()
 pytestmark = [pytest.mark.distributed, pytest.mark.skipif(not _AVAILABLE, reason=_WHY)]
 
 _SMALL = "sbm:nodes=400,blocks=4,degree=6"
-_EXACT = ("--dtype", "float64", "--dropout", "0", "--json", "--no-progress")
+_EXACT = ("--dtype", "float64", "--dropout", "0", "--json", "--history", "--no-progress")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -270,111 +269,31 @@ def test_wire_bytes_cover_the_accounted_payload(
 
 # ---------------------------------------------------------------------- a host cut off
 _FAULT_TIMEOUT_S = 10
-_FAULT_MARGIN_S = 20.0  # exit, unwinding and the agent's reaction on a loaded machine
-_UNDER_WAY_BYTES = 2_000_000  # host 1's traffic once epochs run (start-up moves ~60 kB)
-_JOIN_TIMEOUT = "DistStoreError: wait timeout"  # a rank's join outlasted --timeout
-
-
-@dataclass
-class _Host:
-    """What became of one host's processes after the cut (seconds since the cut)."""
-
-    agent: subprocess.Popen[bytes]
-    ranks_gone_s: float | None = None
-    agent_exit_s: float | None = None
-
-
-def _launch_until_traffic(c: Cluster, args: Sequence[str], folders: Sequence[Path],
-                          logs: Path, port: int) -> tuple[list[_Host], list[int | None]]:
-    """One rank per host, until host 1 has moved ``_UNDER_WAY_BYTES`` (its ranks are past
-    start-up and training) or a launch ended; the hosts and, if one ended, the exit codes
-    (else empty)."""
-    logs.mkdir(parents=True)
-    hosts = [_Host(torchrun(c, i, 1, port, [*args, "--dataset", str(d)], logs))
-             for i, d in enumerate(folders)]
-    deadline = time.monotonic() + RUN_S
-    while (w := c.counters(1)).tx_bytes + w.rx_bytes < _UNDER_WAY_BYTES:
-        codes = [h.agent.poll() for h in hosts]
-        if codes != [None] * len(hosts):
-            return hosts, codes
-        assert time.monotonic() < deadline, f"no training traffic\n{log_tails(logs)}"
-        time.sleep(0.2)
-    return hosts, []
-
-
-def _start_training(c: Cluster, args: Sequence[str], folders: Sequence[Path], logs: Path,
-                    capsys: pytest.CaptureFixture[str]) -> tuple[list[_Host], Path]:
-    """Training under way on every host; the hosts and their log folder.
-
-    Launched again once when a rank gave up joining the process group: ``--timeout`` also
-    bounds that join, and on a loaded machine one host's rank may start more than 10 s
-    after the other's (``_JOIN_TIMEOUT``). The retry is reported; any other early end
-    fails."""
-    tried = logs / "try0"
-    hosts, ended = _launch_until_traffic(c, args, folders, tried, PORT)
-    if ended and any(_JOIN_TIMEOUT in f.read_text(errors="replace")
-                     for f in tried.glob("host*.err")):
-        _report(capsys, f"launch again: a rank timed out joining (exit codes {ended}), "
-                        f"logs in {tried}")
-        for i in range(len(folders)):
-            c.kill(i)
-        tried = logs / "try1"
-        hosts, ended = _launch_until_traffic(c, args, folders, tried, PORT + 1)
-    assert not ended, f"ended before the cut: {ended}\n{log_tails(tried)}"
-    return hosts, tried
-
-
-def _watch(c: Cluster, hosts: list[_Host], cut: float, deadline: float) -> None:
-    """Until ``deadline``: note when each host's ranks (every process there but its
-    torchrun agent) are gone and when its agent exits. Stops early once every rank is
-    gone and host 0's agent, which holds the store, has exited."""
-    while time.monotonic() < deadline:
-        now = time.monotonic() - cut
-        for i, h in enumerate(hosts):
-            if h.ranks_gone_s is None and set(c.pids(i)) <= {h.agent.pid}:
-                h.ranks_gone_s = now
-            if h.agent_exit_s is None and h.agent.poll() is not None:
-                h.agent_exit_s = now
-        if all(h.ranks_gone_s is not None for h in hosts) and hosts[0].agent_exit_s:
-            return
-        time.sleep(0.1)
-
-
-def _rank_errors(stderr: Path) -> list[str]:
-    """The final error line each failed rank printed (torchrun prefixes ``[rank<r>]:``)."""
-    last: dict[str, str] = {}
-    for line in stderr.read_text(errors="replace").splitlines():
-        prefix, _, rest = line.partition("]: ")
-        if prefix.startswith("[rank") and "Error" in rest.split(":", 1)[0]:
-            last[prefix + "]"] = f"{prefix}]: {rest}"
-    return [last[k] for k in sorted(last)]
 
 
 def test_a_host_cut_off_ends_every_rank(
     small_graph: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Host 1's link goes down mid-run (1 rank per host, ``--timeout 10``): every rank on
-    both hosts ends with an error, and host 0's torchrun exits non-zero, within
-    ``--timeout`` + ``_FAULT_MARGIN_S`` of the cut.
-
-    Host 1's torchrun is only reported: its agent polls the rendezvous store on host 0,
-    now unreachable, and that is torchrun's own store client, not our code."""
+    both hosts ends within ``--timeout`` + ``MARGIN_S`` of the cut, host 0's torchrun
+    exits non-zero, and each rank's one error line names the other host, which it lost,
+    and that host's rank (:func:`.faults.host_cut_off`; host 1's torchrun, polling the
+    unreachable store, is only reported)."""
     folder = tmp_path / "parts"
     assert main(["data", "partition", str(small_graph), str(folder), "--algo", "1d",
                  "--nprocs", "2"]) == 0
-    args = ["train", "--algo", "1d", "--epochs", "1000000", "--patience", "1000000",
-            "--timeout", str(_FAULT_TIMEOUT_S), *_EXACT]
     with Cluster(2) as c:
         folders = host_folders(folder, hosts=2, per_host=1)
-        hosts, logs = _start_training(c, args, folders, tmp_path / "logs", capsys)
-        c.link_down(1)
-        cut = time.monotonic()
-        _watch(c, hosts, cut, cut + _FAULT_TIMEOUT_S + _FAULT_MARGIN_S)
-        codes = [h.agent.poll() for h in hosts]
-    errors = [_rank_errors(logs / f"host{i}.err") for i in range(2)]
-    _report(capsys, "\n".join(
-        f"host {i}: ranks gone {h.ranks_gone_s} s after the cut, torchrun exit {codes[i]} "
-        f"at {h.agent_exit_s} s; rank errors: {errors[i]}" for i, h in enumerate(hosts)))
-    assert all(h.ranks_gone_s is not None for h in hosts), log_tails(logs)
-    assert codes[0] not in (None, 0), log_tails(logs)
-    assert all(len(e) == 1 for e in errors), log_tails(logs)  # each host's one rank failed
+        out = host_cut_off(c, ["train", "--algo", "1d", *_EXACT], folders, tmp_path / "logs",
+                           _FAULT_TIMEOUT_S)
+        addresses = [h.address for h in c.hosts]
+    _report(capsys, out.summary())
+    assert sorted(out.ranks_gone_s) == [0, 1], log_tails(out.logs)
+    assert out.detect_s is not None and out.detect_s <= _FAULT_TIMEOUT_S + MARGIN_S, \
+        out.summary()
+    assert out.codes[0] not in (None, 0), log_tails(out.logs)
+    for host, lines in enumerate(out.errors):  # each host's one rank names the other
+        other = 1 - host
+        assert len(lines) == 1, out.errors
+        assert f"rank {host} of 2: lost contact with host {addresses[other]} (rank {other}):" \
+            in lines[0], out.errors

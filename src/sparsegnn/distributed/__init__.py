@@ -16,6 +16,7 @@ from sparsegnn.distributed.comm_model import SpmmCall, predict, spmm_schedule, t
 from sparsegnn.distributed.grid import ALGORITHMS, GridError, GridShape, grid_shape
 from sparsegnn.distributed.launch import RankFailedError, spawn
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
+from sparsegnn.distributed.peers import PeerLostError, lost_peers_named
 from sparsegnn.distributed.plan import RankVolume, block_pairs, epoch_volume, row_volume
 from sparsegnn.distributed.session import (
     RankResult,
@@ -43,6 +44,7 @@ __all__ = [
     "GridShape",
     "Group",
     "LocalBlocks",
+    "PeerLostError",
     "ProcessGrid",
     "RankFailedError",
     "RankResult",
@@ -62,6 +64,7 @@ __all__ = [
     "in_torchrun",
     "init_session",
     "local_blocks",
+    "lost_peers_named",
     "predict",
     "rank_and_world",
     "row_volume",

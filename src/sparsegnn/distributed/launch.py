@@ -422,7 +422,10 @@ def _failure(
         )
     _, culprit, report = min(reports, key=lambda item: item[:2])
     if report["kind"] == "user":
-        return _user_error(report["class"], f"rank {culprit} of {world}: {report['message']}")
+        prefix = f"rank {culprit} of {world}: "
+        message = report["message"]  # a PeerLostError names its rank already
+        return _user_error(report["class"],
+                           message if message.startswith(prefix) else prefix + message)
     sys.stderr.write(report["traceback"])
     return RankFailedError(
         f"rank {culprit} of {world} failed ({report['message']}); stopped the other ranks"

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 import torch
 import torch.distributed as dist
 
+from sparsegnn.distributed import peers
 from sparsegnn.distributed.comm import ByteCounts, set_group_timeout
 
 T = TypeVar("T")
@@ -59,7 +60,9 @@ def default_backend() -> str:
 def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session:
     """Join the process group the environment describes; every collective times out, in
     the default group and in every group :func:`~sparsegnn.distributed.comm.new_group`
-    makes."""
+    makes. The ranks then announce their hosts to each other, so that a collective that
+    fails inside :func:`~sparsegnn.distributed.peers.lost_peers_named` names the host and
+    ranks it lost (:mod:`sparsegnn.distributed.peers`)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     backend = backend or default_backend()
@@ -73,10 +76,12 @@ def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session
         dist.init_process_group(
             backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s),
         )
+        peers.publish(rank, os.environ.get("MASTER_ADDR", "127.0.0.1"), gather_objects)
     return Session(rank, world, local, backend, device, current_rss_bytes())
 
 
 def close_session() -> None:
+    peers.forget()
     if dist.is_initialized():
         dist.destroy_process_group()
 

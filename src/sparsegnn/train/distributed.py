@@ -44,6 +44,7 @@ from sparsegnn.distributed import (
     grid_shape,
     in_torchrun,
     init_session,
+    lost_peers_named,
     predict,
     spawn,
 )
@@ -395,10 +396,11 @@ def _run_job(job: DistributedJob) -> RankResult[DistributedRun]:
             name = source.name
             if job.normalize_features and source.x is not None:
                 source.x = row_normalize(source.x)
-        trained = train_rank(source, job.cfg, job.dcfg, session)
-        assert trained is not None  # the grid spans the whole job
-        _, result, report = trained
-        reports = gather_objects(report)
+        with lost_peers_named():
+            trained = train_rank(source, job.cfg, job.dcfg, session)
+            assert trained is not None  # the grid spans the whole job
+            _, result, report = trained
+            reports = gather_objects(report)
     finally:
         close_session()
     shape = grid_shape(job.dcfg.algo, len(reports), job.dcfg.replication)

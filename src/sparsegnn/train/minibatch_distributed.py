@@ -38,6 +38,7 @@ from sparsegnn.distributed import (
     close_session,
     in_torchrun,
     init_session,
+    lost_peers_named,
     spawn,
 )
 from sparsegnn.distributed.comm import ByteCounts, Communicator, Group
@@ -84,16 +85,17 @@ def train_replicated_rank(
     try:
         comm = Communicator()
         group = Group(tuple(range(session.world_size)), session.rank)
-        barrier()  # every rank's clock starts once all have their data
-        model, result = fit_minibatch(
-            data,
-            cfg,
-            mb,
-            session.device,
-            rank=session.rank,
-            world_size=session.world_size,
-            sync=GradientSum(comm, group),
-        )
+        with lost_peers_named():
+            barrier()  # every rank's clock starts once all have their data
+            model, result = fit_minibatch(
+                data,
+                cfg,
+                mb,
+                session.device,
+                rank=session.rank,
+                world_size=session.world_size,
+                sync=GradientSum(comm, group),
+            )
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         memory = measure_rank_memory(
             [data.adj] if isinstance(data.adj, CSRMatrix) else [],
@@ -370,7 +372,8 @@ def train_partitioned_rank(
     """One rank's part of a partitioned-topology run; every rank of the job calls this."""
     session = init_session(backend, timeout_s)
     try:
-        return fit_partitioned(session, source, cfg, mb, replication, feature_cache_mb)
+        with lost_peers_named():
+            return fit_partitioned(session, source, cfg, mb, replication, feature_cache_mb)
     finally:
         close_session()
 
