@@ -153,9 +153,13 @@ def _child(
         target=_lifeline, args=(rank, beats, report.fileno()), daemon=True,
         name="sparsegnn-heartbeat",
     ).start()
+    # Rank 0 hosts this job's store, also when the launcher is itself a torchrun worker
+    # (a one-rank torchrun job, an elastic job shrunk to one rank): torchrun tells its
+    # workers to use its agent's store instead, which serves its own job only.
     os.environ.update({
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
         "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
     })
     torch.set_num_threads(threads)
     # tqdm guards its bars with a multiprocessing lock: a named semaphore that a killed rank
