@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.tracking.events import Event, Particles, read_event
 from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, module_map_graph, truth_graph
 from sparsegnn.tracking.sampling import max_nodes_per_seed, shadow_subgraphs
 from sparsegnn.tracking.truth import TargetConfig, segments, successor
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present")
+SAMPLE = BUNDLED / "trackml_sample"  # the copy the package ships: runs from a clone alone
 
 
 def two_track_event() -> Event:
@@ -120,7 +120,6 @@ def test_graph_round_trip(tmp_path: Path) -> None:
     assert len(ModuleMap.load(tmp_path / "mm.npz")) == 4
 
 
-@needs_sample
 def test_sample_graphs() -> None:
     ev = read_event(SAMPLE, "event000000001")
     truth = truth_graph(ev).stats()

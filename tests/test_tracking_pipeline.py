@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sparsegnn.cli.main import main
+from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import DataFormatError
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
@@ -28,7 +29,7 @@ from sparsegnn.tracking.store import read_tracks, write_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, train
 from tracking_toys import straight_tracks
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
+SAMPLE = BUNDLED / "trackml_sample"  # the copy the package ships: runs from a clone alone
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -107,7 +108,6 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="TrackML sample not present")
 def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A model saved with its reconstruction: `reconstruct --model M` alone reproduces it
