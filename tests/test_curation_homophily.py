@@ -105,3 +105,18 @@ def test_text_fallback_is_the_text_only_student_weight_for_weight(tmp_path: Path
     assert mine.keys() == text.state_dict().keys()
     for name, value in text.state_dict().items():
         assert torch.equal(mine[name], value), name
+
+
+def test_distil_shows_the_channel_weights(tmp_path: Path, capsys: pytest.CaptureFixture):
+    write_corpus(tmp_path / "c.jsonl", SyntheticConfig(num_docs=200, num_sites=8, seed=1))
+    ingest(tmp_path / "c.jsonl", tmp_path / "store", IngestConfig(batch_rows=128))
+    args = ["curate", "distil", "--corpus", str(tmp_path / "store"), "--labels",
+            str(tmp_path / "c.jsonl"), "--epochs", "2"]
+    assert main([*args, "--out", str(tmp_path / "a.pt")]) == 0
+    text = capsys.readouterr().out
+    assert "channel weights per category:" in text and "graph_share" in text
+    assert main([*args, "--out", str(tmp_path / "b.pt"), "--json"]) == 0
+    weights = json.loads(capsys.readouterr().out.splitlines()[-1])["channel_weights"][FDC]
+    assert set(weights) == {"graph_share", "ego", "link1", "link2", "site1", "site2"}
+    shares = sum(v for k, v in weights.items() if k != "graph_share")
+    assert shares == pytest.approx(1.0)
