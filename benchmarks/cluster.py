@@ -17,10 +17,17 @@ ratio is the network's overhead (headers, ACKs, rendezvous, set-up) only where a
 runs one rank; ranks sharing a host talk over loopback, which no interface counts, so
 there the ratio falls below 1 by that share.
 
-The fault table runs the fault scenarios of ``tests/cluster/faults.py``.
+The fault table runs the scenarios of ``tests/cluster/faults.py`` (the cluster tests'
+runners) on two unshaped hosts with ``--timeout 10``: a host cut off mid-run (its link
+down), a rank stopped with SIGSTOP, and a host lost under elastic torchrun (``--nnodes
+1:2 --max-restarts``, a checkpoint every epoch). Per case: seconds from the fault until
+every surviving rank had ended, whether training resumed, its final test accuracy next
+to the same training without a fault, and what the fault cost (epochs redone, complete
+checkpoints lost); the first two cases end the job by design, so nothing resumes there.
 
-    python benchmarks/cluster.py --json        # 1D/1.5D/2D/3D, 1/2/4 hosts, 1gbit and 100mbit
-    python benchmarks/cluster.py --quick --json  # 2D, 1 and 2 hosts, 1gbit; under 2 min
+    python benchmarks/cluster.py --json          # 1D/1.5D/2D/3D, 1/2/4 hosts at 1gbit,
+                                                 # 4 hosts at 100mbit; three faults
+    python benchmarks/cluster.py --quick --json  # 2D, 1 and 2 hosts, 1gbit; host cut off
 
 Needs root (network namespaces); elsewhere it says why, prints a JSON saying so and exits
 0. No peer runs here (the reference is the same job on one host), so no speedups; the
@@ -42,6 +49,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
 
+from tests.cluster.faults import (
+    FaultOutcome,
+    ScenarioError,
+    host_cut_off,
+    host_lost_elastic,
+    rank_stalled,
+)
 from tests.cluster.launch import PORT, accounted_bytes, across, host_folders, last_json
 from tests.cluster.netns import Cluster, available, sweep_stale
 
@@ -68,20 +82,24 @@ ALGOS = {a.name: a for a in (Algo("1d", 4), Algo("1.5d", 4, 2), Algo("2d", 4), A
 
 @dataclass(frozen=True)
 class Setup:
-    """What one benchmark run trains, on how many hosts, over which links."""
+    """What one benchmark run trains, and on which links: ``(hosts, tbf rate)`` pairs,
+    one host meaning loopback (every algorithm runs on each)."""
 
     graph: str
     hidden: int
     epochs: int
     algos: tuple[str, ...]
-    hosts: tuple[int, ...]
-    rates: tuple[str, ...]
+    links: tuple[tuple[int, str], ...]
+    faults: tuple[str, ...]
 
 
-QUICK = Setup("sbm:nodes=4096,blocks=8,degree=16,features=64", 32, 3, ("2d",), (1, 2),
-              ("1gbit",))
-FULL = Setup("sbm:nodes=16384,blocks=8,degree=16,features=64", 64, 8,
-             tuple(ALGOS), (1, 2, 4), ("1gbit", "100mbit"))
+QUICK = Setup("sbm:nodes=4096,blocks=8,degree=16,features=64", 32, 3, ("2d",),
+              ((1, LOOPBACK), (2, "1gbit")), ("host cut off",))
+# 100 Mbit/s only at 4 hosts, where every rank's traffic crosses a link: a full run
+# stays near 15 minutes on the shared 2-core machine (launching the ranks dominates).
+FULL = Setup("sbm:nodes=16384,blocks=8,degree=16,features=64", 64, 5, tuple(ALGOS),
+             ((1, LOOPBACK), (2, "1gbit"), (4, "1gbit"), (4, "100mbit")),
+             ("host cut off", "rank stalled", "host lost, elastic restart"))
 
 
 # ---------------------------------------------------------------------- data
@@ -146,15 +164,12 @@ def epoch_row(algo: Algo, hosts: int, link: str, setup: Setup, out: dict[str, An
 
 
 def run_epochs(setup: Setup, folders: dict[str, Path]) -> tuple[list[Row], list[Row]]:
-    """Every algorithm at every host count and link rate (one-host jobs once, on
-    loopback); the rows and the failed launches."""
+    """Every algorithm on every link of the setup; the rows and the failed launches."""
     rows: list[Row] = []
     failed: list[Row] = []
     spreads = {(name, h): spread(folders[name], h, ALGOS[name].world // h)
-               for name in setup.algos for h in setup.hosts}
-    jobs = [(1, LOOPBACK)] if 1 in setup.hosts else []
-    jobs += [(h, rate) for h in setup.hosts if h > 1 for rate in setup.rates]
-    for hosts, rate in jobs:
+               for name in setup.algos for h in {h for h, _ in setup.links}}
+    for hosts, rate in setup.links:
         with Cluster(hosts, None if rate == LOOPBACK else rate) as c:
             for k, name in enumerate(setup.algos):
                 algo = ALGOS[name]
@@ -199,6 +214,77 @@ def slowdowns(rows: Sequence[Row]) -> dict[str, float]:
             for r in rows if r["hosts"] > 1 and r["algo"] in one}
 
 
+# ---------------------------------------------------------------------- faults
+# As in the cluster tests: --timeout of the fault runs, and the elastic case's graph
+# (400 test vertices, so accuracy moves in steps of 0.25 pt) and epochs.
+FAULT_TIMEOUT_S = 10
+FAULT_GRAPH = "sbm:nodes=2000,blocks=4,degree=6"
+ELASTIC_EPOCHS = 60
+
+
+def fault_row(out: FaultOutcome, resumed: bool, accuracy: float | None,
+              reference: float | None, lost: str | None) -> Row:
+    """One line of the fault table from a runner's outcome (``lost``: what training the
+    fault cost, None where the job is meant to end and nothing resumes)."""
+    return {
+        "what": "fault", "case": out.case, "timeout_s": out.timeout_s,
+        "seconds_to_detect": out.detect_s, "resumed": resumed, "final_accuracy": accuracy,
+        "uninterrupted_accuracy": reference, "data_lost": lost, "torchrun_exit": out.codes,
+        "error_host0": (out.errors[0] or [None])[0], "launched_twice": out.relaunched,
+    }
+
+
+def cut_off(c: Cluster, graph: Path, work: Path) -> Row:
+    """1D, one rank per host, each host holding only its rank's file; host 1 cut off."""
+    folder = work / "parts"
+    sparsegnn("data", "partition", str(graph), str(folder), "--algo", "1d", "--nprocs", "2")
+    out = host_cut_off(c, ["train", "--algo", "1d", "--json", "--no-progress"],
+                       host_folders(folder, 2, 1), work / "logs", FAULT_TIMEOUT_S)
+    return fault_row(out, False, None, None, None)
+
+
+def stalled(c: Cluster, graph: Path, work: Path) -> Row:
+    """1D, two ranks per host; the last rank stopped (SIGSTOP) beyond ``--timeout``."""
+    out = rank_stalled(c, ["train", "--algo", "1d", "--json", "--no-progress"], graph,
+                       work / "logs", FAULT_TIMEOUT_S)
+    return fault_row(out, False, None, None, None)
+
+
+def elastic(c: Cluster, graph: Path, work: Path) -> Row:
+    """``--nnodes 1:2 --max-restarts``, checkpoint every epoch; host 1 lost after a
+    complete checkpoint; host 0 resumes alone and finishes."""
+    out = host_lost_elastic(c, ["train", "--seed", "0"], graph, work / "ckpt", work / "logs",
+                            FAULT_TIMEOUT_S, ELASTIC_EPOCHS)
+    resumed = out.codes[0] == 0 and out.resumed_epoch is not None
+    lost = None
+    if resumed:
+        kept = "no complete checkpoint lost" if out.resumed_epoch == out.checkpoint_epoch \
+            else f"resumed epoch {out.resumed_epoch}, newest complete {out.checkpoint_epoch}"
+        lost = f"{out.epochs_redone} epoch(s) redone, {kept}"
+    return fault_row(out, resumed, out.accuracy, out.reference_accuracy, lost)
+
+
+FAULTS = {"host cut off": cut_off, "rank stalled": stalled,
+          "host lost, elastic restart": elastic}
+
+
+def run_faults(setup: Setup, work: Path) -> list[Row]:
+    """Each fault case on two fresh unshaped hosts; a case that could not reach its fault
+    is a row with the reason."""
+    graph = work / "fault-graph.npz"
+    sparsegnn("data", "generate", FAULT_GRAPH, "--out", str(graph))
+    rows = []
+    for k, case in enumerate(setup.faults):
+        (work / f"fault{k}").mkdir()
+        with Cluster(2) as c:
+            try:
+                rows.append(FAULTS[case](c, graph, work / f"fault{k}"))
+            except ScenarioError as err:
+                rows.append({"what": "fault", "case": case, "error": str(err).splitlines()[0]})
+        print(f"fault: {rows[-1]}", flush=True)
+    return rows
+
+
 # ---------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser(__doc__ or "", quick_help="2D at 1 and 2 hosts on a 4096-vertex graph, 1gbit")
@@ -215,16 +301,21 @@ def main(argv: list[str] | None = None) -> int:
         folders = partitions(setup, Path(tmp))
         nodes, nonzeros = graph_sizes(folders[setup.algos[0]])
         rows, failed = run_epochs(setup, folders)
+        faults = run_faults(setup, Path(tmp))
     print()
     print_table(rows, ["algo", "hosts", "ranks_per_host", "link", "epoch_time_s",
                        "test_accuracy", "accounted_bytes_per_epoch", "wire_over_accounted"])
+    print_table(faults, ["case", "seconds_to_detect", "resumed", "final_accuracy",
+                         "uninterrupted_accuracy", "data_lost"])
     metrics: dict[str, Any] = {
         "graph": setup.graph, "nodes": nodes, "nonzeros": nonzeros, "hidden": setup.hidden,
-        "epochs": setup.epochs, "rates": list(setup.rates), **slowdowns(rows),
+        "epochs": setup.epochs, "links": [f"{h} x {rate}" for h, rate in setup.links],
+        **slowdowns(rows),
+        "fault_graph": FAULT_GRAPH, "fault_timeout_s": FAULT_TIMEOUT_S,
         "failed": failed, "seconds": time.perf_counter() - started,
     }
-    emit(rows, {}, metrics, args.json)
-    return 1 if failed else 0
+    emit(rows + faults, {}, metrics, args.json)
+    return 1 if failed or any("error" in f for f in faults) else 0
 
 
 if __name__ == "__main__":
