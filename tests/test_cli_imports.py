@@ -27,6 +27,7 @@ HELPS = [
     ["data", "generate"], ["data", "partition"], ["data", "fetch"], ["curate"],
     ["curate", "ingest"],
     ["curate", "distil"], ["curate", "annotate"], ["curate", "query"], ["curate", "agreement"],
+    ["curate", "serve"],
     ["track"], ["track", "simulate"], ["track", "build-graphs"], ["track", "train"],
     ["track", "reconstruct"], ["track", "evaluate"],
 ]

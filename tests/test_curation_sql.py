@@ -206,5 +206,5 @@ def test_export_selected_documents(box: Sandbox, tmp_path: Path, suffix: str):
         assert pq.read_table(out).column("id").to_pylist() == ["math"]
     else:
         assert '"id": "math"' in out.read_text()
-    with pytest.raises(QueryError, match=r"export to \.parquet or \.jsonl"):
-        export(box.batches("SELECT 1"), tmp_path / "x.csv")
+    with pytest.raises(QueryError, match=r"export to \.parquet, \.jsonl or \.csv"):
+        export(box.batches("SELECT 1"), tmp_path / "x.txt")

@@ -6,6 +6,7 @@
     curate query "SQL" --corpus DIR               sandboxed DuckDB (or --recipe math)
     curate agreement --reference A --annotations B   kappa per category, NMI, PNGs
     curate demo                                   the whole recipe on CiteSeer
+    curate serve --corpus DIR                     local web page: browse, query, export
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_query(cmds)
     _register_agreement(cmds)
     _register_demo(cmds)
+    from sparsegnn.cli.curate_serve_cmd import register_serve  # it imports this module
+
+    register_serve(cmds)
 
 
 # --------------------------------------------------------------------------- ingest
@@ -214,7 +218,7 @@ def _register_query(cmds: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", required=True, help="folder with documents/annotations.parquet")
     p.add_argument("--param", action="append", default=[], help="value for a ? placeholder")
     p.add_argument("--output", default=None, type=output_file,
-                   help="export the rows to .parquet or .jsonl")
+                   help="export the rows to .parquet, .jsonl or .csv")
     p.add_argument("--show", type=int_range(0), default=10, help="rows to print")
     p.add_argument("--timeout", type=float_range(0, lo_open=True), default=900.0,
                    help="seconds the query (and its export) may run; default 900")

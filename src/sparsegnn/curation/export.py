@@ -1,4 +1,4 @@
-"""Export of selected documents to Parquet or JSONL, one record batch at a time.
+"""Export of selected documents to Parquet, JSONL or CSV, one record batch at a time.
 
 Exports are written by Python from the query's Arrow batches, not by DuckDB's ``COPY``,
 so the SQL sandbox never needs write access to any file. They go to a hidden temporary
@@ -8,6 +8,8 @@ fails part-way, runs out of time or is interrupted leaves neither output nor par
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,16 +22,18 @@ from sparsegnn.optional import require
 
 
 def export(batches: Iterable[Any], path: str | Path, protected: Iterable[Path] = ()) -> int:
-    """Write ``pyarrow.RecordBatch`` es to ``.parquet`` or ``.jsonl``; returns the row count.
+    """Write ``pyarrow.RecordBatch`` es to ``.parquet``, ``.jsonl`` or ``.csv``; returns the
+    row count.
 
     ``protected`` are the query's inputs, which the output must not replace."""
     path = Path(path)
-    if path.suffix not in (".parquet", ".jsonl"):
-        raise QueryError(f"{path}: export to .parquet or .jsonl, got {path.suffix or 'no suffix'}")
+    if path.suffix not in _WRITERS:
+        raise QueryError(f"{path}: export to .parquet, .jsonl or .csv, got "
+                         f"{path.suffix or 'no suffix'}")
     if path.is_dir():
-        raise QueryError(f"{path}: is a directory; name a .parquet or .jsonl file")
+        raise QueryError(f"{path}: is a directory; name a .parquet, .jsonl or .csv file")
     refuse_overwrite(path, *protected)
-    fill = _parquet if path.suffix == ".parquet" else _jsonl
+    fill = _WRITERS[path.suffix]
     rows = 0
 
     def write(f: BinaryIO) -> None:
@@ -64,3 +68,34 @@ def _jsonl(batches: Iterable[Any], f: BinaryIO) -> int:
         f.writelines((json.dumps(r, default=str) + "\n").encode() for r in batch.to_pylist())
         rows += batch.num_rows
     return rows
+
+
+def _csv(batches: Iterable[Any], f: BinaryIO) -> int:
+    """CSV for spreadsheets: struct columns flattened into one column per leaf
+    (``eai_taxonomy.reasoning_depth.primary.code``), lists written as JSON text. Cells are
+    written as they are (a code ``-1`` stays ``-1``), so a spreadsheet may read a text
+    starting with ``=`` as a formula: open untrusted exports as text."""
+    pa = require("pyarrow")
+    text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+    writer, rows, header = csv.writer(text), 0, True
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        while any(pa.types.is_struct(t) for t in table.schema.types):
+            table = table.flatten()
+        if header:
+            writer.writerow(table.column_names)
+            header = False
+        columns = [[_csv_value(v) for v in column.to_pylist()] for column in table.columns]
+        writer.writerows(zip(*columns, strict=True))
+        rows += batch.num_rows
+    text.detach()  # flushes; ``f`` stays open for the atomic rename
+    return rows
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return "" if value is None else value
+
+
+_WRITERS = {".parquet": _parquet, ".jsonl": _jsonl, ".csv": _csv}
