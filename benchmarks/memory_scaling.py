@@ -17,6 +17,7 @@ largest rank needs, and the bound ``1.3 * single / p + 0.3 GiB`` the design prom
     python benchmarks/memory_scaling.py --json               # 4M vertices, p in 1,2,4,8
     python benchmarks/memory_scaling.py --quick --json       # 32k vertices, p in 1,4, 1d/2d
     python benchmarks/memory_scaling.py --nodes 1048576 --ranks 1,2,4
+    python benchmarks/memory_scaling.py --algos 1d,2d --ranks 1,4 --no-minibatch  # full graph
 """
 
 from __future__ import annotations
@@ -217,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--algos", default=",".join(FULLGRAPH),
                     help="full-graph algorithms ('none': minibatch only)")
+    ap.add_argument("--no-minibatch", action="store_true",
+                    help="full-graph rows only (no partitioned or replicated minibatch runs)")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.features, args.ranks = 32768, 32, "1,4"
@@ -232,9 +235,11 @@ def main(argv: list[str] | None = None) -> int:
                  "num_features": int(g.x.shape[1]),
                  "feature_bytes": g.x.numel() * g.x.element_size()}
         print(f"graph: {sizes}", flush=True)
-        rows = fullgraph_rows(g, work, ranks, args) + partitioned_rows(g, work, ranks, args)
+        rows = fullgraph_rows(g, work, ranks, args)
+        if not args.no_minibatch:
+            rows += partitioned_rows(g, work, ranks, args)
         del g  # the replicated run needs the memory: its launcher and ranks each hold it
-        if args.replicated_p in ranks:
+        if args.replicated_p in ranks and not args.no_minibatch:
             rows.append(replicated_row(work, args))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from sparsegnn.cli.main import main
-from sparsegnn.data import load_any
+from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import (
     BlockPartition,
     Communicator,
@@ -36,10 +36,14 @@ from sparsegnn.distributed import (
     spmm_schedule,
     tile_nnz,
 )
-from sparsegnn.distributed.partition import split_range, stage_blocks
-from sparsegnn.distributed.partitioned import write_partitioned
+from sparsegnn.distributed.comm import Group
+from sparsegnn.distributed.comm_model import InputSlicing, input_slicing
+from sparsegnn.distributed.feature_slices import RowSumLinear, SliceDropout, use_slice_dropout
+from sparsegnn.distributed.partition import split_range, split_sizes, stage_blocks
+from sparsegnn.distributed.partitioned import load_shard, write_partitioned
+from sparsegnn.distributed.planner import layout, plan_epoch
 from sparsegnn.distributed.shard import read_shard
-from sparsegnn.nn import operator_for
+from sparsegnn.nn import GCN, operator_for
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.distributed import (
     DistributedConfig,
@@ -153,6 +157,71 @@ def test_tile_nnz_table_counts_each_ranks_tile(graph):
         assert table[(i, j, m)] == local_blocks(a, part, shape, rank).forward[j].nnz
 
 
+@pytest.mark.parametrize(("algo", "p"), [("1.5d", 4), ("2d", 4), ("3d", 8)])
+def test_ranks_hold_only_their_feature_slice(graph, algo, p):
+    """On 2D/3D rank (i, j, m) holds the rows of block i and only column slice j of the
+    features, and the slices of a process row tile the block's features exactly once;
+    1.5D replicas hold whole rows."""
+    shape = grid_shape(algo, p, 2 if algo == "1.5d" else 1)
+    part = BlockPartition.even(graph.num_nodes, shape.rows)
+    f = graph.num_features
+    for rank in range(p):
+        i, j, m = shape.coords(rank)
+        lo, hi = part.block(i)
+        row = [load_shard(graph, "gcn", shape, shape.rank_of(i, k, m)) for k in range(shape.cols)]
+        if algo == "1.5d":
+            assert all(torch.equal(s.x, graph.x[lo:hi]) for s in row)
+            continue
+        assert row[j].x.shape == (hi - lo, split_sizes(f, shape.cols)[j])
+        assert row[j].columns == split_range(0, f, shape.cols)[j]
+        assert torch.equal(torch.cat([s.x for s in row], 1), graph.x[lo:hi])
+
+
+def test_slice_dropout_draws_per_slice_and_keeps_the_stream_shared(graph):
+    """Per-block dropout on 2D/3D feature slices: two slices of one block get different
+    masks yet leave the block's shared stream in the same state (so the later, replicated
+    layers draw the same masks), and a fiber replica of a slice draws the same mask."""
+    adj = operator_for("gcn", CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
+    x = torch.ones(graph.num_nodes, 16)
+
+    def run(slice_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        model = GCN(16, 32, 3, dropout=0.5)  # widens: its input is dropped at once
+        use_slice_dropout(model, slice_index)
+        seen: list[torch.Tensor] = []
+        model.layers[0].register_forward_pre_hook(lambda layer, args: seen.append(args[0]))
+        model.train()
+        model(x, adj)
+        return seen[0], torch.get_rng_state()
+
+    (first, stream), (other, other_stream), (again, _) = run(0), run(1), run(0)
+    assert set(first.unique().tolist()) == {0.0, 2.0}
+    assert not torch.equal(first, other) and torch.equal(stream, other_stream)
+    assert torch.equal(first, again)
+
+
+def test_a_row_sum_map_applies_its_slice_and_redraws_the_mask_in_backward():
+    """A first-layer map on feature columns 2:5 with per-block dropout applied inside it
+    (only the raw slice and the seed are kept) equals dropout then the map on those
+    columns, gradients included; the weight's other columns get zero gradient."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(6, 4, bias=False, dtype=torch.float64)
+    row_map = RowSumLinear(linear, (2, 5), Communicator(), Group((0,), 0))
+    row_map.dropout = dropout = SliceDropout(0.5, 1)
+    dropout.seed = 7
+    x = torch.randn(50, 3, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(50, 4, dtype=torch.float64)
+    got = row_map(x)
+    got.backward(grad)
+    x_ref = x.detach().clone().requires_grad_()
+    w_ref = linear.weight.detach().clone().requires_grad_()
+    want = torch.nn.functional.linear(dropout.mask(x_ref, 7) * x_ref, w_ref[:, 2:5])
+    want.backward(grad)
+    assert torch.allclose(got, want) and torch.allclose(x.grad, x_ref.grad)
+    assert torch.allclose(linear.weight.grad, w_ref.grad)
+    assert not linear.weight.grad[:, [0, 1, 5]].any()
+
+
 def test_comm_model_of_one_rank_is_silent():
     shape = grid_shape("1d", 1)
     part = BlockPartition.even(10, 1)
@@ -174,6 +243,13 @@ def test_spmm_schedule_follows_the_layers():
     assert [c.width for c in gcn if c.phase == "backward_spmm"] == [40, 3]
     sage = spmm_schedule(_cfg(model="sage", hidden=32), in_dim=32, out_dim=3)
     assert [c.width for c in sage if c.phase == "backward_spmm"] == [32, 3]
+    # Column-sliced features (2D/3D): only a first layer aggregating them multiplies slices.
+    assert [c.sliced for c in spmm_schedule(_cfg(hidden=40), 32, 3, sliced=True)] == [
+        True, False, False] * 2 + [False, False]
+    assert not any(c.sliced for c in spmm_schedule(_cfg(hidden=16), 32, 3, sliced=True))
+    assert input_slicing(_cfg(hidden=40), 32, 3) == InputSlicing((40, 40), 32 * 40)
+    assert input_slicing(_cfg(model="sage", hidden=8), 32, 3) == InputSlicing(
+        (8,) * 4, 2 * 32 * 8)
 
 
 # ---------------------------------------------------------------------- real gloo ranks
@@ -275,6 +351,25 @@ def test_measured_bytes_equal_the_model(rank_outputs, case):
 
 @pytest.mark.distributed
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["gcn-2d-4", "sage-2d-4", "gcn-3d-8"])
+def test_planner_gives_the_measured_bytes_of_sliced_grids(graph, rank_outputs, name):
+    """Without ranks, the planner gives every rank's SpMM bytes and the first layer's row
+    all-reduces of a real 2D/3D run exactly (GCN aggregating the sliced features first,
+    GraphSAGE shrinking them first)."""
+    _, overrides, algo, p, _, _ = next(case for case in CASES if case[0] == name)
+    cfg = _cfg(**overrides)
+    planned = plan_epoch(layout(graph, grid_shape(algo, p), "block", cfg.model), "dense",
+                         cfg, 8)
+    assert "input_allreduce" in planned["phases"]
+    for rank in range(p):
+        measured = rank_outputs[rank][name]["measured"]
+        for key in ("sent", "recv"):
+            assert planned["bytes_per_epoch"][key][rank] == sum(
+                measured[phase][key] for phase in planned["phases"]), (rank, key)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_resume_on_the_same_grid_is_exact(rank_outputs, references):
     """A 2D run stopped after 2 of 3 epochs and resumed ends bit-identical, rank by rank,
     to the uninterrupted 2D run (and so, within float64 rounding, to one process)."""
@@ -349,8 +444,11 @@ def test_data_partition_writes_one_file_per_rank(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["ranks"] == 4 and sorted(p.name for p in out.iterdir()) == [
         "manifest.json", "rank0.npz", "rank1.npz", "rank2.npz", "rank3.npz"]
-    shard = read_shard(out, 3)
-    assert shard.x.shape == (75, 32) and shard.part.offsets == (0, 75, 150)
+    shard = read_shard(out, 3)  # grid coordinates (1, 1): rows 75:150, columns 16:32
+    assert shard.x.shape == (75, 16) and shard.part.offsets == (0, 75, 150)
+    assert shard.columns == (16, 32) and shard.num_features == 32
+    x = row_normalize(load_any(GRAPH_SPEC, None, seed=0).x)
+    assert torch.equal(shard.x, x[75:, 16:])
     assert set(shard.blocks.forward) == {1} and shard.blocks.backward is shard.blocks.forward
     assert torch.equal(shard.blocks.forward[1].col, shard.blocks.forward[1].col.long())
 

@@ -37,11 +37,16 @@ def test_prediction_kinds_for_a_known_small_graph() -> None:
 
 
 def test_rank_share_falls_with_p() -> None:
-    assert rank_share(100, 1000, 4, mode="fullgraph", algo="1d") == (25, 250)
-    assert rank_share(100, 1000, 4, mode="fullgraph", algo="1.5d", replication=2) == (50, 250)
-    assert rank_share(100, 1000, 4, mode="minibatch") == (100, 1000)
-    assert rank_share(100, 1000, 4, mode="minibatch", topology="partitioned",
-                      replication=2) == (50, 500)
+    assert rank_share(100, 1000, 10, 4, mode="fullgraph", algo="1d") == (25, 250, 10)
+    assert rank_share(100, 1000, 10, 4, mode="fullgraph", algo="1.5d",
+                      replication=2) == (50, 250, 10)
+    # 2D/3D: a rank holds its block's rows and only its slice of the feature columns.
+    assert rank_share(100, 1000, 10, 4, mode="fullgraph", algo="2d") == (50, 250, 5)
+    assert rank_share(100, 1000, 10, 8, mode="fullgraph", algo="3d") == (50, 125, 5)
+    assert rank_share(100, 1000, 10, 9, mode="fullgraph", algo="2d") == (34, 112, 4)
+    assert rank_share(100, 1000, 10, 4, mode="minibatch") == (100, 1000, 10)
+    assert rank_share(100, 1000, 10, 4, mode="minibatch", topology="partitioned",
+                      replication=2) == (50, 500, 10)
 
 
 def test_prediction_matches_measured_held_bytes_on_one_rank() -> None:

@@ -276,7 +276,7 @@ class Communicator:
         dist.all_gather(parts, flat, group=group.handle)
         nbytes = flat.numel() * flat.element_size() * (group.size - 1)
         self._count("all_reduce", nbytes, nbytes)
-        total = parts[0].clone()
+        total = parts[0]  # a buffer of our own: summing into it keeps one copy fewer
         for part in parts[1:]:
             total += part
         return total.reshape(tensor.shape)

@@ -12,7 +12,13 @@ bytes per value, rank ``(i, k)`` / ``(i, j, m)`` and one SpMM of width f:
   as ``8 (n_i + 1 + nnz)`` index bytes plus ``b nnz`` value bytes, and the piece
   ``|inner(k, m)| w_j b`` down the column (w_j: width of feature slice j); then the
   fiber all-reduce ``(l - 1) n_i w_j b`` and the column all-gather, which sends
-  ``n_i w_j b (q - 1)`` and receives ``n_i (f - w_j) b``.
+  ``n_i w_j b (q - 1)`` and receives ``n_i (f - w_j) b``; a first-layer SpMM of the
+  column-sliced input features (``sliced``) has no all-gather.
+* 2D/3D input slicing (:mod:`sparsegnn.distributed.feature_slices`): each forward pass
+  all-reduces the first layer's partial products, ``n_i h`` values per linear map of
+  output width h, over the q ranks of the process row (phase ``input_allreduce``,
+  ``(q - 1) n_i h b`` each way), and the gradients of those maps' ``f h`` weights are
+  summed over the row once more, ``(q - 1) f h b`` each way.
 * per epoch, the gradient all-reduce of P parameters, ``(R - 1) P b`` each way over the
   R vertex blocks, and three scalar reductions (loss: b bytes, two correct counts: 8 bytes
   each), ``(R - 1)`` times each.
@@ -20,6 +26,7 @@ bytes per value, rank ``(i, k)`` / ``(i, j, m)`` and one SpMM of width f:
 For the usual equal blocks this is ``~ n f`` per rank for 1D, ``~ n f / c + n f c / p``
 for 1.5D and ``~ (nnz + n f) / sqrt(p) + n f / sqrt(p)`` for 2D; 3D's SUMMA part is
 ``~ (nnz + n f) / p^(2/3)`` plus the ``~ n f / p^(1/3)`` all-gather back to full rows.
+The input slicing adds ``~ n h / sqrt(p)`` (2D) and ``~ n h / p^(1/3)`` (3D) per forward.
 """
 
 from __future__ import annotations
@@ -41,10 +48,23 @@ NnzTable = dict[tuple[int, int, int], int]
 
 @dataclass(frozen=True)
 class SpmmCall:
-    """One distributed SpMM of an epoch: its feature width and its phase."""
+    """One distributed SpMM of an epoch: its feature width and its phase; ``sliced``: it
+    multiplies the 2D/3D column-sliced input features, so input and output stay column
+    slices (no all-gather)."""
 
     width: int
     phase: str  # "forward_spmm" or "backward_spmm"
+    sliced: bool = False
+
+
+@dataclass(frozen=True)
+class InputSlicing:
+    """What cutting the input features by columns adds to a 2D/3D epoch: the widths of the
+    row all-reduces of the first layer's partial products (training and evaluation
+    forward), and how many weights hold column-sliced gradients."""
+
+    sums: tuple[int, ...]
+    params: int
 
 
 class ModelShape(Protocol):
@@ -60,23 +80,37 @@ class ModelShape(Protocol):
     def num_layers(self) -> int: ...
 
 
-def spmm_schedule(cfg: ModelShape, in_dim: int, out_dim: int) -> list[SpmmCall]:
+def _widths(cfg: ModelShape, in_dim: int, out_dim: int) -> list[int]:
+    return [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
+
+
+def spmm_schedule(
+    cfg: ModelShape, in_dim: int, out_dim: int, sliced: bool = False
+) -> list[SpmmCall]:
     """The distributed SpMMs of one epoch (training forward, evaluation forward, backward).
 
     Mirrors the layers: GCNConv multiplies the narrower side (``out <= in``: after its
     linear map), SAGEConv likewise when ``out < in``; only the first layer's SpMM on raw
-    features needs no backward pass.
+    features needs no backward pass. ``sliced``: the grid cuts the input features by
+    columns (2D/3D), so a first layer aggregating raw features multiplies column slices.
     """
-    widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
     forward, backward = [], []
-    for layer, (a, b) in enumerate(itertools.pairwise(widths)):
+    for layer, (a, b) in enumerate(itertools.pairwise(_widths(cfg, in_dim, out_dim))):
         shrink = b <= a if cfg.model == "gcn" else b < a
         width = b if shrink else a
-        forward.append(width)
+        forward.append(SpmmCall(width, "forward_spmm", sliced and layer == 0 and not shrink))
         if shrink or layer > 0:
-            backward.append(width)
-    calls = [SpmmCall(w, "forward_spmm") for w in forward] * 2
-    return calls + [SpmmCall(w, "backward_spmm") for w in backward]
+            backward.append(SpmmCall(width, "backward_spmm"))
+    return forward * 2 + backward
+
+
+def input_slicing(cfg: ModelShape, in_dim: int, out_dim: int) -> InputSlicing:
+    """The row all-reduces and sliced weights of a 2D/3D epoch: one per linear map of the
+    first layer (GCNConv has one, SAGEConv a neighbour and a root map), in each of the
+    two forward passes."""
+    width = _widths(cfg, in_dim, out_dim)[1]
+    maps = 1 if cfg.model == "gcn" else 2
+    return InputSlicing((width,) * (2 * maps), maps * in_dim * width)
 
 
 def tile_nnz(a: CSRMatrix, part: BlockPartition, shape: GridShape) -> NnzTable:
@@ -97,11 +131,13 @@ def tile_nnz(a: CSRMatrix, part: BlockPartition, shape: GridShape) -> NnzTable:
 def predict(
     shape: GridShape, part: BlockPartition, rank: int, calls: list[SpmmCall], *,
     value_bytes: int, num_params: int, nnz: dict[str, NnzTable] | None = None,
+    slicing: InputSlicing | None = None,
 ) -> Volume:
     """Bytes this rank sends and receives in one epoch, per phase.
 
     ``nnz`` (2D/3D only) maps ``"forward_spmm"``/``"backward_spmm"`` to the tile table of
-    ``A`` and ``A^T`` (:func:`tile_nnz`).
+    ``A`` and ``A^T`` (:func:`tile_nnz`); ``slicing`` (2D/3D only,
+    :func:`input_slicing`): the input features are cut by columns.
     """
     out: Volume = {}
     for call in calls:
@@ -110,10 +146,17 @@ def predict(
         else:
             if nnz is None:
                 raise ValueError("2d/3d predictions need the tile nonzero tables")
-            sent, recv = _summa(shape, part, rank, call.width, value_bytes, nnz[call.phase])
+            sent, recv = _summa(shape, part, rank, call, value_bytes, nnz[call.phase])
         _add(out, call.phase, sent, recv)
     peers = shape.rows - 1
     _add(out, "grad_allreduce", peers * num_params * value_bytes, peers * num_params * value_bytes)
+    if slicing is not None and shape.feature_slices > 1:
+        row_peers = shape.feature_slices - 1
+        for width in slicing.sums:
+            volume = row_peers * part.size(shape.coords(rank)[0]) * width * value_bytes
+            _add(out, "input_allreduce", volume, volume)
+        volume = row_peers * slicing.params * value_bytes
+        _add(out, "grad_allreduce", volume, volume)
     scalars = value_bytes + 8 + 8
     _add(out, "metrics", peers * scalars, peers * scalars)
     return {p: v for p, v in out.items() if v["sent"] or v["recv"]}
@@ -140,10 +183,10 @@ def _rows(shape: GridShape, part: BlockPartition, rank: int, row_bytes: int) -> 
 
 
 def _summa(
-    shape: GridShape, part: BlockPartition, rank: int, width: int, b: int, nnz: NnzTable
+    shape: GridShape, part: BlockPartition, rank: int, call: SpmmCall, b: int, nnz: NnzTable
 ) -> tuple[int, int]:
     i, j, m = shape.coords(rank)
-    q, n_i = shape.cols, part.size(i)
+    q, n_i, width = shape.cols, part.size(i), call.width
     widths = split_sizes(width, q)
     sent = recv = 0
     if q > 1:
@@ -156,7 +199,8 @@ def _summa(
             recv += 0 if k == j else a_bytes
             sent += h_bytes * (q - 1) if k == i else 0
             recv += 0 if k == i else h_bytes
-        sent += n_i * widths[j] * b * (q - 1)
-        recv += n_i * (width - widths[j]) * b
+        if not call.sliced:
+            sent += n_i * widths[j] * b * (q - 1)
+            recv += n_i * (width - widths[j]) * b
     reduce = (shape.layers - 1) * n_i * widths[j] * b
     return sent + reduce, recv + reduce

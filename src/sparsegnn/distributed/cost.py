@@ -9,7 +9,8 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
 
 * communication per phase: the exact per-rank bytes of the planner (the busiest rank's
   sent or received, whichever is larger) times the collective's time per byte, plus
-  the number of collective calls the algorithm makes times its latency;
+  the number of collective calls the algorithm makes times its latency (on 2D/3D with
+  the first layer's row all-reduces of partial products and the second gradient sum);
 * compute at the busiest rank: for every SpMM of the epoch, the nonzeros of the tiles
   the rank multiplies times the width (exact, from the tile nonzero table) and the
   output rows times the width; the layers' dense maps on its rows; elementwise work
@@ -31,9 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from sparsegnn.distributed.comm_model import SpmmCall, spmm_schedule
+from sparsegnn.distributed.comm_model import (
+    InputSlicing,
+    SpmmCall,
+    input_slicing,
+    spmm_schedule,
+)
 from sparsegnn.distributed.grid import GridShape
-from sparsegnn.distributed.partition import split_sizes, stage_blocks
+from sparsegnn.distributed.partition import feature_columns, split_sizes, stage_blocks
 from sparsegnn.errors import DataFormatError
 
 COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
@@ -159,20 +165,24 @@ class EpochCost:
 
 
 def collective_calls(
-    shape: GridShape, calls: list[SpmmCall], comm: str
+    shape: GridShape, calls: list[SpmmCall], comm: str, slicing: InputSlicing | None = None,
 ) -> dict[str, dict[str, int]]:
-    """Collective calls per phase and kind in one epoch, as the algorithms make them."""
+    """Collective calls per phase and kind in one epoch, as the algorithms make them
+    (``slicing``: the 2D/3D input features are cut by columns)."""
     out: dict[str, dict[str, int]] = {}
     for call in calls:
         into = out.setdefault(call.phase, {})
-        for kind, n in _spmm_calls(shape, comm).items():
+        for kind, n in _spmm_calls(shape, comm, call.sliced).items():
             into[kind] = into.get(kind, 0) + n
     out["grad_allreduce"] = {"all_reduce": 1}
+    if slicing is not None and shape.feature_slices > 1:
+        out["input_allreduce"] = {"all_reduce": len(slicing.sums)}
+        out["grad_allreduce"]["all_reduce"] += 1  # the sliced maps' gradients, over the row
     out["metrics"] = {"all_reduce": 3}
     return out
 
 
-def _spmm_calls(shape: GridShape, comm: str) -> dict[str, int]:
+def _spmm_calls(shape: GridShape, comm: str, sliced: bool) -> dict[str, int]:
     if shape.algo in ("1d", "1.5d"):
         stages = len(stage_blocks(shape, 0))
         calls = {"all_to_all": 1} if comm == "sparse" else {"broadcast": stages}
@@ -180,7 +190,9 @@ def _spmm_calls(shape: GridShape, comm: str) -> dict[str, int]:
             calls["all_reduce"] = 1
         return calls
     q = shape.cols
-    calls = {"broadcast": 3 * q, "all_gather": 1}  # A index + values + H piece per stage
+    calls = {"broadcast": 3 * q}  # A index + values + H piece per stage
+    if not sliced:  # the column slices are gathered back into full rows
+        calls["all_gather"] = 1
     if shape.layers > 1:
         calls["all_reduce"] = 1
     return calls
@@ -188,7 +200,7 @@ def _spmm_calls(shape: GridShape, comm: str) -> dict[str, int]:
 
 def _phase_collective(shape: GridShape, phase: str, comm: str) -> str:
     """The collective that carries most of a phase's bytes."""
-    if phase in ("grad_allreduce", "metrics"):
+    if phase in ("grad_allreduce", "metrics", "input_allreduce"):
         return "all_reduce"
     if shape.algo in ("1d", "1.5d") and comm == "sparse":
         return "all_to_all"
@@ -222,9 +234,9 @@ def compute_seconds(
     profile: Profile,
 ) -> float:
     """Compute time of the busiest rank: its SpMMs (the nonzeros of the tiles it
-    multiplies, exact), dense maps and elementwise passes."""
+    multiplies, exact), dense maps and elementwise passes (the first layer's on the
+    rank's feature columns only, on 2D/3D)."""
     nnz = rank_nonzeros(shape, part, operator)
-    macs = sum(a * b for a, b in itertools.pairwise(widths))
     busiest = 0.0
     for rank in range(shape.size):
         i, j, _ = shape.coords(rank)
@@ -234,8 +246,10 @@ def compute_seconds(
             width = call.width if shape.algo in ("1d", "1.5d") \
                 else split_sizes(call.width, shape.cols)[j]
             seconds += profile.spmm_time(float(nnz[rank]), rows, width)
+        mine = [_feature_columns(shape, j, widths[0]), *widths[1:]]
+        macs = sum(a * b for a, b in itertools.pairwise(mine))
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
-        seconds += 6 * rows * sum(widths) * profile.elementwise_s
+        seconds += 6 * rows * sum(mine) * profile.elementwise_s
         busiest = max(busiest, seconds)
     return busiest
 
@@ -249,10 +263,12 @@ def predict_epoch(
     ``cfg``: the model's shape (``model``, ``hidden``, ``num_layers``)."""
     g, shape = layout.graph, layout.shape
     in_dim, out_dim = g.num_features or cfg.hidden, g.num_classes or cfg.hidden
-    calls = spmm_schedule(cfg, in_dim, out_dim)
+    sliced = shape.feature_slices > 1
+    slicing = input_slicing(cfg, in_dim, out_dim) if sliced else None
+    calls = spmm_schedule(cfg, in_dim, out_dim, sliced)
     widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
     compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile)
-    counts = collective_calls(shape, calls, comm)
+    counts = collective_calls(shape, calls, comm, slicing)
     comm_s = {}
     for phase, volume in plan["phases"].items():
         link = profile.link(_phase_collective(shape, phase, comm))
@@ -263,16 +279,20 @@ def predict_epoch(
         params = sum(a * b + b for a, b in itertools.pairwise(widths))
         reduce = profile.link("all_reduce")
         comm_s["grad_allreduce"] = reduce.time(1, peers * params * vb)
+        if slicing is not None:  # the sliced maps' gradients, assembled over the row
+            comm_s["grad_allreduce"] += reduce.time(
+                1, (shape.feature_slices - 1) * slicing.params * vb)
         comm_s["metrics"] = reduce.time(3, peers * (vb + 16))
     return EpochCost(compute, comm_s)
 
 
 def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0) -> int:
     """Predicted peak bytes of the busiest rank beyond its imports: what it holds (its
-    tiles of A, stored twice when A^T is kept apart; its feature rows; the model and
-    Adam's two moments), what training adds, measured as about two copies of its input
-    rows (dropout's output and the gathered block of H) on a 4M-vertex graph
-    (benchmarks/memory_scaling), and ``overhead`` (the profile's per-rank growth)."""
+    tiles of A, stored twice when A^T is kept apart; its feature rows, on 2D/3D only its
+    column slice of them; the model and Adam's two moments), what training adds,
+    measured as about two copies of its input rows (dropout's output and the gathered
+    block of H) on a 4M-vertex graph (benchmarks/memory_scaling), and ``overhead`` (the
+    profile's per-rank growth)."""
     g, shape, part = layout.graph, layout.shape, layout.part
     operator = g.operator()
     nnz = rank_nonzeros(shape, part, operator)
@@ -286,6 +306,13 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0) -
         rows = part.size(i)
         count = len(stage_blocks(shape, j)) if shape.algo in ("1d", "1.5d") else 1
         topology = tiles * (count * (rows + 1) * 8 + int(nnz[rank]) * (8 + value_bytes))
-        held = topology + rows * f * value_bytes + 3 * params * value_bytes
-        busiest = max(busiest, held + 2 * rows * f * value_bytes)
+        features = rows * _feature_columns(shape, j, f) * value_bytes
+        held = topology + features + 3 * params * value_bytes
+        busiest = max(busiest, held + 2 * features)
     return busiest + overhead
+
+
+def _feature_columns(shape: GridShape, col: int, num_features: int) -> int:
+    """How many input feature columns a rank of grid column ``col`` holds."""
+    lo, hi = feature_columns(shape, col, num_features)
+    return hi - lo

@@ -56,6 +56,14 @@ class GridShape:
         """How many vertex blocks the rows of A and H are cut into."""
         return self.rows
 
+    @property
+    def feature_slices(self) -> int:
+        """How many column slices the input features are cut into: q on 2D/3D, where rank
+        ``(i, j, m)`` holds slice j of its block's rows (the first layer then runs on
+        partial products summed over the process row), 1 on 1D/1.5D, whose replicas
+        multiply whole rows."""
+        return self.cols if self.algo in ("2d", "3d") else 1
+
     def describe(self) -> str:
         return f"{self.algo} grid {self.rows}x{self.cols}x{self.layers}"
 

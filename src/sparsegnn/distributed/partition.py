@@ -91,6 +91,14 @@ class BlockPartition:
         return split_range(*self.block(k), layers)[m]
 
 
+def feature_columns(shape: GridShape, col: int, num_features: int) -> tuple[int, int]:
+    """The input feature columns a rank of grid column ``col`` holds: slice ``col`` of
+    :attr:`GridShape.feature_slices` (all of them when the grid does not slice)."""
+    if shape.feature_slices == 1:
+        return 0, num_features
+    return split_range(0, num_features, shape.feature_slices)[col]
+
+
 def stage_blocks(shape: GridShape, col: int) -> list[int]:
     """Block columns the 1.5D replica ``col`` multiplies: chunk ``col`` of ``c`` chunks."""
     return list(range(*split_range(0, shape.rows, shape.cols)[col]))

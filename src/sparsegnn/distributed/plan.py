@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from sparsegnn.distributed.comm_model import SpmmCall, predict, tile_nnz
+from sparsegnn.distributed.comm_model import InputSlicing, SpmmCall, predict, tile_nnz
 from sparsegnn.distributed.grid import GridShape
 from sparsegnn.distributed.partition import BlockPartition, split_range
 from sparsegnn.partition.volume import column_pairs
@@ -195,35 +195,36 @@ def rowwise_volume(
 def epoch_volume(
     shape: GridShape, part: BlockPartition, a: CSRMatrix, calls: list[SpmmCall], *,
     value_bytes: int, comm: CommMode = "sparse", pairs: dict[str, np.ndarray] | None = None,
+    slicing: InputSlicing | None = None,
 ) -> dict[str, RankVolume]:
     """Bytes per rank of an epoch's SpMMs, per phase, for the operator ``a`` (original
     vertex order; relabelled here only where 2D/3D need its tiles). ``pairs``: the
-    :func:`phase_pairs` of ``a`` and ``part`` when the caller already has them."""
+    :func:`phase_pairs` of ``a`` and ``part`` when the caller already has them;
+    ``slicing`` (2D/3D): the input features are cut by columns, which adds the first
+    layer's row all-reduces (phase ``input_allreduce``)."""
     if shape.algo in ("1d", "1.5d"):
         if comm == "sparse" and pairs is None:
             pairs = phase_pairs(a, part)
         return rowwise_volume(shape, part, calls, value_bytes, pairs)
     if comm == "sparse":
         raise ValueError("sparsity-aware communication is implemented for 1d and 1.5d only")
-    return _summa_volume(shape, part, relabelled(a, part), calls, value_bytes)
+    return _summa_volume(shape, part, relabelled(a, part), calls, value_bytes, slicing)
 
 
 def _summa_volume(
     shape: GridShape, part: BlockPartition, a: CSRMatrix, calls: list[SpmmCall],
-    value_bytes: int,
+    value_bytes: int, slicing: InputSlicing | None,
 ) -> dict[str, RankVolume]:
     """2D/3D: the comm model's per-rank formulas (loops over q stages, not vertices)."""
     nnz = {"forward_spmm": tile_nnz(a, part, shape), "backward_spmm": tile_nnz(a.t(), part, shape)}
+    per = [predict(shape, part, r, calls, value_bytes=value_bytes, num_params=0, nnz=nnz,
+                   slicing=slicing) for r in range(shape.size)]
     out: dict[str, RankVolume] = {}
-    for phase in SPMM_PHASES:
-        mine = [c for c in calls if c.phase == phase]
-        if not mine:
-            continue
-        per = [predict(shape, part, r, mine, value_bytes=value_bytes, num_params=0, nnz=nnz)
-               for r in range(shape.size)]
-        sent = np.array([v.get(phase, {}).get("sent", 0) for v in per], dtype=np.int64)
-        recv = np.array([v.get(phase, {}).get("recv", 0) for v in per], dtype=np.int64)
-        out[phase] = RankVolume(sent, recv)
+    for phase in (*SPMM_PHASES, "input_allreduce"):
+        if any(phase in v for v in per):
+            sent = np.array([v.get(phase, {}).get("sent", 0) for v in per], dtype=np.int64)
+            recv = np.array([v.get(phase, {}).get("recv", 0) for v in per], dtype=np.int64)
+            out[phase] = RankVolume(sent, recv)
     return out
 
 

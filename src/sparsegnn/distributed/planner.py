@@ -24,7 +24,7 @@ import scipy.sparse as sp
 import torch
 
 from sparsegnn.data.graph import GraphData
-from sparsegnn.distributed.comm_model import ModelShape, spmm_schedule
+from sparsegnn.distributed.comm_model import ModelShape, input_slicing, spmm_schedule
 from sparsegnn.distributed.grid import GridShape, grid_shape
 from sparsegnn.distributed.partition import BlockPartition
 from sparsegnn.distributed.plan import (
@@ -142,20 +142,25 @@ def partitioned(
 def plan_epoch(
     lay: Layout, comm: str, cfg: ModelShape, value_bytes: int
 ) -> dict[str, Any]:
-    """Per-rank bytes of one epoch (all SpMMs) and, for 1d/1.5d, rows of one SpMM.
+    """Per-rank bytes of one epoch (all SpMMs, and on 2d/3d the first layer's row
+    all-reduces of partial products) and, for 1d/1.5d, rows of one SpMM.
 
     A graph without features or labels (R-MAT) is planned with ``cfg.hidden`` as its
     input and output widths, so its bytes are those of a model of that width."""
     g = lay.graph
-    calls = spmm_schedule(cfg, g.num_features or cfg.hidden, g.num_classes or cfg.hidden)
+    in_dim, out_dim = g.num_features or cfg.hidden, g.num_classes or cfg.hidden
+    sliced = lay.shape.feature_slices > 1
+    calls = spmm_schedule(cfg, in_dim, out_dim, sliced)
     start = time.perf_counter()
     rowwise = lay.shape.algo in ("1d", "1.5d")
     pairs = lay.phase_pairs() if rowwise and comm == "sparse" else None
     if rowwise:
         phases = rowwise_volume(lay.shape, lay.part, calls, value_bytes, pairs)
     else:
-        phases = epoch_volume(lay.shape, lay.part, g.operator(), calls,
-                              value_bytes=value_bytes, comm=comm)  # type: ignore[arg-type]
+        phases = epoch_volume(
+            lay.shape, lay.part, g.operator(), calls, value_bytes=value_bytes,
+            comm=comm,  # type: ignore[arg-type]
+            slicing=input_slicing(cfg, in_dim, out_dim) if sliced else None)
     total = RankVolume(np.zeros(lay.shape.size, np.int64), np.zeros(lay.shape.size, np.int64))
     for vol in phases.values():
         total = total + vol

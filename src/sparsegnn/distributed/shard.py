@@ -10,7 +10,9 @@ rank ever holds the whole graph:
     OUT/rank<r>.npz     tile arrays ``fwd<k>_crow|col|val`` (and ``bwd<k>_*`` when the
                         operator is not symmetric), ``x``, ``y``, ``train|val|test_mask``
 
-Tile indices are stored as int64, values in the dtype they were written with.
+Tile indices are stored as int64, values in the dtype they were written with. ``x`` holds
+the rank's rows of the features and, on 2D/3D, only its column slice
+(:func:`~sparsegnn.distributed.partition.feature_columns`), so no rank reads more.
 """
 
 from __future__ import annotations
@@ -29,19 +31,26 @@ from sparsegnn.data.graph import check_features, check_labels
 from sparsegnn.data.io import NPZ_ERRORS, atomic_dir
 from sparsegnn.distributed.comm_model import NnzTable, tile_nnz
 from sparsegnn.distributed.grid import ALGORITHMS, GridShape
-from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
+from sparsegnn.distributed.partition import (
+    BlockPartition,
+    LocalBlocks,
+    feature_columns,
+    local_blocks,
+)
 from sparsegnn.errors import DataFormatError, SparseGNNError
 from sparsegnn.sparse import CSRMatrix
 
 # 2: rank files and manifest carry the partition's fingerprint (format 1 did not).
-SHARD_FORMAT = 2
+# 3: 2D/3D rank files hold only their feature column slice; rank_holdings give columns.
+SHARD_FORMAT = 3
 SPLITS = ("train", "val", "test")
 MANIFEST = "manifest.json"
 
 
 @dataclass
 class Shard:
-    """What one rank trains on."""
+    """What one rank trains on. ``x`` holds feature columns ``columns`` of the block's rows
+    (all ``num_features`` on 1D/1.5D, slice j on 2D/3D)."""
 
     name: str
     part: BlockPartition
@@ -52,6 +61,7 @@ class Shard:
     num_features: int
     num_classes: int
     nnz: dict[str, NnzTable] | None  # 2D/3D only: tables of A and A^T for the comm model
+    columns: tuple[int, int]
 
     def to(self, device: torch.device, dtype: torch.dtype) -> Shard:
         """Tiles and features on ``device`` in ``dtype``; labels and masks on ``device``."""
@@ -63,7 +73,7 @@ class Shard:
         return Shard(
             self.name, self.part, LocalBlocks(fwd, bwd), self.x.to(device, dtype),
             self.y.to(device), {s: m.to(device) for s, m in self.masks.items()},
-            self.num_features, self.num_classes, self.nnz,
+            self.num_features, self.num_classes, self.nnz, self.columns,
         )
 
 
@@ -85,11 +95,15 @@ def make_shard(
 
     ``rows`` holds ``x``, ``y`` and the three masks, in the relabelled vertex order.
     """
-    lo, hi = part.block(shape.coords(rank)[0])
+    i, j, _ = shape.coords(rank)
+    lo, hi = part.block(i)
+    f = int(rows["x"].shape[1])
+    c0, c1 = feature_columns(shape, j, f)
     return Shard(
-        name, part, local_blocks(adj, part, shape, rank), rows["x"][lo:hi], rows["y"][lo:hi],
-        {s: rows[f"{s}_mask"][lo:hi] for s in SPLITS}, int(rows["x"].shape[1]),
-        int(rows["y"].max()) + 1, _nnz_tables(adj, part, shape),
+        name, part, local_blocks(adj, part, shape, rank),
+        rows["x"][lo:hi, c0:c1].contiguous(), rows["y"][lo:hi],
+        {s: rows[f"{s}_mask"][lo:hi] for s in SPLITS}, f,
+        int(rows["y"].max()) + 1, _nnz_tables(adj, part, shape), (c0, c1),
     )
 
 
@@ -147,13 +161,13 @@ def write_shards(
 
 
 def _holding(shard: Shard, symmetric: bool) -> list[int]:
-    """``[row pointers, nonzeros, feature rows]`` one rank holds (tiles of A, and of A^T
-    when stored apart)."""
+    """``[row pointers, nonzeros, feature rows, feature columns]`` one rank holds (tiles of
+    A, and of A^T when stored apart)."""
     tiles = list(shard.blocks.forward.values())
     if not symmetric:
         tiles += list(shard.blocks.backward.values())
     return [sum(t.crow.numel() for t in tiles), sum(t.nnz for t in tiles),
-            int(shard.x.shape[0])]
+            int(shard.x.shape[0]), int(shard.x.shape[1])]
 
 
 def _rank_arrays(shard: Shard, symmetric: bool) -> dict[str, np.ndarray]:
@@ -247,8 +261,8 @@ def _check_manifest(manifest: dict[str, Any], file: Path) -> None:
          "offsets", "grid rows + 1 increasing integers from 0")
     holdings = manifest.get("rank_holdings", [])
     need(isinstance(holdings, list) and all(
-        isinstance(h, list) and len(h) == 3 and all(count(v, 0) for v in h) for h in holdings),
-        "rank_holdings", "[row pointers, nonzeros, feature rows] per rank")
+        isinstance(h, list) and len(h) == 4 and all(count(v, 0) for v in h) for h in holdings),
+        "rank_holdings", "[row pointers, nonzeros, feature rows, feature columns] per rank")
     nnz = manifest.get("nnz", {})
     need(isinstance(nnz, dict) and all(
         isinstance(t, list) and all(
@@ -277,8 +291,10 @@ def read_shard(path: str | Path, rank: int) -> Shard:
     if not 0 <= rank < shape.size:
         raise DataFormatError(f"{file}: rank {rank} is outside the manifest's grid")
     part = BlockPartition(tuple(manifest["offsets"]))
-    lo, hi = part.block(shape.coords(rank)[0])
-    x, y, masks = _vertex_arrays(arrays, hi - lo, manifest, file)
+    i, j, _ = shape.coords(rank)
+    lo, hi = part.block(i)
+    columns = feature_columns(shape, j, manifest["num_features"])
+    x, y, masks = _vertex_arrays(arrays, (hi - lo, columns[1] - columns[0]), manifest, file)
     tensors = {k: torch.from_numpy(v) for k, v in arrays.items() if k.startswith(("fwd", "bwd"))}
     try:
         fwd = _tiles(tensors, "fwd")
@@ -290,7 +306,7 @@ def read_shard(path: str | Path, rank: int) -> Shard:
         nnz = {ph: {(i, j, m): n for i, j, m, n in t} for ph, t in manifest["nnz"].items()}
     return Shard(
         manifest["name"], part, LocalBlocks(fwd, bwd), x, y, masks,
-        manifest["num_features"], manifest["num_classes"], nnz,
+        manifest["num_features"], manifest["num_classes"], nnz, columns,
     )
 
 
@@ -339,9 +355,13 @@ def _check_stamp(arrays: dict[str, np.ndarray], manifest: dict[str, Any], file: 
 
 
 def _vertex_arrays(
-    arrays: dict[str, np.ndarray], rows: int, manifest: dict[str, Any], file: Path
+    arrays: dict[str, np.ndarray], x_shape: tuple[int, int], manifest: dict[str, Any],
+    file: Path,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """Features, labels and masks of the rank's vertex block, shapes and values checked."""
+    """Features (the rank's rows and feature columns, ``x_shape``), labels and masks of the
+    rank's vertex block, shapes and values checked."""
+    rows, cols = x_shape
+
     def get(key: str, ndim: int, kinds: str) -> np.ndarray:
         value = arrays.get(key)
         if value is None or value.ndim != ndim or value.shape[0] != rows \
@@ -353,9 +373,10 @@ def _vertex_arrays(
         return value
 
     x = get("x", 2, "f")
-    if x.shape[1] != manifest["num_features"]:
+    if x.shape[1] != cols:
         raise DataFormatError(
-            f"{file}: x has {x.shape[1]} features, the manifest {manifest['num_features']}"
+            f"{file}: x has {x.shape[1]} feature columns; this rank holds {cols} of the "
+            f"manifest's {manifest['num_features']}"
         )
     check_features(x, file)
     y = get("y", 1, "iu").astype(np.int64)

@@ -5,7 +5,11 @@ the *full rows* of vertex block i of the activations, ``H_i`` (``n_i x f``), and
 operator maps them to the full rows of ``(A H)_i``. Dense work (the layers' linear maps,
 ReLU, the loss) is therefore row-local and replicated on the ``replicas`` ranks of a
 process row, and the replicas stay bit-identical because every result they receive is
-the same gathered data reduced in the same order.
+the same gathered data reduced in the same order. The one exception is the input
+features on 2D/3D: rank ``(i, j, m)`` holds only column slice j of ``X_i``, and a first
+layer that aggregates them before its linear map multiplies by
+:meth:`SummaOperator.column_sliced`, which takes and returns slice j (SUMMA without its
+final all-gather); :mod:`sparsegnn.distributed.feature_slices` explains the rest.
 
 * 1D/1.5D, rank ``(i, k)``: for each block column j of its stage set, rank ``(j, k)``
   broadcasts ``H_j`` down column group k and every member adds ``A_ij H_j``; then the c
@@ -23,6 +27,7 @@ The backward pass is the same routine on the tiles of ``A^T`` (``G_H = A^T G_Z``
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -121,7 +126,11 @@ class RowOperator(DistributedOperator):
 
 
 class SummaOperator(DistributedOperator):
-    """2D (one layer) and 3D (split-3D): sparse SUMMA per layer, then fiber reduction."""
+    """2D (one layer) and 3D (split-3D): sparse SUMMA per layer, then fiber reduction.
+
+    ``gather`` False is the column-sliced view (:meth:`column_sliced`): input and output
+    are this rank's column slice, and the final all-gather along the row is skipped.
+    """
 
     def __init__(
         self, grid: ProcessGrid, comm: Communicator, part: BlockPartition, blocks: LocalBlocks
@@ -131,32 +140,49 @@ class SummaOperator(DistributedOperator):
         with comm.phase("setup"):
             nnz = comm.gather_ints([blocks.forward[j].nnz, blocks.backward[j].nnz], grid.row)
         self._nnz = {False: [n[0] for n in nnz], True: [n[1] for n in nnz]}
+        self.gather = True
+
+    def column_sliced(self) -> SummaOperator:
+        """This operator on column slices: ``matmul`` takes slice j of ``H_i``'s columns
+        and returns slice j of ``(A H)_i``'s, which is what SUMMA computes anyway (the
+        first layer's SpMM of features this rank holds only a slice of). Shares the tiles."""
+        view = copy.copy(self)
+        view.gather = False
+        return view
 
     def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
+        if not self.gather:
+            return self._summa(x, transpose)
+        j = self.grid.coords[1]
+        widths = split_sizes(x.shape[1], self.grid.shape.cols)
+        start = sum(widths[:j])
+        out = self._summa(x[:, start:start + widths[j]], transpose)
+        pieces = self.comm.all_gather(out, [(self.n_local, w) for w in widths], self.grid.row)
+        return torch.cat(pieces, 1)
+
+    def _summa(self, mine: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """Slice j of ``(A H)_i`` from slice j of ``H_i`` (``mine``), the layers' partial
+        sums reduced along the fiber."""
         shape, comm, grid = self.grid.shape, self.comm, self.grid
         i, j, m = grid.coords
         own = (self.blocks.backward if transpose else self.blocks.forward)[j]
-        widths = split_sizes(x.shape[1], shape.cols)
-        start = sum(widths[:j])
-        mine = x[:, start:start + widths[j]]
-        out = x.new_zeros(self.n_local, widths[j])
+        width = mine.shape[1]  # the same on the whole column group: all hold slice j
+        out = mine.new_zeros(self.n_local, width)
         for k in range(shape.cols):
             lo, hi = self.part.inner(k, m, shape.layers)
             a_tile = comm.broadcast_sparse(
                 own if k == j else None, (self.n_local, hi - lo), self._nnz[transpose][k],
-                k, grid.row, x.dtype, x.device,
+                k, grid.row, mine.dtype, mine.device,
             )
             base = self.part.block(k)[0]
             piece = (
                 mine[lo - base:hi - base].contiguous() if k == i
-                else x.new_empty(hi - lo, widths[j])
+                else mine.new_empty(hi - lo, width)
             )
             comm.broadcast(piece, k, grid.col)
-            if widths[j]:
+            if width:
                 out += a_tile.matmul(piece)
-        out = comm.all_reduce(out, grid.fiber)
-        pieces = comm.all_gather(out, [(self.n_local, w) for w in widths], grid.row)
-        return torch.cat(pieces, 1)
+        return comm.all_reduce(out, grid.fiber)
 
 
 def build_operator(

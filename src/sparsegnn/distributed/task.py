@@ -9,7 +9,10 @@ group, which holds exactly one replica of every vertex block, so each vertex cou
   rows' share and the distributed SpMM's backward moves the rest;
 * accuracy = global correct count / global label count;
 * weight gradients are summed over the column group, which makes them equal on every
-  rank (each replica of a block computed the same share).
+  rank (each replica of a block computed the same share). On 2D/3D the first layer's
+  maps see only this rank's feature columns (:mod:`sparsegnn.distributed.feature_slices`),
+  so their gradients hold only those columns; summing them over the process row as well
+  assembles the whole gradient (the other columns are zeros, and adding zeros is exact).
 """
 
 from __future__ import annotations
@@ -26,16 +29,25 @@ from sparsegnn.distributed.spmm import DistributedOperator
 SPLITS = ("train", "val", "test")
 
 
-class _GlobalSum(torch.autograd.Function):
+class _GroupSum(torch.autograd.Function):
     """Sum over the group in the forward pass, pass the gradient through in the backward."""
 
     @staticmethod
     def forward(ctx, local: torch.Tensor, comm: Communicator, group: Group) -> torch.Tensor:  # type: ignore[override]
-        return comm.all_reduce(local.detach().reshape(1).clone(), group).reshape(())
+        # A one-rank group hands back its input, which a Function must not return as is.
+        return comm.all_reduce(local.detach().clone() if group.size == 1 else local, group)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         return grad, None, None
+
+
+def group_sum(local: torch.Tensor, comm: Communicator, group: Group) -> torch.Tensor:
+    """The sum of ``local`` over ``group``, identical on every member; its gradient is the
+    incoming one unchanged. That is the exact gradient when every member back-propagates
+    the same downstream gradient through its own summand (the loss, each rank's share of
+    a layer's input), and no communication happens in the backward pass."""
+    return _GroupSum.apply(local, comm, group)
 
 
 @dataclass
@@ -43,11 +55,15 @@ class DistributedTask:
     """One rank's share of a full-graph node-classification problem."""
 
     x: torch.Tensor
-    adj: DistributedOperator
+    adj: DistributedOperator | list[DistributedOperator]  # one, or one per layer
     y: torch.Tensor
     masks: dict[str, torch.Tensor]
     comm: Communicator
     group: Group
+    # Parameters whose gradients hold only this rank's feature columns (2D/3D first
+    # layer), assembled over ``row`` after the sum over ``group``.
+    row_sliced: list[nn.Parameter] = field(default_factory=list)
+    row: Group | None = None
     counts: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -61,7 +77,7 @@ class DistributedTask:
         m = self.masks[split]
         local = F.cross_entropy(logits[m], self.y[m], reduction="sum")
         with self.comm.phase("metrics"):
-            total = _GlobalSum.apply(local, self.comm, self.group)
+            total = group_sum(local, self.comm, self.group)
         return total / max(self.counts[split], 1)
 
     def accuracy(self, logits: torch.Tensor, split: str) -> float:
@@ -72,12 +88,18 @@ class DistributedTask:
         return float(total) / max(self.counts[split], 1)
 
     def sync_gradients(self, model: nn.Module) -> None:
-        """Sum every parameter's gradient over one replica of each vertex block."""
-        params = list(model.parameters())
+        """Sum every parameter's gradient over one replica of each vertex block, then the
+        column-sliced ones over the process row."""
+        self._sum_grads(list(model.parameters()), self.group)
+        if self.row_sliced and self.row is not None:
+            self._sum_grads(self.row_sliced, self.row)
+
+    def _sum_grads(self, params: list[nn.Parameter], group: Group) -> None:
+        """One all-reduce of the parameters' gradients (zeros where none) over ``group``."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         with self.comm.phase("grad_allreduce"):
-            flat = self.comm.all_reduce(flat, self.group)
+            flat = self.comm.all_reduce(flat, group)
         offset = 0
         for p in params:
             n = p.numel()

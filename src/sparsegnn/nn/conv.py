@@ -50,12 +50,16 @@ class GCNConv(nn.Module):
             nn.init.zeros_(self.bias)
         self._cache = None
 
+    @property
+    def transforms_first(self) -> bool:
+        """Whether :meth:`forward` applies the linear map before the SpMM (the layer does
+        not widen); a distributed trainer needs to know which side of the SpMM sees the
+        raw input."""
+        return self.out_channels <= self.in_channels
+
     def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
         op = self._operator(x, adj)
-        if self.out_channels <= self.in_channels:
-            out = op.matmul(self.lin(x))
-        else:
-            out = self.lin(op.matmul(x))
+        out = op.matmul(self.lin(x)) if self.transforms_first else self.lin(op.matmul(x))
         return out if self.bias is None else out + self.bias
 
     def _operator(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> Operator:
@@ -112,11 +116,17 @@ class SAGEConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
+    @property
+    def transforms_first(self) -> bool:
+        """Whether :meth:`forward` shrinks with ``lin_neigh`` before aggregating (the
+        narrower side of the SpMM); ``lin_root`` always acts on the raw input."""
+        return self.aggr != "max" and self.out_channels < self.in_channels
+
     def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
         op = as_operator(adj, x.shape[0], "mean" if self.aggr == "mean" else "sum", x.dtype)
         if self.aggr == "max":
             out = self.lin_neigh(_max_aggregate(op, x))
-        elif self.out_channels < self.in_channels:
+        elif self.transforms_first:
             # A linear map commutes with aggregation: shrink first, aggregate the narrow side.
             out = op.matmul(self.lin_neigh(x))
         else:

@@ -6,7 +6,9 @@ as a single process (same seed, same initial weights), then runs the unchanged
 :func:`~sparsegnn.train.fullgraph.fit`. Dropout either reproduces the single-process
 masks (each rank draws the whole graph's mask and keeps its rows) or, for graphs read
 from a partitioned directory, draws per vertex block from ``seed + 1_000_003 * block``
-(the replicas of a block share that stream, so they stay identical).
+(the replicas of a block share that stream, so they stay identical). On 2D/3D each rank
+holds only its column slice of the input features and the first layer runs on partial
+products summed over the process row (:mod:`sparsegnn.distributed.feature_slices`).
 
 ``--checkpoint`` names a folder: every saved epoch is a sub-folder of one shard per rank
 and a manifest written last (:mod:`sparsegnn.train.dist_checkpoint`); a run resumes from
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,10 +51,12 @@ from sparsegnn.distributed import (
     predict,
     spawn,
 )
-from sparsegnn.distributed.comm_model import spmm_schedule
+from sparsegnn.distributed.comm_model import input_slicing, spmm_schedule
+from sparsegnn.distributed.feature_slices import slice_first_layer, use_slice_dropout
 from sparsegnn.distributed.partitioned import check_manifest, load_shard
 from sparsegnn.distributed.shard import Shard, is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
+from sparsegnn.distributed.spmm import SummaOperator
 from sparsegnn.names import PARTITIONERS, Algorithm
 from sparsegnn.train.checkpoint import graph_hash
 from sparsegnn.train.dist_checkpoint import DistributedStore, Resumed, file_sha256
@@ -113,13 +118,16 @@ class RankReport:
         return measured == self.predicted
 
 
-def use_global_dropout(model: nn.Module, num_nodes: int, rows: slice | torch.Tensor) -> None:
+def use_global_dropout(
+    model: nn.Module, num_nodes: int, rows: slice | torch.Tensor, columns: tuple[int, int],
+) -> None:
     """Make ``model`` apply the whole graph's dropout mask, restricted to this rank's rows.
 
     The model's own dropout is switched off and a pre-hook on each layer draws the mask
     of the full ``num_nodes x f`` input exactly as a single process would (same call,
     same shape, same RNG stream, hence the same bits) and keeps ``rows`` (original vertex
-    ids of the local rows, in local order).
+    ids of the local rows, in local order) and, for the first layer, the ``columns`` of
+    the input features the rank holds (a slice of them on 2D/3D).
     """
     p = float(getattr(model, "dropout", 0.0))
     layers = getattr(model, "layers", None)
@@ -127,15 +135,18 @@ def use_global_dropout(model: nn.Module, num_nodes: int, rows: slice | torch.Ten
         return
     model.dropout = 0.0
 
-    def hook(layer: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def hook(layer: nn.Module, args: tuple[Any, ...], cols: slice, width: int | None,
+             ) -> tuple[Any, ...] | None:
         if not layer.training:
             return None
         x = args[0]
-        ones = torch.ones(num_nodes, x.shape[1], dtype=x.dtype, device=x.device)
-        return (x * F.dropout(ones, p, True)[rows], *args[1:])
+        ones = torch.ones(num_nodes, width or x.shape[1], dtype=x.dtype, device=x.device)
+        return (x * F.dropout(ones, p, True)[rows, cols], *args[1:])
 
-    for layer in layers:
-        layer.register_forward_pre_hook(hook)
+    layers[0].register_forward_pre_hook(
+        partial(hook, cols=slice(*columns), width=layers[0].in_channels))
+    for layer in layers[1:]:
+        layer.register_forward_pre_hook(partial(hook, cols=slice(None), width=None))
 
 
 def train_rank(
@@ -167,14 +178,24 @@ def train_rank(
     else:
         comm = Communicator()
         op = build_operator(grid, comm, shard.part, shard.blocks, dcfg.overlap)
-    task = DistributedTask(shard.x, op, shard.y, shard.masks, comm, grid.col)
     model = build_model(cfg, shard.num_features, shard.num_classes)
     model = model.to(session.device, cfg.torch_dtype)
+    sliced = shape.feature_slices > 1
+    adj: DistributedOperator | list[DistributedOperator] = op
+    row_sliced: list[nn.Parameter] = []
+    if sliced:
+        assert isinstance(op, SummaOperator)  # 2D/3D: sparse communication is 1D/1.5D only
+        adj, row_sliced = slice_first_layer(model, op, shard.columns, comm, grid.row)
+    task = DistributedTask(shard.x, adj, shard.y, shard.masks, comm, grid.col, row_sliced,
+                           grid.row)
     global_masks = dcfg.dropout_masks == "global" or (
         dcfg.dropout_masks == "auto" and not isinstance(source, str | Path)
     )
     if global_masks:
-        use_global_dropout(model, shard.part.num_nodes, _original_rows(shard, grid.coords[0]))
+        use_global_dropout(model, shard.part.num_nodes, _original_rows(shard, grid.coords[0]),
+                           shard.columns)
+    elif sliced:
+        use_slice_dropout(model, grid.coords[1])
     rank_cfg = replace(
         cfg, seed=cfg.seed if global_masks else cfg.seed + _SEED_STRIDE * grid.coords[0],
     )
@@ -185,11 +206,12 @@ def train_rank(
         None if global_masks else grid.coords[0])
     result = fit(model, task, rank_cfg, is_main=grid.rank == 0, on_epoch=meter.on_epoch,
                  store=store)
-    calls = spmm_schedule(cfg, shard.num_features, shard.num_classes)
+    calls = spmm_schedule(cfg, shard.num_features, shard.num_classes, sliced)
     predicted = predict(
         shape, shard.part, grid.rank, [] if sparse else calls,
         value_bytes=shard.x.element_size(),
         num_params=sum(p.numel() for p in model.parameters()), nnz=shard.nnz,
+        slicing=input_slicing(cfg, shard.num_features, shard.num_classes) if sliced else None,
     )
     if isinstance(op, SparseRowOperator):
         predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))

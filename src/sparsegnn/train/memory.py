@@ -92,42 +92,46 @@ def measure_rank_memory(
 
 def predict_rank_memory(
     num_nodes: int, nnz: int, num_features: int, num_params: int, value_bytes: int, *,
-    block_rows: int, block_nnz: int, symmetric: bool = True,
+    block_rows: int, block_nnz: int, symmetric: bool = True, block_cols: int | None = None,
 ) -> dict[str, int]:
     """Predicted bytes one rank holds by kind, for a rank holding ``block_rows`` rows of the
-    features and CSR tiles with ``block_nnz`` nonzeros over ``block_rows`` rows (twice
-    when A^T is stored apart from A, ``symmetric`` False)."""
+    features (``block_cols`` of their columns, default all) and CSR tiles with
+    ``block_nnz`` nonzeros over ``block_rows`` rows (twice when A^T is stored apart from
+    A, ``symmetric`` False)."""
     del num_nodes, nnz  # the whole graph's sizes enter through block_rows/block_nnz
     tiles = 1 if symmetric else 2
     topo = tiles * ((block_rows + 1) * _INDEX_BYTES + block_nnz * (_INDEX_BYTES + value_bytes))
     model = num_params * value_bytes
-    return {"topology": topo, "features": block_rows * num_features * value_bytes,
+    cols = num_features if block_cols is None else block_cols
+    return {"topology": topo, "features": block_rows * cols * value_bytes,
             "model": model, "optimiser": 2 * model}
 
 
 def rank_share(
-    num_nodes: int, nnz: int, nprocs: int, *, mode: str, algo: str = "1d",
-    replication: int = 1, topology: str = "replicated",
-) -> tuple[int, int]:
-    """``(rows, nonzeros)`` of the largest share one rank holds.
+    num_nodes: int, nnz: int, num_features: int, nprocs: int, *, mode: str,
+    algo: str = "1d", replication: int = 1, topology: str = "replicated",
+) -> tuple[int, int, int]:
+    """``(rows, nonzeros, feature columns)`` of the largest share one rank holds.
 
     Full-graph (``mode`` ``fullgraph``): rows of its vertex block, ``ceil(n / p_rows)``,
-    and ``ceil(nnz / p)`` nonzeros (1D, 1.5D, 2D and 3D alike, with even blocks).
+    and ``ceil(nnz / p)`` nonzeros (1D, 1.5D, 2D and 3D alike, with even blocks), and on
+    2D/3D ``ceil(f / q)`` feature columns (its slice), else all f.
     Minibatch: the whole graph (``replicated``) or ``1 / (p / c)`` of its rows and
-    nonzeros (``partitioned``).
+    nonzeros (``partitioned``), every feature column.
     """
     def ceil(a: int, b: int) -> int:
         return -(-a // b)
 
     if mode == "minibatch":
         if topology == "replicated" or nprocs == 1:
-            return num_nodes, nnz
+            return num_nodes, nnz, num_features
         blocks = max(1, nprocs // replication)
-        return ceil(num_nodes, blocks), ceil(nnz, blocks)
+        return ceil(num_nodes, blocks), ceil(nnz, blocks), num_features
     from sparsegnn.distributed import grid_shape
 
     shape = grid_shape(algo, nprocs, replication)  # type: ignore[arg-type]
-    return ceil(num_nodes, shape.rows), ceil(nnz, nprocs)
+    return (ceil(num_nodes, shape.rows), ceil(nnz, nprocs),
+            ceil(num_features, shape.feature_slices))
 
 
 def check_rank_memory(predicted: dict[str, int], limit_gib: float) -> None:
@@ -156,12 +160,12 @@ def check_graph_rank_memory(
     n = int(graph.num_nodes)
     nnz = int(graph.num_edges) + (n if gcn else 0)
     f, classes = int(graph.num_features), int(graph.num_classes)
-    rows, block_nnz = rank_share(n, nnz, nprocs, mode=mode, algo=algo,
-                                 replication=replication, topology=topology)
+    rows, block_nnz, cols = rank_share(n, nnz, f, nprocs, mode=mode, algo=algo,
+                                       replication=replication, topology=topology)
     symmetric = mode == "minibatch" or gcn
     predicted = predict_rank_memory(n, nnz, f, _num_params(cfg, f, classes),
                                     _value_bytes(cfg), block_rows=rows, block_nnz=block_nnz,
-                                    symmetric=symmetric)
+                                    symmetric=symmetric, block_cols=cols)
     check_rank_memory(predicted, limit_gib)
     return predicted
 
@@ -198,8 +202,8 @@ def check_shards_rank_memory(
     f = int(manifest["num_features"])
     model = _num_params(cfg, f, int(manifest["num_classes"])) * vb
     predicted = max(({"topology": crow * _INDEX_BYTES + nnz * (_INDEX_BYTES + vb),
-                      "features": rows * f * vb, "model": model, "optimiser": 2 * model}
-                     for crow, nnz, rows in holdings), key=lambda k: sum(k.values()))
+                      "features": rows * cols * vb, "model": model, "optimiser": 2 * model}
+                     for crow, nnz, rows, cols in holdings), key=lambda k: sum(k.values()))
     check_rank_memory(predicted, limit_gib)
     return predicted
 
