@@ -6,7 +6,7 @@ host and rendezvouses over that link with c10d; gloo is pinned to the host's int
 ranks of one host talk over loopback. The cases show that
 
 * a job spread over two hosts learns exactly what the same world size learns on one host
-  (1D, 2D, partitioned minibatch), each host holding only its own ranks' files;
+  (1D, 1.5D, 2D, 3D, partitioned minibatch), each host holding only its own ranks' files;
 * the bytes on the wire cover the payload we account, with little overhead;
 * a host cut off mid-run ends every rank on both hosts with an error naming the host and
   rank it lost, and host 0's torchrun non-zero, within ``--timeout`` plus a margin (the
@@ -163,12 +163,16 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_live_clusters() -> None
 # ---------------------------------------------------------------------- same result
 _PARTITION = {
     "1d": ("--algo", "1d", "--nprocs", "4"),
+    "1.5d": ("--algo", "1.5d", "--nprocs", "4", "--replication", "2"),
     "2d": ("--algo", "2d", "--nprocs", "4"),
+    "3d": ("--algo", "3d", "--nprocs", "8"),
     "minibatch": ("--mode", "minibatch", "--nprocs", "4"),
 }
 _TRAIN = {
     "1d": ("train", "--algo", "1d", "--epochs", "3", *_EXACT),
+    "1.5d": ("train", "--algo", "1.5d", "--replication", "2", "--epochs", "3", *_EXACT),
     "2d": ("train", "--algo", "2d", "--epochs", "3", *_EXACT),
+    "3d": ("train", "--algo", "3d", "--epochs", "2", *_EXACT),
     "minibatch": ("train", "--mode", "minibatch", "--fanouts", "3,3", "--layers", "2",
                   "--batch-size", "64", "--epochs", "2", *_EXACT),
 }
@@ -178,21 +182,22 @@ _TRAIN = {
 def test_two_hosts_learn_what_one_host_learns(
     case: str, small_graph: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """2 hosts x 2 ranks under torchrun (c10d) == 4 local ranks on one host, in float64;
-    each host reads only its own ranks' files."""
+    """2 hosts x 2 ranks under torchrun (c10d) == 4 local ranks on one host (3D: 2 x 4 ==
+    8), in float64; each host reads only its own ranks' files."""
     folder = tmp_path / "parts"
     assert main(["data", "partition", str(small_graph), str(folder), *_PARTITION[case]]) == 0
-    hosts = host_folders(folder, hosts=2, per_host=2)
+    world = int(_PARTITION[case][_PARTITION[case].index("--nprocs") + 1])
+    hosts = host_folders(folder, hosts=2, per_host=world // 2)
     with Cluster(2, rate="1gbit") as c:
-        spread, wire = _across(c, 2, hosts, _TRAIN[case], tmp_path / "logs", capsys)
-    local = _one_host([*_TRAIN[case], "--dataset", str(folder), "--nprocs", "4"], capsys)
-    assert spread["world_size"] == local["world_size"] == 4
+        spread, wire = _across(c, world // 2, hosts, _TRAIN[case], tmp_path / "logs", capsys)
+    local = _one_host([*_TRAIN[case], "--dataset", str(folder), "--nprocs", str(world)], capsys)
+    assert spread["world_size"] == local["world_size"] == world
     gap = max(abs(a - b) for a, b in zip(spread["losses"], local["losses"], strict=True))
     assert len(spread["losses"]) == len(local["losses"]) > 1 and gap <= 1e-6
     assert spread["test_accuracy"] == pytest.approx(local["test_accuracy"], abs=1e-9)
     assert all(w.tx_bytes > 0 and w.rx_bytes > 0 for w in wire)  # gloo used the veths
-    _report(capsys, f"{case}: 2 hosts x 2 ranks vs 4 local ranks, largest loss gap {gap:.3g}; "
-                    f"wire bytes host0 {wire[0]}, host1 {wire[1]}")
+    _report(capsys, f"{case}: 2 hosts x {world // 2} ranks vs {world} local ranks, largest "
+                    f"loss gap {gap:.3g}; wire bytes host0 {wire[0]}, host1 {wire[1]}")
 
 
 # ---------------------------------------------------------------------- wire bytes
