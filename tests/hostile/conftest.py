@@ -35,8 +35,12 @@ def run_cli(*args: str | os.PathLike[str], cwd: Path | None = None, timeout: flo
 
 
 def assert_user_error(proc: subprocess.CompletedProcess[str], *names: str) -> str:
-    """Exit 2, one stderr line mentioning every ``names`` item, no traceback; returns it."""
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    """Exit 2, one stderr line mentioning every ``names`` item, no traceback; returns it.
+
+    Progress records a run logs before it fails (``INFO ...`` off a terminal) are not
+    part of the error and are left out."""
+    lines = [line for line in proc.stderr.splitlines()
+             if line.strip() and not line.startswith("INFO ")]
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 2, f"exit {proc.returncode}\nstdout: {proc.stdout}\n{proc.stderr}"
     assert len(lines) == 1, f"expected one stderr line, got:\n{proc.stderr}"
