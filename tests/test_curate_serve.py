@@ -12,9 +12,7 @@ import csv
 import http.client
 import io
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -270,32 +268,6 @@ def test_command_prints_the_url_and_stops_on_ctrl_c(store: Path):
 
 
 # --------------------------------------------------------------------------- the browser
-BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="selenium is not installed (pip install 'sparsegnn[dev]')")
-    if BROWSER is None or DRIVER is None:
-        pytest.skip("headless Chromium not installed: apt-get install chromium chromium-driver")
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ.setdefault("SE_OFFLINE", "true")  # selenium manager must not download
-    options = webdriver.ChromeOptions()
-    options.binary_location = BROWSER
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1000"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
 def _wait(driver: Any, condition: Any) -> Any:
     from selenium.webdriver.support.ui import WebDriverWait
 

@@ -1,19 +1,15 @@
 """``--report run.html`` opened in headless Chromium: every plot drawn, nothing fetched,
 no console errors.
 
-Uses Debian's ``chromium`` and ``chromium-driver`` packages through selenium (no browser
-is ever downloaded: selenium is given both paths and told to stay offline); skips, saying
-which is missing, where they are not installed.
+Uses the ``browser`` fixture (tests/conftest.py): Debian's Chromium through selenium,
+never a downloaded browser; skips, saying what is missing, where it is not installed.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,38 +19,11 @@ from sparsegnn.cli.main import main
 from sparsegnn.train.report import write_report
 
 pytest.importorskip("matplotlib", reason="the report draws its plots with matplotlib")
-webdriver = pytest.importorskip(
-    "selenium.webdriver", reason="selenium is not installed (pip install 'sparsegnn[dev]')")
 Image = pytest.importorskip("PIL.Image", reason="Pillow (a matplotlib dependency) is missing")
 
-BROWSER = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
-pytestmark = [
-    pytest.mark.skipif(BROWSER is None or DRIVER is None,
-                       reason="headless Chromium not installed: apt-get install chromium "
-                              "chromium-driver"),
-    pytest.mark.usefixtures("one_thread"),
-]
+pytestmark = pytest.mark.usefixtures("one_thread")
 GRAPH = "sbm:nodes=300,blocks=3,degree=6"
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "trackml_sample"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ.setdefault("SE_OFFLINE", "true")  # selenium manager must not download
-    options = webdriver.ChromeOptions()
-    options.binary_location = BROWSER
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1000"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def check_page(driver: Any, page: Path, expected: set[str]) -> None:
