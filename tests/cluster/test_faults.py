@@ -94,6 +94,7 @@ def test_the_probe_tells_a_live_a_stopped_and_an_exited_rank_apart(
     peer = Peer(1, "h", "127.0.0.1", port)
     assert probe(peer) == "alive"
     os.kill(pid, signal.SIGSTOP)
+    _wait_stopped(pid)
     start = time.monotonic()
     assert probe(peer) == "silent"
     assert PROBE_S <= time.monotonic() - start < PROBE_S + 2
@@ -102,6 +103,15 @@ def test_the_probe_tells_a_live_a_stopped_and_an_exited_rank_apart(
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     assert probe(peer) == "exited"
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until ``pid`` is stopped: kill() returns before the signal takes effect, and a
+    responder still running for a moment would answer the probe."""
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "SIGSTOP did not stop the responder"
+        time.sleep(0.01)
 
 
 _TABLE = [Peer(0, "n", "10.0.0.1", 1), Peer(1, "n", "10.0.0.1", 2),
