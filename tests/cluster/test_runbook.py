@@ -79,8 +79,16 @@ def _submit(c: Cluster, stubs: Path, dataset: Path, ckpt: Path, epochs: int,
         "TRAIN_ARGS": f"--algo 2d --epochs {epochs} --checkpoint-every 1 --timeout 60 "
                       "--dtype float64 --dropout 0 --no-progress",
     }
-    return subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True,
-                          timeout=RUN_S, check=False)
+    try:
+        return subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True,
+                              text=True, timeout=RUN_S, check=False)
+    except subprocess.TimeoutExpired as err:  # say where it stood, not only that it hung
+        tail = (err.stderr or b"")[-3000:]
+        out = (err.stdout or b"")[-1000:]
+        text = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        printed = out.decode(errors="replace") if isinstance(out, bytes) else out
+        pytest.fail(f"the script ran past {RUN_S:.0f} s; stdout ends {printed!r}; "
+                    f"stderr ends:\n{text}")
 
 
 @pytest.mark.distributed
