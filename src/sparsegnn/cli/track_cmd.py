@@ -91,6 +91,21 @@ def _graph_flags(p: argparse.ArgumentParser, default: str) -> None:
     g.add_argument("--min-dr", type=float_range(0.0), default=None,
                    help="pairs closer than this in r (mm) skip the phi-slope and z0 cuts "
                         "(default 1; 10 keeps overlapping-module pairs in dense events)")
+    g.add_argument("--map-windows", action="store_true",
+                   help="learn the module map with a cut window per module pair (min/max "
+                        "of dphi, dz, deta, phi slope, z0 of its segments)")
+    g.add_argument("--map-min-pt", type=float_range(0.0), default=0.0,
+                   help="learn the map from particles above this pT only (GeV; default 0, "
+                        "0.9 for windows fitted to pT >= 1 GeV targets)")
+    g.add_argument("--map-workers", type=int_range(1), default=1,
+                   help="processes reading --train-events to learn the map (default 1)")
+    g.add_argument("--window-margin", type=float_range(0.0), default=None,
+                   help="apply the map's windows, widened by this fraction of their width")
+    g.add_argument("--window-count-margin", type=float_range(0.0), default=None,
+                   help="widen each window by this many widths / segments seen (default 0)")
+    g.add_argument("--window-min-count", type=int_range(1), default=None,
+                   help="pairs seen fewer times get no window, only the global cuts "
+                        "(default 1)")
 
 
 def _reco_flags(p: argparse.ArgumentParser) -> None:
@@ -116,22 +131,28 @@ def _reconstruction(args: argparse.Namespace, base: Any, events: list[Any], mode
                     edge_filter: Any = None) -> Any:
     """The reconstruction the options ask for: the model's (its settings over ``base``),
     or an oracle on ``base``, with every given flag overriding, and its module map."""
-    from sparsegnn.tracking.events import read_events
+    from sparsegnn.tracking.graph import ModuleMap, learn_module_map
     from sparsegnn.tracking.pipeline import Reconstruction, with_module_map
 
     device = resolve_device(args.device) if hasattr(args, "device") else "cpu"
     reco = (Reconstruction(base, targets=_targets(args)) if model is None else
             Reconstruction.from_model(model, device, _targets(args), base))
     given = {k: getattr(args, k.replace("-", "_"), None)
-             for k in ("graph", "map_level", "min_dr", "cut", "method", "min_track_hits")}
+             for k in ("graph", "map_level", "min_dr", "cut", "method", "min_track_hits",
+                       "window_margin", "window_count_margin", "window_min_count")}
     given |= {c.replace("-", "_"): getattr(args, c.replace("-", "_")) for c, _ in _CUT_FLAGS}
     reco = reco.with_config(**given, sample_nodes=getattr(args, "max_sample_nodes", None))
     if edge_filter is not None:
         reco.edge_filter = edge_filter
     if getattr(args, "graphs", None) is not None:  # saved graphs: no map needed
         return reco
-    return with_module_map(reco, args.module_map, lambda: events if args.train_events is None
-                           else read_events(args.train_events))
+    def learn(level: str) -> Any:
+        if args.train_events is None:
+            return ModuleMap.learn(events, level, args.map_min_pt, args.map_windows)
+        return learn_module_map([args.train_events], level, args.map_min_pt, args.map_windows,
+                                args.map_workers)
+
+    return with_module_map(reco, args.module_map, learn)
 
 
 def _clean(obj: Any) -> Any:

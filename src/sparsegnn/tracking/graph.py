@@ -7,6 +7,11 @@ candidate edge; geometric doublet cuts (dphi, dz, deta, phi slope, z0) then remo
 candidates no realistic track makes. Only module pairs seen in training get edges, so
 the map needs many training events to reach full efficiency on unseen ones.
 
+A map can also carry a cut window per module pair (:mod:`sparsegnn.tracking.windows`:
+the range of each doublet variable its segments showed, as GNN4ITk's module map);
+``DoubletCuts.window_margin`` applies them. Maps of many events are learnt in worker
+processes (:func:`learn_module_map`), one event per task, and merged.
+
 The truth-built graph has exactly the segments of every particle (efficiency and purity
 1 by construction): it isolates the edge classifier and track building from graph
 construction when evaluating on a single event.
@@ -15,20 +20,33 @@ construction when evaluating on a single event.
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 
 from sparsegnn.data.io import atomic_write
 from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.tracking.events import Event, module_key
+from sparsegnn.tracking.events import Event, event_files, module_key, read_event
 from sparsegnn.tracking.truth import (
     DEFAULT_TARGETS,
     TargetConfig,
     edge_truth,
     segments,
     selected_particles,
+)
+from sparsegnn.tracking.windows import (
+    WINDOW_VARIABLES,
+    PairWindows,
+    doublet_value,
+    doublet_values,
+    outwards,
+    reduce_windows,
+    window_pass,
+    wrap,
 )
 
 NODE_SCALE = np.array([1000.0, np.pi, 1000.0])  # r [mm], phi [rad], z [mm]
@@ -46,6 +64,11 @@ class DoubletCuts:
     in the endcap disks would divide by zero, and two hits of one particle a few mm apart
     (overlapping modules of one layer) give a meaningless slope and z0. At pileup 50,
     ``min_dr=10`` keeps 2% more of the target segments than 1 (docs/tracking.md).
+
+    ``window_margin`` (not ``None``) also applies the module map's per-pair windows,
+    each widened on both sides by ``window_margin + window_count_margin / count`` times
+    its width, pairs seen fewer than ``window_min_count`` times left to the global cuts
+    (:meth:`PairWindows.widened`); the map must have been learnt with windows.
     """
 
     dphi: float | None = None
@@ -54,6 +77,9 @@ class DoubletCuts:
     phi_slope: float | None = None
     z0: float | None = None
     min_dr: float = 1.0
+    window_margin: float | None = None
+    window_count_margin: float = 0.0
+    window_min_count: int = 1
 
 
 NO_CUTS = DoubletCuts()
@@ -67,21 +93,51 @@ class ModuleMap:
     it needs many training events to cover every module pair). ``level="layer"`` keys
     are (volume, layer) pairs with the module ignored: a handful of events cover every
     layer pair, and the doublet cuts then do the selecting (the classic Exa.TrkX
-    geometric graph construction).
+    geometric graph construction). ``windows`` (optional) holds one cut window per row
+    of :meth:`unordered_pairs`.
     """
 
     pairs: np.ndarray  # [M, 2] int64 keys, unique rows sorted lexicographically
     level: str = "module"
+    windows: PairWindows | None = None
 
     @classmethod
-    def learn(cls, events: list[Event], level: str = "module") -> ModuleMap:
-        """The element pairs that consecutive hits of any particle connect in ``events``."""
-        found = [np.empty((0, 2), np.int64)]
-        for ev in events:
-            src, dst = segments(ev)
-            keys = element_keys(ev, level)
-            found.append(np.stack([keys[src], keys[dst]], axis=1))
-        return cls(np.unique(np.concatenate(found), axis=0).astype(np.int64), level)
+    def learn(cls, events: Sequence[Event], level: str = "module", min_pt: float = 0.0,
+              windows: bool = False) -> ModuleMap:
+        """The element pairs that consecutive hits of particles with pT >= ``min_pt`` (GeV)
+        connect in ``events``, with each pair's windows when ``windows``.
+
+        ``min_pt`` a little below the targets' (0.9 for pT >= 1 GeV targets) keeps the
+        windows from widening to what soft particles, which curl, need."""
+        return cls.merge([cls.empty(level, windows),
+                          *(_event_map(ev, level, min_pt, windows) for ev in events)])
+
+    @classmethod
+    def empty(cls, level: str = "module", windows: bool = False) -> ModuleMap:
+        """A map of no pairs (with windows of no pairs when ``windows``): what merging
+        starts from."""
+        nvar = len(WINDOW_VARIABLES)
+        none = PairWindows(np.empty((0, nvar)), np.empty((0, nvar)), np.empty(0, np.int64))
+        return cls(np.empty((0, 2), np.int64), level, none if windows else None)
+
+    @classmethod
+    def merge(cls, maps: Sequence[ModuleMap]) -> ModuleMap:
+        """One map with the pairs of all ``maps`` (windows joined: the widest range)."""
+        levels = {m.level for m in maps}
+        if len(levels) != 1:
+            raise InvalidValueError("cannot join module maps of different levels ("
+                                    + ", ".join(f"{lv}-level" for lv in sorted(levels)) + ")")
+        with_windows = {m.windows is not None for m in maps}
+        if len(with_windows) != 1:
+            raise InvalidValueError("cannot join a module map with cut windows and one "
+                                    "without (learn both with windows)")
+        pairs = np.unique(np.concatenate([m.pairs for m in maps]), axis=0).astype(np.int64)
+        if not with_windows.pop():
+            return cls(pairs, levels.pop())
+        keys = np.concatenate([m.unordered_pairs() for m in maps])
+        _, joined = reduce_windows(keys, *(np.concatenate([getattr(m.windows, f) for m in maps])
+                                           for f in ("low", "high", "count")))
+        return cls(pairs, levels.pop(), joined)
 
     def __len__(self) -> int:
         return int(self.pairs.shape[0])
@@ -89,21 +145,95 @@ class ModuleMap:
     def union(self, other: ModuleMap) -> ModuleMap:
         """The pairs of both maps: module pairs are geometry, so a map learnt from one kind
         of event (pileup-50 ttbar) completes one learnt from another (a particle gun)."""
-        if other.level != self.level:
-            raise InvalidValueError(f"cannot join a {self.level}-level module map with a "
-                                    f"{other.level}-level one")
-        return ModuleMap(np.unique(np.concatenate([self.pairs, other.pairs]), axis=0),
-                         self.level)
+        return ModuleMap.merge([self, other])
+
+    def unordered_pairs(self) -> np.ndarray:
+        """Each unordered element pair once, as (smaller, larger) key, sorted."""
+        return _unordered(self.pairs)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Plain arrays (an ``.npz``, or a model file's entry)."""
+        out = {"pairs": self.pairs, "level": np.array(self.level)}
+        if self.windows is not None:
+            out.update(window_low=self.windows.low, window_high=self.windows.high,
+                       window_count=self.windows.count)
+        return out
+
+    @classmethod
+    def from_arrays(cls, data: dict[str, np.ndarray], source: str | Path) -> ModuleMap:
+        """The inverse of :meth:`to_arrays`; a map written before windows existed has none."""
+        pairs = np.asarray(data["pairs"]).astype(np.int64)
+        if "window_low" not in data:
+            return cls(pairs, str(data["level"]))
+        windows = PairWindows(np.asarray(data["window_low"], np.float64),
+                              np.asarray(data["window_high"], np.float64),
+                              np.asarray(data["window_count"]).astype(np.int64))
+        expected = (_unordered(pairs).shape[0], len(WINDOW_VARIABLES))
+        if windows.low.shape != expected or windows.high.shape != expected:
+            raise DataFormatError(f"{source}: module-map windows of shape {windows.low.shape}, "
+                                  f"expected {expected}")
+        return cls(pairs, str(data["level"]), windows)
 
     def save(self, path: str | Path) -> None:
         """Written whole (temp file + rename) to exactly ``path``."""
-        atomic_write(path, lambda f: np.savez_compressed(f, pairs=self.pairs,
-                                                         level=np.array(self.level)))
+        atomic_write(path, lambda f: np.savez_compressed(f, **self.to_arrays()))
 
     @classmethod
     def load(cls, path: str | Path) -> ModuleMap:
-        data = _read_arrays(path, ("pairs", "level"), "module map")
-        return cls(data["pairs"].astype(np.int64), str(data["level"]))
+        data = _read_arrays(path, ("pairs", "level"), "module map",
+                            optional=("window_low", "window_high", "window_count"))
+        return cls.from_arrays(data, path)
+
+
+def _event_map(event: Event, level: str, min_pt: float, windows: bool) -> ModuleMap:
+    """One event's pairs (and windows): the unit of work of :func:`learn_module_map`."""
+    src, dst = segments(event)
+    keep = event.particles.pt[event.particle_index[src]] >= min_pt
+    src, dst = src[keep], dst[keep]
+    keys = element_keys(event, level)
+    pairs = np.unique(np.stack([keys[src], keys[dst]], axis=1).reshape(-1, 2),
+                      axis=0).astype(np.int64)
+    if not windows:
+        return ModuleMap(pairs, level)
+    edges = outwards(event, np.stack([src, dst]))
+    values = doublet_values(event, edges)
+    unordered = np.sort(np.stack([keys[src], keys[dst]], axis=1), axis=1)
+    _, found = reduce_windows(unordered, values, values, np.ones(src.size, np.int64))
+    return ModuleMap(pairs, level, found)
+
+
+def learn_module_map(directories: Sequence[str | Path], level: str = "module",
+                     min_pt: float = 0.0, windows: bool = False, workers: int = 1,
+                     limit: int | None = None) -> ModuleMap:
+    """The map of every event in ``directories`` (the first ``limit``), read and learnt
+    in ``workers`` processes (reading the CSV is most of the cost, and events are
+    independent), merged in batches so memory stays at one map plus a batch."""
+    merged, batch = ModuleMap.empty(level, windows), []
+    for found in event_maps(directories, level, min_pt, windows, workers, limit):
+        batch.append(found)
+        if len(batch) == 16:
+            merged, batch = ModuleMap.merge([merged, *batch]), []
+    return ModuleMap.merge([merged, *batch])
+
+
+def event_maps(directories: Sequence[str | Path], level: str = "module", min_pt: float = 0.0,
+               windows: bool = False, workers: int = 1, limit: int | None = None
+               ) -> Iterator[ModuleMap]:
+    """Each event's own map, in directory then event order, learnt in ``workers``
+    processes (spawned: the caller may hold torch threads); merge them with
+    :meth:`ModuleMap.merge` (how a curve of efficiency vs map events is drawn)."""
+    files = [(str(d), prefix) for d in directories for prefix in event_files(d)][:limit]
+    tasks = [(d, prefix, level, min_pt, windows) for d, prefix in files]
+    if workers <= 1:
+        yield from (_file_map(*task) for task in tasks)
+        return
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        yield from pool.map(_file_map, *zip(*tasks, strict=True), chunksize=1)
+
+
+def _file_map(directory: str, prefix: str, level: str, min_pt: float, windows: bool
+              ) -> ModuleMap:
+    return _event_map(read_event(directory, prefix), level, min_pt, windows)
 
 
 def element_keys(event: Event, level: str) -> np.ndarray:
@@ -172,14 +302,16 @@ class HitGraph:
                    int(d["counts"][0]), int(d["counts"][1]))
 
 
-def _read_arrays(path: str | Path, names: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
-    """The named arrays of an ``.npz`` (no pickles), or one error naming the file."""
+def _read_arrays(path: str | Path, names: tuple[str, ...], what: str,
+                 optional: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The named arrays of an ``.npz`` (no pickles) and those of ``optional`` it holds, or
+    one error naming the file."""
     try:
         with np.load(Path(path), allow_pickle=False) as data:
             missing = [n for n in names if n not in data]
             if missing:
                 raise DataFormatError(f"{path}: not a {what}, missing arrays {missing}")
-            return {n: data[n] for n in names}
+            return {n: data[n] for n in (*names, *optional) if n in data}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         if isinstance(err, DataFormatError):
             raise
@@ -241,8 +373,17 @@ class GraphStats:
 
 def module_map_graph(event: Event, module_map: ModuleMap, cuts: DoubletCuts = NO_CUTS,
                      targets: TargetConfig = DEFAULT_TARGETS) -> HitGraph:
-    """Candidate edges from ``module_map``, filtered by ``cuts``."""
-    edge_index = _apply_cuts(event, _candidates(event, module_map), cuts)
+    """Candidate edges from ``module_map``, in their pairs' windows when
+    ``cuts.window_margin`` is set, then filtered by the global ``cuts``."""
+    edge_index, pair = _candidates(event, module_map)
+    if cuts.window_margin is not None:
+        if module_map.windows is None:
+            raise InvalidValueError("window_margin is set but the module map has no cut "
+                                    "windows: learn it with windows (ModuleMap.learn(..., "
+                                    "windows=True), 'track build-graphs --map-windows')")
+        edge_index = _in_windows(event, edge_index, pair, module_map.windows.widened(
+            cuts.window_margin, cuts.window_count_margin, cuts.window_min_count))
+    edge_index = _apply_cuts(event, edge_index, cuts)
     return _graph(event, _sorted_pairs(event, edge_index), targets)
 
 
@@ -251,8 +392,21 @@ def truth_graph(event: Event, targets: TargetConfig = DEFAULT_TARGETS) -> HitGra
     return _graph(event, segments(event), targets)
 
 
-def _candidates(event: Event, module_map: ModuleMap) -> np.ndarray:
-    """All hit pairs on connected module pairs, each unordered pair once, no self-pairs.
+def _in_windows(event: Event, edge_index: np.ndarray, pair: np.ndarray,
+                bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The candidates (oriented outwards) whose every variable lies in its pair's widened
+    window ``bounds``; each variable computed only on the survivors of the ones before."""
+    low, high = bounds
+    edge_index = outwards(event, edge_index)
+    for j, name in enumerate(WINDOW_VARIABLES):
+        ok = window_pass(doublet_value(event, *edge_index, name), low[pair, j], high[pair, j])
+        edge_index, pair = edge_index[:, ok], pair[ok]
+    return edge_index
+
+
+def _candidates(event: Event, module_map: ModuleMap) -> tuple[np.ndarray, np.ndarray]:
+    """All hit pairs on connected module pairs, each unordered pair once, no self-pairs,
+    and the row of :meth:`ModuleMap.unordered_pairs` each came from.
 
     Candidates outnumber the edges that pass the cuts about ten to one in dense events,
     so they are never sorted or deduplicated: each unordered module pair is visited once
@@ -262,11 +416,12 @@ def _candidates(event: Event, module_map: ModuleMap) -> np.ndarray:
     keys = element_keys(event, module_map.level)
     order = np.argsort(keys, kind="stable")
     mods, start, count = np.unique(keys[order], return_index=True, return_counts=True)
-    pairs = _unordered(module_map.pairs)
+    pairs = module_map.unordered_pairs()
     ia = np.searchsorted(mods, pairs[:, 0])
     ib = np.searchsorted(mods, pairs[:, 1])
     ok = (ia < mods.size) & (ib < mods.size)
     ok[ok] &= (mods[ia[ok]] == pairs[ok, 0]) & (mods[ib[ok]] == pairs[ok, 1])
+    row = np.flatnonzero(ok)
     ia, ib = ia[ok], ib[ok]
     ca, cb = count[ia], count[ib]
     sizes = ca * cb
@@ -276,7 +431,7 @@ def _candidates(event: Event, module_map: ModuleMap) -> np.ndarray:
     src = order[start[ia][pair] + k // cb[pair]]
     dst = order[start[ib][pair] + k % cb[pair]]
     keep = (ia[pair] != ib[pair]) | (src < dst)
-    return np.stack([src[keep], dst[keep]]).astype(np.int64)
+    return np.stack([src[keep], dst[keep]]).astype(np.int64), row[pair[keep]]
 
 
 def _unordered(pairs: np.ndarray) -> np.ndarray:
@@ -302,14 +457,14 @@ def _edge_values(event: Event, edge_index: np.ndarray) -> dict[str, np.ndarray]:
     src, dst = edge_index
     r, phi, z, eta = event.r, event.phi, event.z, event.eta
     dr = r[dst] - r[src]
-    dphi = _wrap(phi[dst] - phi[src])
+    dphi = wrap(phi[dst] - phi[src])
     dz = z[dst] - z[src]
     return {"dr": dr, "dphi": dphi, "dz": dz, "deta": eta[dst] - eta[src], "r_src": r[src],
             "z_src": z[src]}
 
 
 _PLAIN_CUTS = {  # cut -> its value for edges (src, dst): no extrapolation over dr
-    "dphi": lambda ev, src, dst: _wrap(ev.phi[dst] - ev.phi[src]),
+    "dphi": lambda ev, src, dst: wrap(ev.phi[dst] - ev.phi[src]),
     "dz": lambda ev, src, dst: ev.z[dst] - ev.z[src],
     "deta": lambda ev, src, dst: ev.eta[dst] - ev.eta[src],
 }
@@ -342,7 +497,7 @@ def _extrapolated_pass(event: Event, edge_index: np.ndarray, cuts: DoubletCuts) 
 
 
 def _graph(event: Event, edge_index: np.ndarray, targets: TargetConfig) -> HitGraph:
-    edge_index = _outwards(event, edge_index)
+    edge_index = outwards(event, edge_index)
     y, target = edge_truth(event, edge_index, targets)
     segs = segments(event)
     selected = selected_particles(event, targets)
@@ -352,20 +507,3 @@ def _graph(event: Event, edge_index: np.ndarray, targets: TargetConfig) -> HitGr
     edge = np.stack([v["dr"], v["dphi"], v["dz"], v["deta"]], axis=1) / EDGE_SCALE
     return HitGraph(event.name, edge_index, node.astype(np.float32), edge.astype(np.float32),
                     y, target, int(segs.shape[1]), num_target)
-
-
-def _outwards(event: Event, edge_index: np.ndarray) -> np.ndarray:
-    """Orient every edge from the hit nearer the origin to the farther one.
-
-    Track building follows edges outwards, and the model's incoming/outgoing aggregation
-    then means inner/outer neighbours in every graph, however it was built.
-    """
-    dist = np.linalg.norm(event.position, axis=1)
-    src, dst = edge_index
-    flip = dist[src] > dist[dst]
-    return np.stack([np.where(flip, dst, src), np.where(flip, src, dst)]).astype(np.int64)
-
-
-def _wrap(angle: np.ndarray) -> np.ndarray:
-    """Angle difference mapped into [-pi, pi)."""
-    return (angle + np.pi) % (2 * np.pi) - np.pi

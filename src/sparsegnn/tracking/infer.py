@@ -134,8 +134,8 @@ def save_model(path: str | Path, model: InteractionNetwork, report: TrainReport 
     if settings is not None:
         state["settings"] = settings.to_dict()
     if module_map is not None:
-        state["module_map"] = {"pairs": torch.from_numpy(module_map.pairs),
-                               "level": module_map.level}
+        state["module_map"] = {k: v.item() if v.dtype.kind == "U" else torch.from_numpy(v)
+                               for k, v in module_map.to_arrays().items()}
     if edge_filter is not None:
         from sparsegnn.tracking.filter import filter_state
 
@@ -163,7 +163,9 @@ def load_track_model(path: str | Path, device: torch.device | str = "cpu") -> Tr
         found = TrackModel(model)
         if "module_map" in state:
             mm = state["module_map"]
-            found.module_map = ModuleMap(mm["pairs"].numpy().astype(np.int64), str(mm["level"]))
+            found.module_map = ModuleMap.from_arrays(
+                {k: v.numpy() if isinstance(v, torch.Tensor) else np.array(v)
+                 for k, v in mm.items()}, path)
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
         raise DataFormatError(f"{path} holds no usable model ({err})") from err
     if "settings" in state:

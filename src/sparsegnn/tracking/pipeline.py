@@ -274,18 +274,17 @@ def plot_results(results: list[EventResult], targets: TargetConfig, out_dir: str
 
 
 def with_module_map(reco: Reconstruction, path: Path | None,
-                    learn_from: Callable[[], Sequence[Event]]) -> Reconstruction:
+                    learn: Callable[[str], ModuleMap]) -> Reconstruction:
     """``reco`` with the module map its graphs are built from: the file at ``path`` when
-    there is one, else the map ``reco`` carries (a model's), else one learnt at the
-    settings' level from ``learn_from()``'s events; written to ``path`` when it names no
-    file yet. A truth-graph reconstruction needs none and comes back as it is."""
+    there is one, else the map ``reco`` carries (a model's), else ``learn(level)`` at the
+    settings' level; written to ``path`` when it names no file yet. A truth-graph
+    reconstruction needs none and comes back as it is."""
     if reco.config.graph == "truth":
         return reco
     if path is not None and path.is_file():
         module_map = ModuleMap.load(path)
     else:
-        module_map = reco.module_map or ModuleMap.learn(list(learn_from()),
-                                                        reco.config.map_level)
+        module_map = reco.module_map or learn(reco.config.map_level)
         if path is not None:
             module_map.save(path)
     return replace(reco, module_map=module_map)

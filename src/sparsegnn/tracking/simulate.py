@@ -38,7 +38,13 @@ _BARCODE_BITS = (12, 12, 20, 8, 11)  # 63 bits: packed ids stay positive int64
 
 @dataclass(frozen=True)
 class GunConfig:
-    """A muon gun: ``particles`` per event, flat in pT, eta and phi, vertex smeared in z."""
+    """A muon gun: ``particles`` per event, flat in pT, eta and phi, vertex smeared in z.
+
+    ``spread_vertices`` gives every muon its own beam-spot vertex instead of one per
+    event: events to learn module-map windows from (:mod:`sparsegnn.tracking.windows`),
+    whose z0 and dz ranges must cover the whole luminous region, as pileup does. The
+    vertex number must fit its 12 bits of the packed particle id: < 4096 particles.
+    """
 
     events: int = 10
     particles: int = 100
@@ -47,6 +53,7 @@ class GunConfig:
     eta_max: float = 2.5
     seed: int = 42
     progress: bool = False  # tqdm bars on stderr
+    spread_vertices: bool = False
 
 
 ACTS_SUBDIR = "acts"  # ACTS's own CSV, kept beside the TrackML files for the CKF peer
@@ -54,6 +61,9 @@ ACTS_SUBDIR = "acts"  # ACTS's own CSV, kept beside the TrackML files for the CK
 
 def simulate_gun(out_dir: str | Path, cfg: GunConfig) -> list[str]:
     """Simulate ``cfg.events`` events into ``out_dir`` as TrackML CSV; returns their prefixes."""
+    if cfg.spread_vertices and cfg.particles >= 1 << _BARCODE_BITS[0]:
+        raise InvalidValueError(f"spread_vertices takes fewer than {1 << _BARCODE_BITS[0]} "
+                                f"particles per event (one vertex each), got {cfg.particles}")
     acts, sim = import_acts()
     u = acts.UnitConstants
 
@@ -62,8 +72,10 @@ def simulate_gun(out_dir: str | Path, cfg: GunConfig) -> list[str]:
             seq, sim.MomentumConfig(cfg.pt_min * u.GeV, cfg.pt_max * u.GeV, transverse=True),
             sim.EtaConfig(-cfg.eta_max, cfg.eta_max, uniform=True),
             sim.PhiConfig(0.0, 360.0 * u.degree),
-            sim.ParticleConfig(cfg.particles, acts.PdgParticle.eMuon, randomizeCharge=True),
-            multiplicity=1, vtxGen=beam_spot(acts), rnd=rnd, outputDirCsv=str(raw),
+            sim.ParticleConfig(1 if cfg.spread_vertices else cfg.particles,
+                               acts.PdgParticle.eMuon, randomizeCharge=True),
+            multiplicity=cfg.particles if cfg.spread_vertices else 1, vtxGen=beam_spot(acts),
+            rnd=rnd, outputDirCsv=str(raw),
         )
 
     return run_acts(out_dir, cfg.events, cfg.seed, add_gun, cfg.progress)

@@ -1,0 +1,159 @@
+"""Per-module-pair cut windows: learnt ranges, merging, margins, files, parallel learning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sparsegnn.cli.main import main
+from sparsegnn.data.paths import BUNDLED
+from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking.events import read_event
+from sparsegnn.tracking.graph import (
+    DoubletCuts,
+    ModuleMap,
+    event_maps,
+    learn_module_map,
+    module_map_graph,
+)
+from sparsegnn.tracking.infer import load_track_model, save_model
+from sparsegnn.tracking.model import INConfig, InteractionNetwork
+from sparsegnn.tracking.simulate import GunConfig, simulate_gun
+from sparsegnn.tracking.train import TrainReport
+from sparsegnn.tracking.windows import (
+    WINDOW_VARIABLES,
+    doublet_value,
+    outwards,
+    window_pass,
+)
+from tracking_toys import straight_tracks
+
+SAMPLE = BUNDLED / "trackml_sample"
+
+
+def edges_of(graph) -> set[tuple[int, int]]:
+    return {tuple(e) for e in graph.edge_index.T.tolist()}
+
+
+def test_windows_keep_every_segment_they_were_learnt_from() -> None:
+    ev = straight_tracks(30, seed=1, n_noise=40)
+    mm = ModuleMap.learn([ev], windows=True)
+    assert len(mm.windows) == mm.unordered_pairs().shape[0]
+    plain = module_map_graph(ev, mm)
+    tight = module_map_graph(ev, mm, DoubletCuts(window_margin=0.0))
+    assert tight.stats().efficiency == 1.0 and tight.y.sum() == plain.y.sum()
+    # noise hits on connected modules are mostly outside the windows
+    assert tight.num_edges < plain.num_edges and edges_of(tight) <= edges_of(plain)
+    wider = module_map_graph(ev, mm, DoubletCuts(window_margin=2.0))
+    assert edges_of(tight) <= edges_of(wider) <= edges_of(plain)
+
+
+def test_window_is_the_range_of_the_pair_segments() -> None:
+    ev = straight_tracks(20, seed=2, n_noise=0)
+    mm = ModuleMap.learn([ev], windows=True)
+    seg = outwards(ev, np.stack(np.nonzero(_consecutive(ev))))
+    keys = np.sort(ev.module_key[seg.T], axis=1)
+    row = np.flatnonzero((mm.unordered_pairs() == keys[0]).all(axis=1))[0]
+    same = (keys == keys[0]).all(axis=1)
+    for j, name in enumerate(WINDOW_VARIABLES):
+        values = doublet_value(ev, *seg[:, same], name)
+        assert mm.windows.low[row, j] == pytest.approx(values.min())
+        assert mm.windows.high[row, j] == pytest.approx(values.max())
+    assert mm.windows.count[row] == same.sum()
+
+
+def _consecutive(ev) -> np.ndarray:
+    """[N, N] bool: hit j follows hit i on its particle (the toy's layers are in r order)."""
+    n = ev.num_hits
+    out = np.zeros((n, n), dtype=bool)
+    for p in range(len(ev.particles)):
+        hits = np.flatnonzero(ev.particle_index == p)
+        hits = hits[np.argsort(ev.r[hits])]
+        out[hits[:-1], hits[1:]] = True
+    return out
+
+
+def test_merged_maps_equal_one_learnt_from_all_events() -> None:
+    events = [straight_tracks(15, seed) for seed in range(3)]
+    together = ModuleMap.learn(events, windows=True)
+    merged = ModuleMap.merge([ModuleMap.learn([ev], windows=True) for ev in events])
+    np.testing.assert_array_equal(merged.pairs, together.pairs)
+    for field in ("low", "high", "count"):
+        np.testing.assert_array_equal(getattr(merged.windows, field),
+                                      getattr(together.windows, field))
+    with pytest.raises(InvalidValueError, match="with cut windows and one without"):
+        ModuleMap.merge([together, ModuleMap.learn(events)])
+
+
+def test_min_pt_learns_only_from_particles_above_it() -> None:
+    ev = straight_tracks(15, seed=4)
+    slow = ev.particles.pt < 1.5
+    mm = ModuleMap.learn([ev], min_pt=1.5, windows=True)
+    assert mm.windows.count.sum() == (~slow).sum() * 4  # 5 layers: 4 segments each
+    assert len(ModuleMap.learn([ev], min_pt=100.0)) == 0
+
+
+def test_window_margin_needs_a_map_with_windows() -> None:
+    ev = straight_tracks(5, seed=0)
+    with pytest.raises(InvalidValueError, match="has no cut windows"):
+        module_map_graph(ev, ModuleMap.learn([ev]), DoubletCuts(window_margin=0.1))
+
+
+def test_undefined_values_pass_a_window() -> None:
+    values = np.array([0.5, np.nan, 2.0, 0.0])
+    low = np.array([0.0, 0.0, 0.0, np.nan])
+    high = np.array([1.0, 1.0, 1.0, np.nan])
+    assert window_pass(values, low, high).tolist() == [True, True, False, True]
+
+
+def test_map_with_windows_round_trips_through_files(tmp_path: Path) -> None:
+    ev = straight_tracks(10, seed=3)
+    mm = ModuleMap.learn([ev], windows=True)
+    mm.save(tmp_path / "mm.npz")
+    back = ModuleMap.load(tmp_path / "mm.npz")
+    np.testing.assert_array_equal(back.windows.high, mm.windows.high)
+    ModuleMap.learn([ev]).save(tmp_path / "plain.npz")
+    assert ModuleMap.load(tmp_path / "plain.npz").windows is None
+    arrays = mm.to_arrays()
+    arrays["window_low"] = arrays["window_low"][1:]
+    with pytest.raises(DataFormatError, match="windows of shape"):
+        ModuleMap.from_arrays(arrays, "bad.npz")
+    model = InteractionNetwork(INConfig(hidden=4, iterations=1))
+    save_model(tmp_path / "m.pt", model, TrainReport(1.0), module_map=mm)
+    carried = load_track_model(tmp_path / "m.pt").module_map
+    np.testing.assert_array_equal(carried.windows.low, mm.windows.low)
+    np.testing.assert_array_equal(carried.pairs, mm.pairs)
+
+
+def test_maps_learnt_in_worker_processes_equal_one_process() -> None:
+    ev = read_event(SAMPLE, "event000000001")
+    alone = ModuleMap.learn([ev], min_pt=0.5, windows=True)
+    spawned = learn_module_map([SAMPLE], min_pt=0.5, windows=True, workers=2)
+    np.testing.assert_array_equal(spawned.pairs, alone.pairs)
+    np.testing.assert_array_equal(spawned.windows.high, alone.windows.high)
+    assert len(list(event_maps([SAMPLE], limit=0))) == 0
+
+
+def test_spread_vertices_gun_refuses_more_vertices_than_the_barcode_holds(tmp_path: Path
+                                                                           ) -> None:
+    with pytest.raises(InvalidValueError, match="fewer than 4096"):
+        simulate_gun(tmp_path, GunConfig(particles=5000, spread_vertices=True))
+
+
+def test_build_graphs_learns_and_applies_windows(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["track", "build-graphs", "--events", str(SAMPLE), "--train-events", str(SAMPLE),
+            "--map-min-pt", "1.0", "--json"]
+    assert main([*args, "--out", str(tmp_path / "plain"), "--module-map",
+                 str(tmp_path / "plain.npz")]) == 0
+    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main([*args, "--out", str(tmp_path / "win"), "--map-windows", "--map-workers", "2",
+                 "--window-margin", "0", "--module-map", str(tmp_path / "win.npz")]) == 0
+    windowed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # learnt from the same event: every target segment stays, far fewer edges
+    assert windowed["mean_efficiency"] == plain["mean_efficiency"] == 1.0
+    assert windowed["mean_num_edges"] < plain["mean_num_edges"] / 3
+    assert ModuleMap.load(tmp_path / "win.npz").windows is not None
