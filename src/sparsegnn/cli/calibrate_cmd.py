@@ -1,7 +1,9 @@
 """``sparsegnn calibrate``: measure this machine for the cost model and write a profile.
 
 Ranks of the world size one plans for (``--nprocs``) measure local SpMM, dense and
-elementwise rates at the same time, then each collective at several sizes; rank 0's
+elementwise rates at the same time, then each collective at several sizes, then train
+every configuration for a few epochs of a small graph to fit what the rates miss
+(a time per epoch and per collective call); rank 0's
 numbers are written to ``--out`` (a JSON profile that ``plan --auto --profile`` and
 ``train --algo auto`` read, and that can be written by hand for another cluster).
 """
@@ -28,7 +30,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sparsegnn.distributed import spawn
-    from sparsegnn.distributed.calibrate import calibrate_rank
+    from sparsegnn.train.calibrate import calibrate_rank
 
     profile = spawn(calibrate_rank, args.nprocs, (args.quick, args.backend),
                     wall_timeout_s=1800)[0]
@@ -43,4 +45,9 @@ def run(args: argparse.Namespace) -> int:
     lines += [f"{name}: {c.latency_s * 1e6:.0f} us + {1e-9 / c.seconds_per_byte:.2f} GB/s"
               if c.seconds_per_byte else f"{name}: {c.latency_s * 1e6:.0f} us"
               for name, c in profile.collectives.items()]
+    lines.append(f"dropout {profile.dropout_s * 1e9:.2f} ns/value, activation "
+                 f"{profile.elementwise_s * 1e9:.2f} ns/value; fitted on real epochs: "
+                 f"{profile.epoch_overhead_s * 1e3:.2f} ms per epoch + "
+                 f"{profile.call_overhead_s * 1e6:.0f} us per collective call + "
+                 f"{profile.row_overhead_s * 1e9:.2f} ns per row value")
     return emit(args, out, "\n".join(lines))

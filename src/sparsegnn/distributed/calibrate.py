@@ -1,4 +1,6 @@
-"""Measure what this machine costs, for the cost model (``sparsegnn calibrate``).
+"""Measure what this machine costs, for the cost model (``sparsegnn calibrate``; the
+job itself, which also fits the overheads on real epochs, is
+:func:`sparsegnn.train.calibrate.calibrate_rank`).
 
 Every rank of a job of the world size one plans for runs the same measurements at the
 same time, after a barrier, so the rates are those of the machine *shared by* that many
@@ -9,8 +11,8 @@ which a single-process measurement would miss). Rank 0's numbers become the
 * local SpMM of a uniform random graph (random gathers: the rate of rows that miss
   the caches) at two densities and several widths, solved per width for the time per
   nonzero-column and per output row-column;
-* a dense matmul (time per multiply-add) and an elementwise pass (dropout and ReLU,
-  time per value);
+* a dense matmul (time per multiply-add), a dropout (time per value, its random mask
+  included) and an activation's pass (time per value);
 * each collective of :class:`~sparsegnn.distributed.comm.Communicator` at several sizes,
   fitted as ``latency + bytes * time_per_byte`` against the bytes the busiest rank sends
   or receives in our accounting (the same measure the planner predicts).
@@ -28,7 +30,7 @@ from torch.nn import functional as F
 
 from sparsegnn.distributed.comm import Communicator, Group
 from sparsegnn.distributed.cost import LinkCost, Profile
-from sparsegnn.distributed.session import barrier, close_session, init_session
+from sparsegnn.distributed.session import Session, barrier
 from sparsegnn.sparse import CSRMatrix
 
 WIDTHS = (8, 32, 128)
@@ -69,12 +71,15 @@ def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[i
     return per_nnz, float(np.mean(per_row))
 
 
-def measure_dense(n: int, repeats: int, sync: Callable[[], None]) -> tuple[float, float]:
-    """Seconds per multiply-add of a matmul and per value of dropout + ReLU."""
+def measure_dense(n: int, repeats: int, sync: Callable[[], None]
+                  ) -> tuple[float, float, float]:
+    """Seconds per multiply-add of a matmul, per value of a dropout (mask drawn and
+    applied, as the models' ``F.dropout``) and per value of an activation's pass."""
     x, w = torch.randn(n, 128), torch.randn(128, 128)
     gemm = _best(lambda: x @ w, repeats, sync) / (n * 128 * 128)
-    elem = _best(lambda: F.relu(F.dropout(x, 0.5, training=True)), repeats, sync) / x.numel()
-    return gemm, elem
+    drop = _best(lambda: F.dropout(x, 0.5, training=True), repeats, sync) / x.numel()
+    elem = _best(lambda: F.relu(x), repeats, sync) / x.numel()
+    return gemm, drop, elem
 
 
 def measure_collectives(
@@ -117,34 +122,29 @@ def _collective(comm: Communicator, group: Group, name: str, values: int
         4 * (sum(counts) - counts[group.me])
 
 
-def _fit(points: list[tuple[int, float]]) -> LinkCost:
-    """Least-squares ``t = latency + bytes * per_byte`` with both terms kept >= 0."""
+def _fit(points: list[tuple[float, float]]) -> LinkCost:
+    """Least-squares ``t = latency + x * per_byte`` with both terms kept >= 0."""
     x = np.array([b for b, _ in points], dtype=float)
     t = np.array([s for _, s in points], dtype=float)
-    per_byte, latency = np.polyfit(x, t, 1) if len(points) > 1 else (0.0, t[0])
+    per_byte, latency = np.polyfit(x, t, 1) if len(set(x)) > 1 else (0.0, t.mean())
     if per_byte < 0:
         per_byte, latency = 0.0, float(t.mean())
     if latency < 0:
-        per_byte, latency = float((t * x).sum() / (x * x).sum()), 0.0
-    return LinkCost(float(latency), float(per_byte))
+        per_byte, latency = float((t * x).sum() / max((x * x).sum(), 1e-300)), 0.0
+    return LinkCost(max(float(latency), 0.0), max(float(per_byte), 0.0))
 
 
-def calibrate_rank(quick: bool = False, backend: str | None = None,
-                   timeout_s: float = 120.0) -> Profile:
-    """One rank's part of a calibration job (every rank of the job calls it)."""
-    session = init_session(backend, timeout_s)
-    try:
-        n = 1 << (13 if quick else 16)
-        repeats = 2 if quick else 3
-        per_nnz, per_row = measure_spmm(n, repeats, barrier)
-        gemm, elem = measure_dense(n, repeats, barrier)
-        group = Group(tuple(range(session.world_size)), session.rank)
-        sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
-        links = measure_collectives(Communicator(), group, sizes, repeats) \
-            if session.world_size > 1 else {"broadcast": LinkCost(0.0, 0.0)}
-        rusage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-        return Profile(session.backend, session.world_size, per_nnz, per_row, gemm, elem,
-                       links, {"graph_vertices": n, "collective_sizes": sizes},
-                       max(0, rusage - session.start_rss_bytes))
-    finally:
-        close_session()
+def measure_profile(session: Session, quick: bool = False) -> Profile:
+    """This rank's part of a calibration job's measurements (every rank calls it)."""
+    n = 1 << (13 if quick else 16)
+    repeats = 2 if quick else 3
+    per_nnz, per_row = measure_spmm(n, repeats, barrier)
+    gemm, drop, elem = measure_dense(n, repeats, barrier)
+    group = Group(tuple(range(session.world_size)), session.rank)
+    sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
+    links = measure_collectives(Communicator(), group, sizes, repeats) \
+        if session.world_size > 1 else {"broadcast": LinkCost(0.0, 0.0)}
+    rusage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return Profile(session.backend, session.world_size, per_nnz, per_row, gemm, elem,
+                   links, {"graph_vertices": n, "collective_sizes": sizes},
+                   max(0, rusage - session.start_rss_bytes), dropout_s=drop)

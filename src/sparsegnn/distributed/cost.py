@@ -14,11 +14,17 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
 * compute at the busiest rank: for every SpMM of the epoch, the nonzeros of the tiles
   the rank multiplies times the width (exact, from the tile nonzero table) and the
   output rows times the width; the layers' dense maps on its rows; elementwise work
-  (dropout, activation, loss) on its rows.
+  (dropout masks on each layer's input, activations, loss) on its rows;
+
+* what none of these count (Python and autograd per operation, the optimiser, copies,
+  the scheduling of ranks that share a host's cores): a fixed time per epoch, a time
+  per collective call and a time per value of the busiest rank's rows (its rows times
+  the layers' widths), fitted by the calibration on real epochs of small graphs
+  (:mod:`sparsegnn.train.calibrate`).
 
 Ranks are assumed to wait for each other at every collective, so the epoch costs the
-busiest rank's compute plus the communication: no overlap is credited. The prediction
-says which term dominates, which is what the ranking needs.
+busiest rank's compute plus the communication plus that overhead: no overlap is
+credited.
 """
 
 from __future__ import annotations
@@ -76,6 +82,18 @@ class Profile:
     # What a rank's resident set grows by beyond its data: communication buffers, kernel
     # workspaces, allocator slack (the calibration job's own growth).
     rank_overhead_bytes: int = 0
+    # Seconds per value of a dropout mask drawn and applied (random numbers cost far
+    # more than an activation's pass: counted apart).
+    dropout_s: float = 0.0
+    # What the terms above miss, fitted on real epochs: per epoch, per collective call
+    # and per value of the busiest rank's rows (rows x the layers' widths).
+    epoch_overhead_s: float = 0.0
+    call_overhead_s: float = 0.0
+    row_overhead_s: float = 0.0
+
+    def overhead(self, calls: int, row_values: int) -> float:
+        return (self.epoch_overhead_s + calls * self.call_overhead_s
+                + row_values * self.row_overhead_s)
 
     def spmm_time(self, nnz: float, rows: float, width: int) -> float:
         return nnz * width * self._per_nnz(width) + rows * width * self.spmm_row_s
@@ -141,27 +159,37 @@ class Profile:
         world = raw["world_size"]
         if type(world) is not int or world < 1:
             raise ValueError(f"world_size must be an integer >= 1, got {world!r:.40}")
+        optional = {key: seconds(raw.get(key, 0.0), key)
+                    for key in ("dropout_s", "epoch_overhead_s", "call_overhead_s",
+                                "row_overhead_s")}
         return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
                    seconds(raw["gemm_s"], "gemm_s"),
                    seconds(raw["elementwise_s"], "elementwise_s"), links,
                    dict(raw.get("notes") or {}),
-                   int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")))
+                   int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")),
+                   **optional)
 
 
 @dataclass
 class EpochCost:
-    """A predicted epoch: compute and each communication phase, seconds."""
+    """A predicted epoch: compute, each communication phase and the fitted overhead,
+    seconds; what drives the overhead: the epoch's collective calls and the busiest
+    rank's row values (rows x the layers' widths)."""
 
     compute_s: float
     comm_s: dict[str, float]
+    overhead_s: float = 0.0
+    calls: int = 0
+    row_values: int = 0
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + sum(self.comm_s.values())
+        return self.compute_s + sum(self.comm_s.values()) + self.overhead_s
 
     def to_dict(self) -> dict[str, Any]:
         return {"epoch_s": self.total_s, "compute_s": self.compute_s,
-                "comm_s": dict(self.comm_s), "comm_total_s": sum(self.comm_s.values())}
+                "comm_s": dict(self.comm_s), "comm_total_s": sum(self.comm_s.values()),
+                "overhead_s": self.overhead_s, "collective_calls": self.calls}
 
 
 def collective_calls(
@@ -249,9 +277,18 @@ def compute_seconds(
         mine = [_feature_columns(shape, j, widths[0]), *widths[1:]]
         macs = sum(a * b for a, b in itertools.pairwise(mine))
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
-        seconds += 6 * rows * sum(mine) * profile.elementwise_s
+        seconds += rows * sum(mine[:-1]) * profile.dropout_s  # a mask on each layer's input
+        seconds += rows * _elementwise_values(mine) * profile.elementwise_s
         busiest = max(busiest, seconds)
     return busiest
+
+
+def _elementwise_values(widths: list[int]) -> int:
+    """Values per row that one epoch's elementwise passes touch: each hidden activation
+    in the training and evaluation forward and in backward, with the backward of the
+    dropout mask in front of the next layer (the input's needs none), and the loss's
+    softmax forward, backward and the evaluation's scores on the output."""
+    return 4 * sum(widths[1:-1]) + 3 * widths[-1]
 
 
 def predict_epoch(
@@ -269,6 +306,8 @@ def predict_epoch(
     widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
     compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile)
     counts = collective_calls(shape, calls, comm, slicing)
+    ncalls_epoch = sum(sum(kinds.values()) for kinds in counts.values()) \
+        if shape.size > 1 else 0
     comm_s = {}
     for phase, volume in plan["phases"].items():
         link = profile.link(_phase_collective(shape, phase, comm))
@@ -283,7 +322,16 @@ def predict_epoch(
             comm_s["grad_allreduce"] += reduce.time(
                 1, (shape.feature_slices - 1) * slicing.params * vb)
         comm_s["metrics"] = reduce.time(3, peers * (vb + 16))
-    return EpochCost(compute, comm_s)
+    values = row_values(shape, layout.part, widths)
+    return EpochCost(compute, comm_s, profile.overhead(ncalls_epoch, values), ncalls_epoch,
+                     values)
+
+
+def row_values(shape: GridShape, part: Any, widths: list[int]) -> int:
+    """The busiest rank's rows times the layers' widths (on 2D/3D the first layer's only
+    over its feature columns)."""
+    return max(part.size(i) * (_feature_columns(shape, j, widths[0]) + sum(widths[1:]))
+               for i, j, _ in map(shape.coords, range(shape.size)))
 
 
 def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0) -> int:

@@ -1,0 +1,99 @@
+"""A calibration job: the machine's rates, then what they miss, fitted on real epochs.
+
+The rates of :func:`~sparsegnn.distributed.calibrate.measure_profile` (SpMM, matmul,
+dropout, activations, each collective) price the work an epoch does. An epoch also
+costs what none of them count: Python and autograd per operation, the optimiser step,
+the bookkeeping of the training loop, and, where ranks share a host's cores, the turns
+they take. Measured on this machine before this step, that was most of a small graph's
+epoch and the model under-predicted every configuration by 2-3x.
+
+So the job then trains every configuration :func:`~sparsegnn.distributed.autoplan.auto_plan`
+admits at its world size, for a few epochs of two generated graphs (small, and 16x
+larger), prices the same configurations with the rates alone, and fits what the rates
+miss as ``epoch_overhead_s + collective_calls * call_overhead_s + row_values *
+row_overhead_s`` (non-negative least squares): a fixed cost per epoch; one per
+collective call, because the algorithms that make more calls (1D's broadcast per
+stage, SUMMA's three per stage) also run more Python per epoch; and one per value of
+the busiest rank's rows (copies, gathers for sending, loss and accuracy passes that the
+rates do not price). The three numbers go into the profile.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import numpy as np
+from scipy.optimize import nnls
+
+from sparsegnn.data import GraphData, sbm
+from sparsegnn.distributed.autoplan import auto_plan
+from sparsegnn.distributed.calibrate import measure_profile
+from sparsegnn.distributed.cost import EpochCost, Profile
+from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.session import (
+    Session,
+    barrier,
+    close_session,
+    gather_objects,
+    init_session,
+)
+from sparsegnn.train.distributed import DistributedConfig, train_rank
+from sparsegnn.train.fullgraph import TrainConfig
+
+HIDDEN = 16
+
+
+def calibrate_rank(quick: bool = False, backend: str | None = None,
+                   timeout_s: float = 120.0) -> Profile:
+    """One rank's part of a calibration job (every rank of the job calls it)."""
+    session = init_session(backend, timeout_s)
+    try:
+        # Rank 0's rates are the profile's: every rank prices with them, so all train
+        # the same configurations in the same order.
+        rates = gather_objects(measure_profile(session, quick))[0]
+        return fit_overheads(session, rates, quick)
+    finally:
+        close_session()
+
+
+def fit_overheads(session: Session, rates: Profile, quick: bool = False) -> Profile:
+    """``rates`` with ``epoch_overhead_s`` and ``call_overhead_s`` fitted on real epochs
+    of every configuration the job's world size admits (see the module docstring)."""
+    p = session.world_size
+    small = max(512, 128 * p)
+    points: list[tuple[EpochCost, float]] = []
+    for nodes in (small, small * 16):
+        points += _epochs(session, rates, sbm(nodes, 4, 8, num_features=32, seed=0), quick)
+    drivers = np.array([[1.0, cost.calls, cost.row_values] for cost, _ in points])
+    missed = np.array([measured - cost.total_s for cost, measured in points])
+    scale = drivers.max(axis=0)  # columns of like size, for a well-conditioned solve
+    coef = nnls(drivers / scale, missed)[0] / scale
+    notes = {**rates.notes, "overhead_fit": {"configurations": len(points),
+                                             "graph_vertices": [small, small * 16]}}
+    return replace(rates, epoch_overhead_s=float(coef[0]), call_overhead_s=float(coef[1]),
+                   row_overhead_s=float(coef[2]), notes=notes)
+
+
+def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool
+            ) -> list[tuple[EpochCost, float]]:
+    """Every configuration's rates-only prediction and measured epoch (the slowest rank's
+    median, the first epoch left out) on ``graph``."""
+    base = PlanConfig(session.world_size, hidden=HIDDEN, num_layers=2)
+    ranked = auto_plan(PlanGraph.of(graph, "gcn"), session.world_size, rates, base)
+    cfg = TrainConfig(hidden=HIDDEN, num_layers=2, dropout=0.5, epochs=3 if quick else 5,
+                      patience=100, progress=False)
+    points = []
+    for cand in ranked:
+        c = cand.config
+        dcfg = DistributedConfig(algo=c.algo, replication=c.replication,  # type: ignore[arg-type]
+                                 backend=session.backend, comm=c.comm,  # type: ignore[arg-type]
+                                 dropout_masks="block")
+        barrier()
+        got = train_rank(graph, cfg, dcfg, session)
+        assert got is not None  # every rank is a member of the full-world grid
+        # The first epoch also builds plans and warms the kernels: not an epoch's cost.
+        mine = statistics.median(h.seconds for h in got[1].history[1:])
+        slowest = max(gather_objects(mine))
+        points.append((cand.cost, slowest))
+    return points
