@@ -1,36 +1,41 @@
-"""Track reconstruction: our Exa.TrkX pipeline (GNN) vs ACTS's combinatorial Kalman filter.
+"""Track reconstruction: one GNN pipeline trained once on a mixture of conditions vs ACTS's CKF.
 
 Run: ``python benchmarks/tracking.py [--quick] [--json] [--data DIR] [--epochs N]
-[--datasets NAME,...]``.
+[--conditions NAME,...] [--train-events N] [--test-events N] [--map-events N]
+[--plots DIR] [--save-model PATH]``.
 
-For each dataset (a 1000-muon particle gun, and Pythia8 ttbar with 50 pileup
-interactions; ``--quick``: 200 muons and pileup 5) events are simulated once into
-``DIR/<dataset>/{map,train,test}`` (reused when present, seeds fixed) with
-``sparsegnn.tracking.simulate``. The GNN learns a module-level module map from the map
-and training events (simulation is cheap and the map only needs truth: its coverage of
-the target segments grows with the number of events, 0.88 at 34 pileup-50 events and
-0.987 at 234), applies the doublet cuts, and trains the Interaction Network (hidden 64,
-6 iterations, whole events) on the training events only; both reconstructions then run
-on the same held-out test events, and both are scored by
-``sparsegnn.tracking.metrics.track_metrics`` (double majority; reconstructable = pT >= 1
-GeV, >= 3 hits, |eta| < 4).
+Four conditions (``--quick``: a smoke run on two small ones): muon guns of 1000 and 5000
+muons per event (pT 0.5-10 GeV, |eta| < 2.5) and Pythia8 ttbar with 50 and 200 pileup
+interactions. Events are simulated once into ``DIR/<dataset>/{train,test}`` (reused when
+present, seeds fixed; the training and held-out sets of earlier releases where they
+existed). One reconstruction serves them all:
 
-Track building is the walkthrough, keeping tracks of at least 5, 6 or 7 hits (the CKF
-keeps tracks of >= 6 measurements); that length and the edge-score cut (0.1-0.9) are the
-pair with the best efficiency minus fake rate on two training events
-(``sparsegnn.tracking.pipeline.tune``). ``--save-models DIR`` writes each model with those
-settings and its module map, so ``sparsegnn track reconstruct --events TEST --model
-DIR/NAME.pt --out TRACKS`` and ``sparsegnn track evaluate --events TEST --tracks TRACKS``
-reproduce the GNN row with no other flags. Seconds per event,
-one thread each, CSV reading excluded on both sides: GNN = graph construction + edge scoring + track
-building; CKF = space points + seeding + parameter estimation + CKF + greedy ambiguity
-resolution (ACTS's own timing). The speedup is CKF time / GNN time (above 1: the GNN is
-faster). Training time is reported but not in the per-event time.
+1. Graph construction: a module map with per-pair cut windows learnt from
+   ``--map-events`` 4000-muon map events (``benchmarks/tracking_graph.py``'s, one vertex
+   per muon; none of them a training or test event), windows widened by
+   ``0.2 + 8 / count`` of their width (the choice of tracking_graph.py's measurement).
+2. A doublet filter (``sparsegnn.tracking.filter``) trained on the training graphs of all
+   conditions, keeping 0.999 of their target edges.
+3. One Interaction Network (hidden 64, 6 iterations) trained on whole pruned events of
+   all conditions mixed (each epoch visits them in a new random order).
+4. Walkthrough track building; the score cut, minimum track length and the looser cut
+   that extends chains and merges pieces (none, or 0.5 of the cut) are chosen once, on
+   one training event of each condition pooled (``sparsegnn.tracking.pipeline.tune``).
+
+Each condition's held-out events are reconstructed by that pipeline and by ACTS's seeding
++ CKF, both scored by ``sparsegnn.tracking.metrics.track_metrics`` (double majority;
+reconstructable = pT >= 1 GeV, >= 3 hits, |eta| < 4). A third row per condition,
+``gnn_plain``, rebuilds the same edge scores with the walkthrough alone (no extension or
+merging): what track building recovers. Seconds per event, one thread each, CSV reading
+excluded: GNN = graph construction + filter + scoring + track building; CKF = ACTS's
+timing of space points, seeding, parameter estimation, CKF and ambiguity resolution.
+``--plots DIR`` writes efficiency vs pT and eta per condition.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -41,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import (
     TRACKING_DATA,
+    TTBAR_PU200,
     Row,
     TrackingDataset,
     events_dir,
@@ -51,84 +57,138 @@ from _harness import (
 )
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import Event, read_events
-from sparsegnn.tracking.graph import ModuleMap
-from sparsegnn.tracking.metrics import TrackMetrics
+from sparsegnn.tracking.filter import FilterConfig, train_filter
+from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, learn_module_map
+from sparsegnn.tracking.metrics import combine, track_metrics
 from sparsegnn.tracking.model import INConfig
-from sparsegnn.tracking.pipeline import Reconstruction, tune_and_evaluate
-from sparsegnn.tracking.settings import walkthrough_settings
+from sparsegnn.tracking.pipeline import (
+    Evaluation,
+    Reconstruction,
+    evaluate_events,
+    plot_results,
+    tune,
+)
+from sparsegnn.tracking.reco import build_tracks
+from sparsegnn.tracking.settings import RecoConfig
 from sparsegnn.tracking.train import TrackTrainConfig, train
+from tracking_graph import LEARN_MIN_PT, map_chunks
 
-FULL = [TrackingDataset("gun1000", 1000, 0, 96, 16, 3, 11),
-        TrackingDataset("ttbar_pu50", None, 50, 200, 34, 3, 21)]
-QUICK = [TrackingDataset("gun200", 200, 0, 40, 2, 1, 31),
-         TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)]
+WINDOW_CUTS = DoubletCuts(window_margin=0.2, window_count_margin=8.0)
 
 
-def run_gnn(map_events: list[Event], train_events: list[Event], test_events: list[Event],
-            epochs: int, save_to: Path | None = None) -> tuple[TrackMetrics, dict[str, float]]:
-    """Train on ``train_events``, reconstruct ``test_events``; pooled metrics and timings.
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """One kind of event: where its training events and its held-out events come from."""
 
-    ``save_to`` gets the model with its tuned settings and module map (``sparsegnn track
-    reconstruct --model`` then reproduces this row) and the map beside it (``.map.npz``)."""
-    cfg = TrackTrainConfig(model=INConfig(hidden=64, iterations=6), epochs=epochs)
-    reco = Reconstruction(walkthrough_settings(cfg),
-                          module_map=ModuleMap.learn(map_events + train_events, "module"))
-    graphs = [reco.graph(ev) for ev in train_events]
+    name: str
+    train: TrackingDataset  # its "train" split trains
+    test: TrackingDataset  # its "test" split is held out
+
+
+FULL = [Condition("gun1000", *[TrackingDataset("gun1000", 1000, 0, 96, 16, 3, 11)] * 2),
+        Condition("gun5000", *[TrackingDataset("gun5000", 5000, 0, 30, 8, 3, 5171)] * 2),
+        Condition("ttbar_pu50", *[TrackingDataset("ttbar_pu50", None, 50, 200, 34, 3, 21)] * 2),
+        Condition("ttbar_pu200", TTBAR_PU200,
+                  TrackingDataset("ttbar_pu200_heldout", None, 200, 0, 0, 5, 171))]
+QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] * 2),
+         Condition("ttbar_pu5", *[TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)] * 2)]
+
+
+def module_map(root: Path, events: int) -> ModuleMap:
+    """The windowed map of the first ``events`` map events, cached beside them."""
+    path = root / "graph_map" / f"gun4000v_{events}.npz"
+    if path.is_file():
+        return ModuleMap.load(path)
+    found = learn_module_map(map_chunks(root, events, 1), "module", LEARN_MIN_PT, True,
+                             limit=events)
+    found.save(path)
+    return found
+
+
+def plain_walkthrough(reco: Reconstruction, events: list[Event], run: Evaluation) -> dict:
+    """Pooled track metrics of the same scores built by the walkthrough alone."""
+    cfg = reco.config
+    metrics = [track_metrics(ev, build_tracks(r.scores, cfg.cut, "walkthrough",
+                                              cfg.min_track_hits), reco.targets)[0]
+               for ev, r in zip(events, run.results, strict=True)]
+    return combine(metrics)
+
+
+def bench(args: argparse.Namespace) -> list[Row]:
+    """Train once on every condition's training events, then GNN and CKF rows per condition."""
+    conditions = QUICK if args.quick else FULL
+    if args.conditions:
+        conditions = [c for c in conditions if c.name in args.conditions.split(",")]
+    reco = Reconstruction(RecoConfig(cuts=WINDOW_CUTS, method="walkthrough"),
+                          module_map=module_map(args.data, args.map_events))
+    train_events = {c.name: read_events(events_dir(args.data, c.train, "train"),
+                                        args.train_events) for c in conditions}
     start = time.perf_counter()
-    reco.model, report = train(graphs, cfg)
-    train_s = time.perf_counter() - start
-    reco, run = tune_and_evaluate(reco, train_events[:2], graphs[:2], test_events)
-    if save_to is not None:
-        save_to.parent.mkdir(parents=True, exist_ok=True)
-        reco.save(save_to, report)
-        reco.module_map.save(save_to.with_suffix(".map.npz"))
-    return run.tracks, {**gnn_figures(reco, run), "train_seconds": train_s}
-
-
-def bench(ds: TrackingDataset, root: Path, epochs: int, save_dir: Path | None = None
-          ) -> list[Row]:
-    """GNN and CKF rows for one dataset (the GNN and its module map saved in ``save_dir``)."""
-    map_dir, train_dir = events_dir(root, ds, "map"), events_dir(root, ds, "train")
-    test_dir = events_dir(root, ds, "test")
-    test = read_events(test_dir)
-    save_to = None if save_dir is None else save_dir / f"{ds.name}.pt"
-    gnn, timing = run_gnn(read_events(map_dir), read_events(train_dir), test, epochs, save_to)
-    ckf, ckf_run = evaluate_ckf(test_dir)
-    gnn_extra = {k: v for k, v in timing.items() if k != "seconds_per_event"}
-    return [tracking_row(ds, "gnn", test, gnn, timing["seconds_per_event"],
-                         {"epochs": epochs, **gnn_extra}),
-            tracking_row(ds, "ckf", test, ckf, ckf_run.seconds_per_event, {})]
+    graphs = {name: [reco.graph(ev) for ev in evs] for name, evs in train_events.items()}
+    mixed: list[HitGraph] = [g for gs in graphs.values() for g in gs]
+    reco.edge_filter = train_filter(mixed, FilterConfig(keep=0.999, seed=args.seed))
+    pruned = {name: [reco.edge_filter.prune(g) for g in gs] for name, gs in graphs.items()}
+    filter_seconds = time.perf_counter() - start
+    cfg = TrackTrainConfig(model=INConfig(hidden=64, iterations=6), epochs=args.epochs,
+                           seed=args.seed)
+    start = time.perf_counter()
+    reco.model, report = train([g for gs in pruned.values() for g in gs], cfg)
+    train_seconds = time.perf_counter() - start
+    reco = tune(reco, [evs[0] for evs in train_events.values()],
+                [gs[0] for gs in pruned.values()], loose=(None, 0.5))
+    if args.save_model:
+        reco.save(args.save_model, report)
+    rows: list[Row] = []
+    shared = {"epochs": args.epochs, "train_seconds": train_seconds,
+              "filter_seconds": filter_seconds, "train_events": sum(map(len, graphs.values())),
+              "map_events": args.map_events}
+    for c in conditions:
+        test_dir = events_dir(args.data, c.test, "test")
+        test = read_events(test_dir, args.test_events)
+        run = evaluate_events(reco, test)
+        figures = gnn_figures(reco, run)
+        seconds = figures.pop("seconds_per_event")
+        extra = {**shared, **figures, "extend_cut": reco.config.extend_cut,
+                 "merge_cut": reco.config.merge_cut}
+        rows.append(tracking_row(c.test, "gnn", test, run.tracks, seconds, extra))
+        rows.append(tracking_row(c.test, "gnn_plain", test, plain_walkthrough(reco, test, run),
+                                 seconds, {}))
+        ckf, ckf_run = evaluate_ckf(test_dir, args.test_events)
+        rows.append(tracking_row(c.test, "ckf", test, ckf, ckf_run.seconds_per_event, {}))
+        if args.plots:
+            plot_results(run.results, reco.targets, args.plots / c.name)
+    return rows
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = make_parser(__doc__.splitlines()[0], quick_help="small events, under a minute once "
-                    "simulated (simulating them the first time takes longer)")
+    p = make_parser(__doc__.splitlines()[0], quick_help="200-muon and pileup-5 events, 20 map "
+                    "events, 3 epochs: a smoke run, not a measurement")
     p.add_argument("--data", type=Path, default=TRACKING_DATA,
                    help=f"where simulated events are kept and reused (default {TRACKING_DATA})")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="GNN training epochs (default 30, --quick 3)")
-    p.add_argument("--datasets", default=None,
-                   help="comma-separated subset of the datasets to run (default: all)")
-    p.add_argument("--save-models", type=Path, default=None,
-                   help="write each dataset's model (NAME.pt) and module map (NAME.map.npz) "
-                        "here, e.g. to fine-tune with benchmarks/tracking_dense.py")
-    return p.parse_args(argv)
+    p.add_argument("--epochs", type=int, default=None, help="GNN epochs (default 30, --quick 3)")
+    p.add_argument("--conditions", default=None,
+                   help="comma-separated subset of the conditions (default: all four)")
+    p.add_argument("--train-events", type=int, default=None,
+                   help="at most this many training events per condition (default: all)")
+    p.add_argument("--test-events", type=int, default=None,
+                   help="at most this many held-out events per condition (default: all)")
+    p.add_argument("--map-events", type=int, default=None,
+                   help="map events the module map is learnt from (default 400, --quick 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the filter and the GNN")
+    p.add_argument("--plots", type=Path, default=None,
+                   help="efficiency vs pT and eta per condition under this folder")
+    p.add_argument("--save-model", type=Path, default=None,
+                   help="write the model with its settings, windowed map and filter here")
+    args = p.parse_args(argv)
+    args.epochs = args.epochs or (3 if args.quick else 30)
+    args.map_events = args.map_events or (20 if args.quick else 400)
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(1)  # ACTS runs one thread too
-    epochs = args.epochs or (3 if args.quick else 30)
-    datasets = QUICK if args.quick else FULL
-    if args.datasets:
-        wanted = args.datasets.split(",")
-        unknown = sorted(set(wanted) - {ds.name for ds in datasets})
-        if unknown:
-            raise SystemExit(f"unknown dataset(s) {unknown}; choose from "
-                             f"{[ds.name for ds in datasets]}")
-        datasets = [ds for ds in datasets if ds.name in wanted]
-    tracking_report([r for ds in datasets for r in bench(ds, args.data, epochs,
-                                                         args.save_models)], args.json)
+    tracking_report(bench(args), args.json)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Graph construction at pileup 200: efficiency vs the number of events the module map saw.
 
 Run: ``python benchmarks/tracking_graph.py [--quick] [--json] [--map-events 10,20,...]
-[--margins 0,0.1,0.3] [--test-events N] [--workers W] [--plot PNG] [--save-map NPZ]``.
+[--windows 0.1:8,0.2:8] [--test-events N] [--workers W] [--plot PNG] [--save-map NPZ]``.
 
 Module pairs are geometry, so the map need not come from the events it is used on: it is
 learnt here from cheap simulated map events, muon guns of 4000 muons per event, each muon
@@ -17,7 +17,8 @@ At each number of map events the merged map builds the graphs of held-out pileup
 ttbar events (``tracking_dense.py``'s set: none of them is a map event) in three ways:
 the map's pairs with tracking.py's global doublet cuts (the previous construction), and
 the map's per-pair windows (min/max of dphi, dz, deta, phi slope, z0, as GNN4ITk's
-module map) widened by each ``--margins`` fraction of their width. Graph efficiency is
+module map) widened on each side by ``m + k / count`` times their width for each
+``--windows m:k`` (``count``: the pair's segments in the map). Graph efficiency is
 over the target segments (pT >= 1 GeV, >= 3 hits, |eta| < 4), pooled over the events;
 ``coverage`` is the share of target segments whose module pair is in the map (the bound
 every construction on that map stays under).
@@ -107,10 +108,12 @@ def measure(events: list[Event], mm: ModuleMap, cuts: DoubletCuts) -> dict[str, 
             "purity": true / max(edges, 1), "seconds_per_event": seconds / len(events)}
 
 
-def constructions(margins: list[float]) -> list[tuple[str, DoubletCuts]]:
-    """(name, cuts): the global cuts, then the windows at each margin."""
+def constructions(windows: list[tuple[float, float]]) -> list[tuple[str, DoubletCuts]]:
+    """(name, cuts): the global cuts, then the windows at each (margin, count margin)."""
     return [("global cuts", TTBAR_CUTS),
-            *((f"windows, margin {m:g}", DoubletCuts(window_margin=m)) for m in margins)]
+            *((f"windows {m:g} + {k:g}/count", DoubletCuts(window_margin=m,
+                                                           window_count_margin=k))
+              for m, k in windows)]
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -135,7 +138,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
         learn_seconds += time.perf_counter() - learn_start
         base = {"map_events": seen, "module_pairs": len(merged), "test_events": len(test),
                 "coverage": coverage(test, merged), "learn_seconds": learn_seconds}
-        for name, cuts in constructions(args.margins):
+        for name, cuts in constructions(args.windows):
             rows.append({**base, "construction": name, **measure(test, merged, cuts)})
             print_table(rows[-1:], ["map_events", "construction", "graph_efficiency",
                                     "edges_per_event", "purity"])
@@ -179,14 +182,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = make_parser(__doc__.splitlines()[0],
                     quick_help="20 map events, one pileup-5 test event: a smoke run")
 
-    def floats(text: str) -> list[float]:
-        return [float(x) for x in text.split(",")]
+    def pairs(text: str) -> list[tuple[float, float]]:
+        return [(float(m), float(k)) for m, k in (x.split(":") for x in text.split(","))]
 
     p.add_argument("--map-events", type=lambda s: [int(x) for x in s.split(",")],
                    default=[10, 20, 40, 80, 160, 320],
                    help="numbers of map events to measure at (default 10,...,320)")
-    p.add_argument("--margins", type=floats, default=[0.0, 0.1, 0.3],
-                   help="window margins, fractions of each window's width (default 0,0.1,0.3)")
+    p.add_argument("--windows", type=pairs, default=[(0.0, 0.0), (0.1, 8.0), (0.2, 8.0)],
+                   help="window widenings m:k, each side by (m + k / segments seen) x "
+                        "width (default 0:0,0.1:8,0.2:8)")
     p.add_argument("--test-events", type=int, default=6,
                    help="held-out pileup-200 events to measure on (at most 6)")
     p.add_argument("--workers", type=int, default=1,

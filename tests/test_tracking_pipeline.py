@@ -72,6 +72,14 @@ def test_tune_picks_the_best_pair_on_training_events(trained) -> None:
     best = max(quality(c, n) for c in (0.3, 0.7) for n in (2, 5))
     assert quality(tuned.config.cut, tuned.config.min_track_hits) == best
     assert tuned.config.method == "walkthrough" and tuned.model is reco.model
+    assert tuned.config.extend_cut is None and tuned.config.merge_cut is None
+    # with the looser passes among the choices, the winner is at least as good
+    loose = tune(reco, train_events[:2], cuts=(0.3, 0.7), lengths=(2, 5), loose=(None, 0.5))
+    cfg = loose.config
+    assert cfg.extend_cut == cfg.merge_cut and cfg.extend_cut in (None, 0.5 * cfg.cut)
+    m = combine([track_metrics(ev, loose.build(s))[0]
+                 for ev, s in zip(train_events[:2], scores, strict=True)])
+    assert m.efficiency - m.fake_rate >= best
 
 
 def test_model_file_carries_its_reconstruction(trained, tmp_path: Path) -> None:

@@ -118,6 +118,12 @@ def _reco_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-sample-nodes", type=int_range(1), default=None,
                    help="score ShaDow subgraphs of at most this many hits instead of whole "
                         "events: bounded memory, many times slower (default: whole events)")
+    g.add_argument("--extend-cut", type=float_range(0.0, 1.0), default=None,
+                   help="walkthrough: extend chain ends with free hits through edges down "
+                        "to this score (default: no extension)")
+    g.add_argument("--merge-cut", type=float_range(0.0, 1.0), default=None,
+                   help="walkthrough: merge pieces whose end and start an edge of at least "
+                        "this score joins (default: no merging)")
 
 
 def _targets(args: argparse.Namespace) -> Any:
@@ -139,7 +145,8 @@ def _reconstruction(args: argparse.Namespace, base: Any, events: list[Any], mode
             Reconstruction.from_model(model, device, _targets(args), base))
     given = {k: getattr(args, k.replace("-", "_"), None)
              for k in ("graph", "map_level", "min_dr", "cut", "method", "min_track_hits",
-                       "window_margin", "window_count_margin", "window_min_count")}
+                       "window_margin", "window_count_margin", "window_min_count",
+                       "extend_cut", "merge_cut")}
     given |= {c.replace("-", "_"): getattr(args, c.replace("-", "_")) for c, _ in _CUT_FLAGS}
     reco = reco.with_config(**given, sample_nodes=getattr(args, "max_sample_nodes", None))
     if edge_filter is not None:

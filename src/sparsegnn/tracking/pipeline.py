@@ -115,7 +115,8 @@ class Reconstruction:
 
     def build(self, scores: EdgeScores) -> Tracks:
         cfg = self.config
-        return build_tracks(scores, cfg.cut, cfg.method, cfg.min_track_hits)
+        return build_tracks(scores, cfg.cut, cfg.method, cfg.min_track_hits, cfg.extend_cut,
+                            cfg.merge_cut)
 
     def run(self, event: Event, graph: HitGraph | None = None) -> EventReco:
         """Every stage on ``event`` (from ``graph`` when given, else building it)."""
@@ -140,9 +141,12 @@ class Reconstruction:
 
 def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGraph] | None = None,
          cuts: Sequence[float] = CUT_CHOICES,
-         lengths: Sequence[int] = MIN_TRACK_HITS_CHOICES) -> Reconstruction:
+         lengths: Sequence[int] = MIN_TRACK_HITS_CHOICES,
+         loose: Sequence[float | None] = (None,)) -> Reconstruction:
     """``reco`` with the edge-score cut and minimum track length that give the best
-    efficiency minus fake rate on ``events`` (training events: the test events stay unseen).
+    efficiency minus fake rate on ``events`` (training events: the test events stay unseen);
+    each of ``loose`` (a fraction of the cut, or ``None``) is tried as the walkthrough's
+    extend and merge cut (:func:`~sparsegnn.tracking.reco.build_tracks`).
 
     Positives are up-weighted by the negatives per positive in the loss, which pushes
     scores up, so 0.5 is not the natural cut. The TrackML score would barely see fakes
@@ -151,16 +155,20 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
     """
     graphs = [reco.graph(ev) for ev in events] if graphs is None else list(graphs)
     scores = [reco.score(g) for g in graphs]
-    method = reco.config.method
 
-    def quality(choice: tuple[float, int]) -> float:
-        m = combine([track_metrics(ev, build_tracks(s, choice[0], method, choice[1]),
-                                   reco.targets)[0]
+    def chosen(cut: float, length: int, fraction: float | None) -> Reconstruction:
+        looser = None if fraction is None else fraction * cut
+        config = replace(reco.config, cut=cut, min_track_hits=length, extend_cut=looser,
+                         merge_cut=looser)
+        return replace(reco, config=config.checked())
+
+    def quality(choice: tuple[float, int, float | None]) -> float:
+        trial = chosen(*choice)
+        m = combine([track_metrics(ev, trial.build(s), reco.targets)[0]
                      for ev, s in zip(events, scores, strict=True)])
         return m.efficiency - m.fake_rate
 
-    cut, length = max(((c, n) for c in cuts for n in lengths), key=quality)
-    return reco.with_config(cut=cut, min_track_hits=length)
+    return chosen(*max(((c, n, f) for c in cuts for n in lengths for f in loose), key=quality))
 
 
 @dataclass(frozen=True)

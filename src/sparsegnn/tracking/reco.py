@@ -7,6 +7,13 @@ junctions: following edges outwards, each hit keeps one way out and one way in, 
 highest-scoring ones still free (greedy by score). Every hit then has at most one
 neighbour on each side, so the components are simple chains that follow the best path
 through each junction.
+
+The cut that keeps fakes out also loses true edges; a particle missing one edge comes out
+in two pieces, and a piece holding half its hits or fewer is a fake. Two looser passes
+recover them (``extend_cut``): chain ends take free hits through edges down to the looser
+cut, one hit per end per round (never joining two chains); then pieces whose outer end and
+inner start an edge of at least ``merge_cut`` joins are merged into one track (the
+duplicates and fragments of one particle that the walkthrough split at a junction).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from scipy.sparse.csgraph import connected_components
 # keep every track of two or more hits. Dense events want more (5-7; the rule in
 # sparsegnn.tracking.pipeline.tune chooses it on training events).
 MIN_TRACK_HITS = 1
+# Rounds of extension: a chain grows by at most one hit at each end per round, and
+# tracks have fewer hits than this.
+_EXTEND_ROUNDS = 30
 
 
 @dataclass(frozen=True)
@@ -57,27 +67,81 @@ class Tracks:
 
 
 def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components",
-                 min_hits: int = MIN_TRACK_HITS) -> Tracks:
+                 min_hits: int = MIN_TRACK_HITS, extend_cut: float | None = None,
+                 merge_cut: float | None = None) -> Tracks:
     """Tracks from the edges scored >= ``cut``; ``method`` is 'components' or 'walkthrough'.
 
     Tracks of fewer than ``min_hits`` hits are dropped (their hits go back to no track):
     the length requirement every tracker applies (ACTS's CKF keeps tracks of >= 6
     measurements). On dense events most short pieces are fragments of particles split by
     a missing edge, and the double-majority matching counts a fragment holding less than
-    half of its particle's hits as a fake.
+    half of its particle's hits as a fake. The walkthrough then extends chains through
+    edges >= ``extend_cut`` and merges pieces joined by an edge >= ``merge_cut`` (module
+    docstring); both ``None``: neither.
     """
     if min_hits < 1:
         raise ValueError(f"min_hits must be >= 1, got {min_hits}")
-    keep = scores.scores >= cut
-    src, dst = scores.edge_index[:, keep]
-    if method == "walkthrough":
-        chain = _chains(src, dst, scores.scores[keep], scores.num_nodes)
-        src, dst = src[chain], dst[chain]
-    elif method != "components":
+    if method not in ("components", "walkthrough"):
         raise ValueError(
             f"unknown track-building method {method!r}; use 'components' or 'walkthrough'"
         )
+    if method == "components" and (extend_cut is not None or merge_cut is not None):
+        raise ValueError("extend_cut and merge_cut need method='walkthrough'")
+    keep = scores.scores >= cut
+    if method == "components":
+        src, dst = scores.edge_index[:, keep]
+        return Tracks(scores.name, _label_components(src, dst, scores.num_nodes, min_hits))
+    src, dst = scores.edge_index
+    chosen = np.zeros(keep.size, dtype=bool)
+    chosen[keep] = _chains(src[keep], dst[keep], scores.scores[keep], scores.num_nodes)
+    if extend_cut is not None:
+        chosen |= _extension(scores, chosen, extend_cut)
+    if merge_cut is not None:
+        chosen |= _merges(scores, chosen, merge_cut)
+    src, dst = src[chosen], dst[chosen]
     return Tracks(scores.name, _label_components(src, dst, scores.num_nodes, min_hits))
+
+
+def _extension(scores: EdgeScores, chosen: np.ndarray, extend_cut: float) -> np.ndarray:
+    """Edges (>= ``extend_cut``, not ``chosen``) that attach free hits to chain ends.
+
+    Each round takes, greedy by score, edges between a hit on a chain with a free end on
+    that side and a hit on no chain; a free hit offered two chains (one on each side)
+    takes the better edge only, so extension never joins two chains."""
+    src, dst = scores.edge_index
+    n = scores.num_nodes
+    has_out = np.bincount(src[chosen], minlength=n) > 0
+    has_in = np.bincount(dst[chosen], minlength=n) > 0
+    on_chain = has_out | has_in
+    added = np.zeros(chosen.size, dtype=bool)
+    weak = (scores.scores >= extend_cut) & ~chosen
+    for _ in range(_EXTEND_ROUNDS):
+        idx = np.flatnonzero(weak & ~added & ~has_out[src] & ~has_in[dst]
+                             & (on_chain[src] != on_chain[dst]))
+        if idx.size == 0:
+            break
+        take = idx[_chains(src[idx], dst[idx], scores.scores[idx], n)]
+        free = np.where(on_chain[src[take]], dst[take], src[take])
+        take = take[_best_per_node(free, scores.scores[take], n)[free] == np.arange(take.size)]
+        added[take] = True
+        has_out[src[take]] = has_in[dst[take]] = True
+        on_chain[src[take]] = on_chain[dst[take]] = True
+    return added
+
+
+def _merges(scores: EdgeScores, chosen: np.ndarray, merge_cut: float) -> np.ndarray:
+    """Edges (>= ``merge_cut``) from a chain's outer end to another chain's inner start,
+    greedy by score, each end and start used once."""
+    src, dst = scores.edge_index
+    n = scores.num_nodes
+    has_out = np.bincount(src[chosen], minlength=n) > 0
+    has_in = np.bincount(dst[chosen], minlength=n) > 0
+    label = _label_components(src[chosen], dst[chosen], n, 2)
+    idx = np.flatnonzero((scores.scores >= merge_cut) & ~chosen & has_in[src] & ~has_out[src]
+                         & has_out[dst] & ~has_in[dst] & (label[src] != label[dst]))
+    merged = np.zeros(chosen.size, dtype=bool)
+    merged[idx[_chains(src[idx], dst[idx], scores.scores[idx], n)]] = True
+    return merged
 
 
 def _chains(src: np.ndarray, dst: np.ndarray, score: np.ndarray, n: int) -> np.ndarray:

@@ -42,6 +42,9 @@ class RecoConfig:
     cut: float = 0.5
     method: str = "components"
     min_track_hits: int = MIN_TRACK_HITS
+    # walkthrough only: extend chains / merge pieces through edges down to these scores
+    extend_cut: float | None = None
+    merge_cut: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON, or a ``weights_only`` checkpoint)."""
@@ -77,6 +80,10 @@ class RecoConfig:
         if not 0.0 <= self.cut <= 1.0 or self.min_track_hits < 1:
             raise ValueError(f"cut {self.cut} outside [0, 1] or min_track_hits "
                              f"{self.min_track_hits} below 1")
+        for name in ("extend_cut", "merge_cut"):
+            value = getattr(self, name)
+            if value is not None and (self.method != "walkthrough" or not 0.0 <= value <= 1.0):
+                raise ValueError(f"{name} {value} needs the walkthrough and a value in [0, 1]")
         return self
 
     def overridden(self, **given: Any) -> RecoConfig:
