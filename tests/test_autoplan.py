@@ -129,4 +129,4 @@ def test_cli_overlap_changes_nothing_but_reports_waits(
     assert overlapped["comm"]["per_rank"] == plain["comm"]["per_rank"]
     assert overlapped["overlap"] and all(
         "forward_spmm" in waits for waits in overlapped["comm_wait_s_per_epoch"])
-    assert plain["comm_wait_s_per_epoch"] == [{}] * 4
+    assert all("forward_spmm" in waits for waits in plain["comm_wait_s_per_epoch"])

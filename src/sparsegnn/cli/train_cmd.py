@@ -87,8 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="--algo auto: machine profile from `sparsegnn calibrate --out` "
                            "(default: calibrate now, quickly)")
     dist.add_argument("--overlap", action="store_true",
-                      help="1d/1.5d dense: overlap each block's broadcast with the SpMM "
-                           "of the previous one")
+                      help="1d/1.5d: overlap communication with computation (dense: each "
+                           "block's broadcast with the SpMM of the previous one; sparse: "
+                           "the all-to-all with the SpMM of the rank's own tile)")
     dist.add_argument(
         "--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
         metavar="GIB",

@@ -174,8 +174,9 @@ class Communicator:
             lambda: defaultdict(int)
         )
         self._phase = "setup"
-        # Seconds spent blocked on asynchronous collectives, by phase: the part of their
-        # time that computation did not hide.
+        # Seconds this rank spent blocked on communication, by phase: inside blocking
+        # collectives, and waiting on asynchronous ones (the part of their time that
+        # computation did not hide). Overlapped and plain runs thus compare phase by phase.
         self._waited: defaultdict[str, float] = defaultdict(float)
 
     @contextmanager
@@ -192,8 +193,17 @@ class Communicator:
         return ByteCounts({p: dict(c) for p, c in self._counts.items()})
 
     def waited_seconds(self) -> dict[str, float]:
-        """Seconds blocked in :meth:`wait`, by phase."""
+        """Seconds blocked in collectives and in :meth:`wait`, by phase."""
         return dict(self._waited)
+
+    @contextmanager
+    def blocked(self) -> Iterator[None]:
+        """Time the block as communication this rank waited for (a blocking call)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._waited[self._phase] += time.perf_counter() - start
 
     def _count(self, collective: str, sent: int, recv: int) -> None:
         c = self._counts[self._phase]
@@ -208,7 +218,8 @@ class Communicator:
         if group.size == 1 or tensor.numel() == 0:
             return tensor
         nbytes = tensor.numel() * tensor.element_size()
-        dist.broadcast(tensor, src=group.ranks[root], group=group.handle)
+        with self.blocked():
+            dist.broadcast(tensor, src=group.ranks[root], group=group.handle)
         if group.me == root:
             self._count("broadcast", nbytes * (group.size - 1), 0)
         else:
@@ -232,9 +243,8 @@ class Communicator:
         """Block until an asynchronous collective is done, timing what was not hidden."""
         if work is None:
             return
-        start = time.perf_counter()
-        work.wait()
-        self._waited[self._phase] += time.perf_counter() - start
+        with self.blocked():
+            work.wait()
 
     def broadcast_sparse(
         self, tile: CSRMatrix | None, shape: tuple[int, int], nnz: int, root: int,
@@ -273,7 +283,8 @@ class Communicator:
             return tensor
         flat = tensor.contiguous().reshape(-1)
         parts = [torch.empty_like(flat) for _ in range(group.size)]
-        dist.all_gather(parts, flat, group=group.handle)
+        with self.blocked():
+            dist.all_gather(parts, flat, group=group.handle)
         nbytes = flat.numel() * flat.element_size() * (group.size - 1)
         self._count("all_reduce", nbytes, nbytes)
         total = parts[0]  # a buffer of our own: summing into it keeps one copy fewer

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -41,14 +42,23 @@ class SparseCommunicator(Communicator):
         """Rows ``send_counts[m]`` of ``send`` (member order) go to member m; returns the
         ``sum(recv_counts)`` rows received, in member order. Counts are known to both
         sides (they are part of the plan), so no size exchange precedes the data."""
+        recv, work = self.exchange_async(send, send_counts, recv_counts, group)
+        self.wait(work)
+        return recv
+
+    def exchange_async(
+        self, send: torch.Tensor, send_counts: list[int], recv_counts: list[int], group: Group
+    ) -> tuple[torch.Tensor, Any]:
+        """:meth:`exchange` started: the receive buffer, to read only after :meth:`wait`
+        on the handle (``None`` when nothing moves). Counted now."""
         if group.size == 1:
-            return send
+            return send, None
         width = math.prod(send.shape[1:])
         recv = send.new_empty((sum(recv_counts), *send.shape[1:]))
-        dist.all_to_all_single(
+        work = dist.all_to_all_single(
             recv.view(-1), send.contiguous().view(-1),
             [c * width for c in recv_counts], [c * width for c in send_counts],
-            group=group.handle,
+            group=group.handle, async_op=True,
         )
         row_bytes = width * send.element_size()
         self._count(
@@ -56,7 +66,7 @@ class SparseCommunicator(Communicator):
             (sum(send_counts) - send_counts[group.me]) * row_bytes,
             (sum(recv_counts) - recv_counts[group.me]) * row_bytes,
         )
-        return recv
+        return recv, work
 
 
 def compress_columns(t: CSRMatrix) -> tuple[CSRMatrix, torch.Tensor]:
@@ -108,11 +118,16 @@ def build_plan(
 
 
 class SparseRowOperator(DistributedOperator):
-    """1D and 1.5D with sparsity-aware communication (one ``all_to_all`` per SpMM)."""
+    """1D and 1.5D with sparsity-aware communication (one ``all_to_all`` per SpMM).
+
+    With ``overlap`` the rank multiplies its own diagonal tile while the exchange is in
+    flight, then the received blocks; partial products are still added in stage order,
+    so the result is the same to the bit.
+    """
 
     def __init__(
         self, grid: ProcessGrid, comm: SparseCommunicator, part: BlockPartition,
-        blocks: LocalBlocks,
+        blocks: LocalBlocks, overlap: bool = False,
     ) -> None:
         if grid.shape.algo not in ("1d", "1.5d"):
             raise GridError(
@@ -121,6 +136,7 @@ class SparseRowOperator(DistributedOperator):
             )
         super().__init__(grid, comm, part, blocks)
         self.sparse_comm = comm
+        self.overlap = overlap
         me = grid.coords[0]
         with comm.phase("setup"):
             self.forward_plan = build_plan(blocks.forward, me, comm, grid.col)
@@ -132,12 +148,19 @@ class SparseRowOperator(DistributedOperator):
     def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
         plan = self.backward_plan if transpose else self.forward_plan
         i, k, _ = self.grid.coords
-        recv = self.sparse_comm.exchange(
+        stages = stage_blocks(self.grid.shape, k)
+        recv, work = self.sparse_comm.exchange_async(
             x[plan.send_index], plan.send_counts, plan.recv_counts, self.grid.col
         )
+        # The diagonal tile needs nothing received: with overlap it runs during the transfer.
+        own = plan.tiles[i].matmul(x) if self.overlap and i in stages and x.shape[0] else None
+        self.comm.wait(work)
         pieces = recv.split(plan.recv_counts) if self.grid.col.size > 1 else [x]
         out = torch.zeros(self.n_local, x.shape[1], dtype=x.dtype, device=x.device)
-        for j in stage_blocks(self.grid.shape, k):
+        for j in stages:
+            if j == i and own is not None:
+                out += own
+                continue
             h = x if j == i else pieces[j]
             if h.shape[0]:
                 out += plan.tiles[j].matmul(h)

@@ -106,7 +106,8 @@ class RankReport:
     memory: RankMemory | None = None
     resumed: Resumed | None = None  # where --resume continued from (rank 0 reports it)
     checkpoint_warnings: list[str] = field(default_factory=list)  # incomplete ones skipped
-    # Seconds per epoch blocked on asynchronous collectives (overlap), by phase.
+    # Seconds per epoch this rank waited on communication, by phase (blocking collectives
+    # and what overlap left unhidden of asynchronous ones).
     waited_s: dict[str, float] = field(default_factory=dict)
 
     def matches_model(self) -> bool:
@@ -174,7 +175,7 @@ def train_rank(
         # deterministic, so all ranks hold the same blocks and their plans agree.
         rows_comm = SparseCommunicator()
         comm: Communicator = rows_comm
-        op = SparseRowOperator(grid, rows_comm, shard.part, shard.blocks)
+        op = SparseRowOperator(grid, rows_comm, shard.part, shard.blocks, dcfg.overlap)
     else:
         comm = Communicator()
         op = build_operator(grid, comm, shard.part, shard.blocks, dcfg.overlap)
