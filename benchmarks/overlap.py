@@ -1,0 +1,137 @@
+"""How much communication overlap hides, on links shaped like a cluster network.
+
+Four hosts (network namespaces, ``tests/cluster/netns.py``), one rank each, so that all
+of a rank's traffic crosses a link shaped with a token bucket (``tc ... tbf``); each job
+is the launch the cluster tests check (``torchrun --rdzv-backend c10d`` per host,
+``tests/cluster/launch.py``). Every configuration (1D and 1.5D with c = 2; dense and
+sparse communication) trains twice on the same partition, without and with
+``--overlap``. Per configuration and link: the median epoch of each, the share of the
+plain epoch rank 0 spent waiting on communication, and the hidden fraction of that
+wait per phase and in all (``1 - waited with overlap / waited without``, each rank's
+``comm_wait_s_per_epoch``, averaged over the ranks); the losses of both runs must be
+equal (overlap changes no result).
+
+    python benchmarks/overlap.py --json          # 4 configurations x 2 links
+    python benchmarks/overlap.py --quick --json  # 1D dense at 100mbit
+
+Needs root (network namespaces); elsewhere it says so, prints a JSON saying so and exits 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
+
+from tests.cluster.launch import PORT, across, host_folders, last_json
+from tests.cluster.netns import Cluster, available, sweep_stale
+
+from _harness import Row, emit, make_parser, print_table
+
+HOSTS = 4
+GRAPH = "sbm:nodes=16384,blocks=16,degree=16,features=64"
+CONFIGS = (("1d", 1, "dense"), ("1d", 1, "sparse"), ("1.5d", 2, "dense"), ("1.5d", 2, "sparse"))
+
+
+def sparsegnn(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "sparsegnn", *args], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"sparsegnn {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def waits(out: dict[str, Any]) -> dict[str, float]:
+    """Seconds per epoch waited on communication, by phase, averaged over the ranks (the
+    one-off set-up, which overlap does not touch, left out)."""
+    per_rank = out["comm_wait_s_per_epoch"]
+    phases = sorted({k for r in per_rank for k in r} - {"setup"})
+    return {k: statistics.mean(r.get(k, 0.0) for r in per_rank) for k in phases}
+
+
+def compare(cfg: tuple[str, int, str], link: str, plain: dict[str, Any],
+            overlapped: dict[str, Any]) -> Row:
+    """One row: epochs, the plain epoch's communication share, hidden fraction per phase."""
+    before, after = waits(plain), waits(overlapped)
+    hidden = {k: 1 - after.get(k, 0.0) / v for k, v in before.items() if v > 0}
+    total_before, total_after = sum(before.values()), sum(after.values())
+    return {
+        "what": "overlap", "algo": cfg[0], "replication": cfg[1], "comm": cfg[2],
+        "link": link, "epoch_plain_s": plain["epoch_time_s"],
+        "epoch_overlap_s": overlapped["epoch_time_s"],
+        "comm_share_plain": total_before / plain["epoch_time_s"],
+        "waited_plain_s": total_before, "waited_overlap_s": total_after,
+        "hidden_fraction": 1 - total_after / total_before if total_before else 0.0,
+        "hidden_by_phase": hidden,
+        "same_losses": plain["losses"] == overlapped["losses"],
+    }
+
+
+def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work: Path
+        ) -> list[Row]:
+    graph = work / "graph.npz"
+    sparsegnn("data", "generate", GRAPH, "--out", str(graph))
+    rows = []
+    for link in links:
+        with Cluster(HOSTS, link) as c:
+            for k, (algo, rep, comm) in enumerate(configs):
+                folder = work / f"{algo}-{rep}-{link}"
+                sparsegnn("data", "partition", str(graph), str(folder), "--algo", algo,
+                          "--nprocs", str(HOSTS), *(["--replication", str(rep)]
+                                                    if algo == "1.5d" else []))
+                hosts = host_folders(folder, HOSTS, 1)
+                outs = []
+                for n, extra in enumerate(([], ["--overlap"])):
+                    args = ["train", "--algo", algo, "--comm", comm, "--epochs", str(epochs),
+                            "--patience", str(epochs), "--timeout", "120", "--dropout", "0",
+                            "--history", "--json", "--no-progress", *extra]
+                    launch = across(c, 1, hosts, args, folder.parent / f"logs-{k}-{n}-{link}",
+                                    PORT + 4 * k + 2 * n)
+                    if not launch.ok:
+                        raise RuntimeError(f"{algo} {comm} on {link} failed: {launch.codes}")
+                    outs.append(last_json(launch.printed))
+                rows.append(compare((algo, rep, comm), link, *outs))
+                r = rows[-1]
+                print(f"{algo:>4} c={rep} {comm:>6} {link:>8}: plain "
+                      f"{r['epoch_plain_s'] * 1e3:7.1f} ms (comm {r['comm_share_plain']:.0%}), "
+                      f"overlap {r['epoch_overlap_s'] * 1e3:7.1f} ms, hidden "
+                      f"{r['hidden_fraction']:.0%}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(__doc__ or "", quick_help="1D dense at 100mbit, 3 epochs")
+    ap.add_argument("--links", default="100mbit,1gbit")
+    ap.add_argument("--epochs", type=int, default=6)
+    args = ap.parse_args(argv)
+    ok, why = available()
+    if not ok:
+        print(f"skipped: needs network namespaces here ({why})")
+        emit([], {}, {"skipped": why}, args.json)
+        return 0
+    sweep_stale()
+    links, configs = args.links.split(","), list(CONFIGS)
+    if args.quick:
+        links, configs, args.epochs = ["100mbit"], [CONFIGS[0]], 3
+    with tempfile.TemporaryDirectory(prefix="sparsegnn-overlap-") as tmp:
+        rows = run(links, configs, args.epochs, Path(tmp))
+    print_table(rows, ["algo", "replication", "comm", "link", "epoch_plain_s",
+                       "epoch_overlap_s", "comm_share_plain", "hidden_fraction", "same_losses"])
+    speedups = {f"overlap {r['algo']} c={r['replication']} {r['comm']} {r['link']}":
+                r["epoch_plain_s"] / r["epoch_overlap_s"] for r in rows}
+    heavy = [r for r in rows if r["comm_share_plain"] >= 0.3]
+    metrics = {"graph": GRAPH, "hosts": HOSTS, "epochs": args.epochs,
+               "all_losses_equal": all(r["same_losses"] for r in rows),
+               "min_hidden_where_comm_30pct": min((r["hidden_fraction"] for r in heavy),
+                                                  default=None)}
+    emit(rows, speedups, metrics, args.json)
+    return 0 if metrics["all_losses_equal"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
