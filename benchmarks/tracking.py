@@ -24,7 +24,7 @@ existed). One reconstruction serves them all:
 
 Each condition's held-out events are reconstructed by that pipeline and by ACTS's seeding
 + CKF, both scored by ``sparsegnn.tracking.metrics.track_metrics`` (double majority;
-reconstructable = pT >= 1 GeV, >= 3 hits, |eta| < 4). A third row per condition,
+reconstructable = pT >= 1 GeV (``--min-pt``), >= 3 hits, |eta| < 4). A third row per condition,
 ``gnn_plain``, rebuilds the same edge scores with the walkthrough alone (no extension or
 merging): what track building recovers. Seconds per event, one thread each, CSV reading
 excluded: GNN = graph construction + filter + scoring + track building; CKF = ACTS's
@@ -71,7 +71,8 @@ from sparsegnn.tracking.pipeline import (
 from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import RecoConfig
 from sparsegnn.tracking.train import TrackTrainConfig, train
-from tracking_graph import LEARN_MIN_PT, map_chunks
+from sparsegnn.tracking.truth import TargetConfig
+from tracking_graph import LEARN_BELOW, map_chunks, map_folder
 
 WINDOW_CUTS = DoubletCuts(window_margin=0.2, window_count_margin=8.0)
 
@@ -94,13 +95,14 @@ QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] 
          Condition("ttbar_pu5", *[TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)] * 2)]
 
 
-def module_map(root: Path, events: int) -> ModuleMap:
-    """The windowed map of the first ``events`` map events, cached beside them."""
-    path = root / "graph_map" / f"gun4000v_{events}.npz"
+def module_map(root: Path, events: int, min_pt: float) -> ModuleMap:
+    """The windowed map of the first ``events`` map events for targets above ``min_pt``,
+    cached beside them."""
+    path = map_folder(root, min_pt).with_name(f"{map_folder(root, min_pt).name}_{events}.npz")
     if path.is_file():
         return ModuleMap.load(path)
-    found = learn_module_map(map_chunks(root, events, 1), "module", LEARN_MIN_PT, True,
-                             limit=events)
+    found = learn_module_map(map_chunks(root, events, 1, min_pt), "module",
+                             LEARN_BELOW * min_pt, True, limit=events)
     found.save(path)
     return found
 
@@ -119,8 +121,10 @@ def bench(args: argparse.Namespace) -> list[Row]:
     conditions = QUICK if args.quick else FULL
     if args.conditions:
         conditions = [c for c in conditions if c.name in args.conditions.split(",")]
+    targets = TargetConfig(min_pt=args.min_pt)
     reco = Reconstruction(RecoConfig(cuts=WINDOW_CUTS, method="walkthrough"),
-                          module_map=module_map(args.data, args.map_events))
+                          module_map=module_map(args.data, args.map_events, args.min_pt),
+                          targets=targets)
     train_events = {c.name: read_events(events_dir(args.data, c.train, "train"),
                                         args.train_events) for c in conditions}
     start = time.perf_counter()
@@ -141,7 +145,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     shared = {"epochs": args.epochs, "train_seconds": train_seconds,
               "filter_seconds": filter_seconds, "train_events": sum(map(len, graphs.values())),
-              "map_events": args.map_events}
+              "map_events": args.map_events, "min_pt": args.min_pt}
     for c in conditions:
         test_dir = events_dir(args.data, c.test, "test")
         test = read_events(test_dir, args.test_events)
@@ -153,7 +157,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
         rows.append(tracking_row(c.test, "gnn", test, run.tracks, seconds, extra))
         rows.append(tracking_row(c.test, "gnn_plain", test, plain_walkthrough(reco, test, run),
                                  seconds, {}))
-        ckf, ckf_run = evaluate_ckf(test_dir, args.test_events)
+        ckf, ckf_run = evaluate_ckf(test_dir, args.test_events, targets)
         rows.append(tracking_row(c.test, "ckf", test, ckf, ckf_run.seconds_per_event, {}))
         if args.plots:
             plot_results(run.results, reco.targets, args.plots / c.name)
@@ -175,6 +179,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--map-events", type=int, default=None,
                    help="map events the module map is learnt from (default 400, --quick 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the filter and the GNN")
+    p.add_argument("--min-pt", type=float, default=1.0,
+                   help="GeV: targets and reconstructable particles above this pT (default 1; "
+                        "0.5 reconstructs soft particles too: map events, training and "
+                        "metrics all follow)")
     p.add_argument("--plots", type=Path, default=None,
                    help="efficiency vs pT and eta per condition under this folder")
     p.add_argument("--save-model", type=Path, default=None,

@@ -6,8 +6,9 @@ Run: ``python benchmarks/tracking_dense.py [--quick] [--init MODEL] [--dataset t
 
 The densest comparison of the tracking issue ("ttbar with pileup 200, or a 5000-particle
 gun"). A new Interaction Network learns slowly on one core, so this starts from a
-trained model (``benchmarks/tracking.py --datasets ttbar_pu50 --save-models DIR`` writes
-``DIR/ttbar_pu50.pt`` and its module map ``DIR/ttbar_pu50.map.npz``) and optionally
+trained model (``MODEL.pt`` with its plain module map ``MODEL.map.npz``, as the earlier
+per-dataset ``benchmarks/tracking.py --save-models`` wrote them; today's tracking.py trains
+one model on all conditions and scores it itself) and optionally
 fine-tunes it on the dataset's training events: one step per whole event, or ShaDow
 minibatches of at most ``--max-sample-nodes`` hits (``--seed-order phi``: azimuthal
 wedges; ``--epochs 0`` scores the given model as it is).

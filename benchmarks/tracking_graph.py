@@ -53,31 +53,41 @@ from sparsegnn.tracking.settings import TTBAR_CUTS
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, segments, selected_particles
 
 CHUNK_EVENTS = 10
-MAP_GUN = {"particles": 4000, "pt_min": 0.9, "pt_max": 2.0, "eta_max": 3.0,
-           "spread_vertices": True}
-LEARN_MIN_PT = 0.9  # GeV: windows from particles a little below the 1 GeV targets
+MAP_GUN = {"particles": 4000, "eta_max": 3.0, "spread_vertices": True}
+# Map-event muons have pT from 0.9 to 2 times the targets' minimum (the extremes of the
+# targets' curvature, both charges), and the windows are learnt from those above 0.9 x.
+LEARN_BELOW = 0.9
 DEFAULT_IMG = Path(__file__).resolve().parents[1] / "docs" / "img" / "tracking_graph_efficiency.png"
 QUICK_TEST = TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)  # tracking.py --quick's
 
 
-def simulate_chunk(directory: str, seed: int) -> str:
+def simulate_chunk(directory: str, seed: int, min_pt: float) -> str:
     """One chunk of map events (a worker's task; nothing when already there)."""
     from sparsegnn.tracking.simulate import GunConfig, simulate_gun
 
     if not (Path(directory).is_dir() and len(event_files(directory)) == CHUNK_EVENTS):
-        simulate_gun(directory, GunConfig(events=CHUNK_EVENTS, seed=seed, **MAP_GUN))
+        simulate_gun(directory, GunConfig(events=CHUNK_EVENTS, seed=seed,
+                                          pt_min=LEARN_BELOW * min_pt, pt_max=2.0 * min_pt,
+                                          **MAP_GUN))
     return directory
 
 
-def map_chunks(root: Path, events: int, workers: int) -> list[Path]:
-    """The chunk folders holding the first ``events`` map events, simulated where missing."""
+def map_folder(root: Path, min_pt: float = 1.0) -> Path:
+    """Where the map events for targets above ``min_pt`` GeV are kept."""
+    return root / "graph_map" / ("gun4000v" if min_pt == 1.0 else f"gun4000v_pt{min_pt:g}")
+
+
+def map_chunks(root: Path, events: int, workers: int, min_pt: float = 1.0) -> list[Path]:
+    """The chunk folders holding the first ``events`` map events for targets above
+    ``min_pt`` GeV, simulated where missing (``workers`` processes)."""
     count = -(-events // CHUNK_EVENTS)
-    dirs = [str(root / "graph_map" / "gun4000v" / f"chunk{k:03d}") for k in range(count)]
-    seeds = [8000 + k for k in range(count)]
+    dirs = [str(map_folder(root, min_pt) / f"chunk{k:03d}") for k in range(count)]
+    seeds = [(8000 if min_pt == 1.0 else 8500) + k for k in range(count)]
+    pts = [min_pt] * count
     if workers <= 1:
-        return [Path(simulate_chunk(d, s)) for d, s in zip(dirs, seeds, strict=True)]
+        return [Path(simulate_chunk(*task)) for task in zip(dirs, seeds, pts, strict=True)]
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return [Path(d) for d in pool.map(simulate_chunk, dirs, seeds)]
+        return [Path(d) for d in pool.map(simulate_chunk, dirs, seeds, pts)]
 
 
 def coverage(events: list[Event], mm: ModuleMap) -> float:
@@ -128,7 +138,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     merged, batch, seen = ModuleMap.empty("module", windows=True), [], 0
     learn_start, learn_seconds = time.perf_counter(), 0.0
-    for found in event_maps(dirs, "module", LEARN_MIN_PT, True, args.workers,
+    for found in event_maps(dirs, "module", LEARN_BELOW, True, args.workers,
                             limit=checkpoints[-1]):
         batch.append(found)
         seen += 1
