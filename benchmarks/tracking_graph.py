@@ -198,9 +198,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--map-events", type=lambda s: [int(x) for x in s.split(",")],
                    default=[10, 20, 40, 80, 160, 320],
                    help="numbers of map events to measure at (default 10,...,320)")
-    p.add_argument("--windows", type=pairs, default=[(0.0, 0.0), (0.1, 8.0), (0.2, 8.0)],
+    p.add_argument("--windows", type=pairs, default=[(0.1, 8.0), (0.2, 8.0), (0.3, 16.0)],
                    help="window widenings m:k, each side by (m + k / segments seen) x "
-                        "width (default 0:0,0.1:8,0.2:8)")
+                        "width (default 0.1:8,0.2:8,0.3:16)")
     p.add_argument("--test-events", type=int, default=6,
                    help="held-out pileup-200 events to measure on (at most 6)")
     p.add_argument("--workers", type=int, default=1,
