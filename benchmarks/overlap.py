@@ -80,7 +80,7 @@ def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work
     for link in links:
         with Cluster(HOSTS, link) as c:
             for k, (algo, rep, comm) in enumerate(configs):
-                folder = work / f"{algo}-{rep}-{link}"
+                folder = work / f"{algo}-{rep}-{comm}-{link}"
                 sparsegnn("data", "partition", str(graph), str(folder), "--algo", algo,
                           "--nprocs", str(HOSTS), *(["--replication", str(rep)]
                                                     if algo == "1.5d" else []))
