@@ -99,6 +99,8 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
                      "predicted_s": cand.cost.total_s, "measured_s": measured,
                      "predicted_compute_s": cand.cost.compute_s,
                      "predicted_comm_s": sum(cand.cost.comm_s.values()),
+                     "predicted_overhead_s": cand.cost.overhead_s,
+                     "collective_calls": cand.cost.calls, "row_values": cand.cost.row_values,
                      "predicted_memory_bytes": cand.memory_bytes})
     return rows
 
