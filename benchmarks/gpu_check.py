@@ -2,7 +2,8 @@
 
 Correctness (float64 CPU references): SpMM and both of its gradients on random
 matrices with empty rows at several widths, ``gcn_norm``, a reordered operator, and one
-GCN forward/backward with identical weights. Timings (2^18-vertex graphs as in
+GCN forward/backward with identical weights, ``fast_dropout``'s drop rate and gradient.
+Timings (2^18-vertex graphs as in
 ``spmm.py`` and ``fullgraph.py``): ours vs torch ``A @ X`` and PyG's ``spmm`` with and
 without reordering, and GCN epochs ours vs PyG with ``torch.cuda.max_memory_allocated``
 peaks. Without a CUDA device it says so and exits with status 0 having run nothing.
@@ -40,6 +41,7 @@ from _harness import (
     try_pyg_spmm,
 )
 from sparsegnn.nn import GCN
+from sparsegnn.nn.dropout import fast_dropout
 from sparsegnn.sparse import CSRMatrix, gcn_norm, spmm
 from sparsegnn.sparse.reorder import Reordered, reorder
 
@@ -99,7 +101,20 @@ def check_correctness(dev: torch.device) -> list[str]:
     x = torch.randn(400, 32, dtype=torch.float64)
     close(op.matmul(x.to(dev)), norm.to_dense() @ x, "reordered operator", failures)
     check_gcn(norm, dev, failures)
+    check_dropout(dev, failures)
     return failures
+
+
+def check_dropout(dev: torch.device, failures: list[str]) -> None:
+    """``fast_dropout`` on the device: drop rate near p, gradient is the mask, scaled."""
+    x = (torch.rand(1000, 64, device=dev) + 1.0).requires_grad_()
+    y = fast_dropout(x, 0.5)
+    y.backward(torch.ones_like(y))
+    rate = float((y == 0).float().mean())
+    if abs(rate - 0.5) > 0.01:
+        failures.append(f"fast_dropout: drop rate {rate}, expected 0.5")
+    assert x.grad is not None
+    close(x.grad, (y != 0).float() * 2.0, "fast_dropout grad", failures)
 
 
 def check_gcn(adj: CSRMatrix, dev: torch.device, failures: list[str]) -> None:
