@@ -15,7 +15,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from sparsegnn.nn.conv import Aggr, GCNConv, SAGEConv
-from sparsegnn.nn.dropout import fast_dropout
 from sparsegnn.nn.operator import Operator
 
 
@@ -51,7 +50,7 @@ class _Stack(nn.Module):
     ) -> torch.Tensor:
         ops = _per_layer(adj, len(self.layers))
         for i, (layer, op) in enumerate(zip(self.layers, ops, strict=True)):
-            x = fast_dropout(x, self.dropout, self.training)
+            x = F.dropout(x, self.dropout, self.training)
             x = layer(x, op)
             if i < len(self.layers) - 1:
                 x = F.relu(x)
