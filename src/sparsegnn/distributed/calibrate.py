@@ -31,7 +31,6 @@ from torch.nn import functional as F
 from sparsegnn.distributed.comm import Communicator, Group
 from sparsegnn.distributed.cost import LinkCost, Profile
 from sparsegnn.distributed.session import Session, barrier
-from sparsegnn.nn.dropout import fast_dropout
 from sparsegnn.sparse import CSRMatrix
 
 WIDTHS = (8, 32, 128)
@@ -75,10 +74,10 @@ def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[i
 def measure_dense(n: int, repeats: int, sync: Callable[[], None]
                   ) -> tuple[float, float, float]:
     """Seconds per multiply-add of a matmul, per value of a dropout (mask drawn and
-    applied, by the models' own dropout) and per value of an activation's pass."""
+    applied, as the models' ``F.dropout``) and per value of an activation's pass."""
     x, w = torch.randn(n, 128), torch.randn(128, 128)
     gemm = _best(lambda: x @ w, repeats, sync) / (n * 128 * 128)
-    drop = _best(lambda: fast_dropout(x, 0.5, training=True), repeats, sync) / x.numel()
+    drop = _best(lambda: F.dropout(x, 0.5, training=True), repeats, sync) / x.numel()
     elem = _best(lambda: F.relu(x), repeats, sync) / x.numel()
     return gemm, drop, elem
 
