@@ -28,11 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, emit, make_parser
 from sparsegnn.data import GraphData, rmat, sbm
-from sparsegnn.distributed import barrier, close_session, init_session, spawn
+from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
-from sparsegnn.train.calibrate import calibrate_rank
-from sparsegnn.train.distributed import DistributedConfig, train_rank
+from sparsegnn.train.calibrate import calibrate_rank, steady_epoch_s
 from sparsegnn.train.fullgraph import TrainConfig
 
 Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
@@ -60,25 +59,13 @@ def make_graph(kind: str, nodes: int, width: int, seed: int = 0) -> GraphData:
     return g
 
 
-def _measure(graph: GraphData, cfg: TrainConfig, todo: list[Config]) -> list[Row]:
-    """Rank body: train every configuration in turn; this rank's epoch time of each."""
+def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig]) -> list[float]:
+    """Rank body: train every configuration in turn; the slowest rank's epoch of each."""
     session = init_session("gloo", timeout_s=600)
-    rows = []
     try:
-        for algo, c, comm, partitioner in todo:
-            barrier()
-            dcfg = DistributedConfig(algo=algo, replication=c, backend="gloo", comm=comm,  # type: ignore[arg-type]
-                                     partition=None if partitioner == "block" else partitioner,
-                                     dropout_masks="block")
-            got = train_rank(graph, cfg, dcfg, session)
-            assert got is not None
-            # The first epoch also builds plans and warms kernels: not an epoch's cost.
-            steady = [h.seconds for h in got[1].history[1:]] or [got[1].epoch_time_s]
-            rows.append({"config": [algo, c, comm, partitioner],
-                         "epoch_time_s": statistics.median(steady)})
+        return [steady_epoch_s(session, graph, cfg, config) for config in todo]
     finally:
         close_session()
-    return rows
 
 
 def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any) -> list[Row]:
@@ -88,15 +75,14 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
     base = PlanConfig(p, hidden=cfg.hidden, num_layers=cfg.num_layers)
     ranked = auto_plan(PlanGraph.of(graph, "gcn"), p, profile, base,
                        partitioners=tuple(args.partitioners.split(",")))
-    todo = [(c.config.algo, c.config.replication, c.config.comm, c.config.partitioner)
-            for c in ranked]
-    per_rank = spawn(_measure, p, (graph, cfg, todo), wall_timeout_s=3600)
+    measured = spawn(_measure, p, (graph, cfg, [c.config for c in ranked]),
+                     wall_timeout_s=3600)[0]
     rows = []
     for k, cand in enumerate(ranked):
-        measured = max(r[k]["epoch_time_s"] for r in per_rank)  # the slowest rank
+        c = cand.config
         rows.append({"what": "epoch", "case": f"{kind} n={graph.num_nodes} f={width} p={p}",
-                     "config": list(todo[k]), "auto_rank": k,
-                     "predicted_s": cand.cost.total_s, "measured_s": measured,
+                     "config": [c.algo, c.replication, c.comm, c.partitioner], "auto_rank": k,
+                     "predicted_s": cand.cost.total_s, "measured_s": measured[k],
                      "predicted_compute_s": cand.cost.compute_s,
                      "predicted_comm_s": sum(cand.cost.comm_s.values()),
                      "predicted_overhead_s": cand.cost.overhead_s,

@@ -15,7 +15,6 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
   the rank multiplies times the width (exact, from the tile nonzero table) and the
   output rows times the width; the layers' dense maps on its rows; elementwise work
   (dropout masks on each layer's input, activations, loss) on its rows;
-
 * what none of these count (Python and autograd per operation, the optimiser, copies,
   the scheduling of ranks that share a host's cores): a fixed time per epoch, a time
   per collective call and a time per value of the busiest rank's rows (its rows times

@@ -77,23 +77,28 @@ def fit_overheads(session: Session, rates: Profile, quick: bool = False) -> Prof
 
 def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool
             ) -> list[tuple[EpochCost, float]]:
-    """Every configuration's rates-only prediction and measured epoch (the slowest rank's
-    median, the first epoch left out) on ``graph``."""
+    """Every configuration's rates-only prediction and measured epoch on ``graph``."""
     base = PlanConfig(session.world_size, hidden=HIDDEN, num_layers=2)
     ranked = auto_plan(PlanGraph.of(graph, "gcn"), session.world_size, rates, base)
     cfg = TrainConfig(hidden=HIDDEN, num_layers=2, dropout=0.5, epochs=3 if quick else 5,
                       patience=100, progress=False)
-    points = []
-    for cand in ranked:
-        c = cand.config
-        dcfg = DistributedConfig(algo=c.algo, replication=c.replication,  # type: ignore[arg-type]
-                                 backend=session.backend, comm=c.comm,  # type: ignore[arg-type]
-                                 dropout_masks="block")
-        barrier()
-        got = train_rank(graph, cfg, dcfg, session)
-        assert got is not None  # every rank is a member of the full-world grid
-        # The first epoch also builds plans and warms the kernels: not an epoch's cost.
-        mine = statistics.median(h.seconds for h in got[1].history[1:])
-        slowest = max(gather_objects(mine))
-        points.append((cand.cost, slowest))
-    return points
+    return [(cand.cost, steady_epoch_s(session, graph, cfg, cand.config))
+            for cand in ranked]
+
+
+def steady_epoch_s(session: Session, graph: GraphData, cfg: TrainConfig,
+                   config: PlanConfig) -> float:
+    """Train ``config`` on ``graph`` (every rank of the job calls this) and return the
+    slowest rank's median epoch, the first epoch left out: it also builds plans and
+    warms the kernels, which is not an epoch's cost. Dropout masks are drawn per vertex
+    block, as a partitioned run draws them, so a rank's work is its share."""
+    dcfg = DistributedConfig(
+        algo=config.algo, replication=config.replication,  # type: ignore[arg-type]
+        backend=session.backend, comm=config.comm,  # type: ignore[arg-type]
+        partition=None if config.partitioner == "block" else config.partitioner,
+        dropout_masks="block")
+    barrier()
+    got = train_rank(graph, cfg, dcfg, session)
+    assert got is not None  # every rank is a member of the full-world grid
+    steady = [h.seconds for h in got[1].history[1:]] or [got[1].epoch_time_s]
+    return max(gather_objects(statistics.median(steady)))
