@@ -10,7 +10,7 @@ import pytest
 
 from sparsegnn.cli.main import main
 from sparsegnn.data import sbm
-from sparsegnn.distributed.autoplan import auto_plan, configurations
+from sparsegnn.distributed.autoplan import auto_plan, configurations, shortlist
 from sparsegnn.distributed.cost import LinkCost, Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.errors import DataFormatError
@@ -107,11 +107,50 @@ def test_cli_train_algo_auto_reports_predicted_and_measured(
     profile().save(tmp_path / "p.json")
     argv = ["train", "--dataset", "sbm:nodes=300,blocks=3,degree=6", "--nprocs", "4",
             "--epochs", "2", "--no-progress", "--json"]
-    assert main([*argv, "--algo", "auto", "--profile", str(tmp_path / "p.json")]) == 0
+    assert main([*argv, "--algo", "auto", "--profile", str(tmp_path / "p.json"),
+                 "--auto-trials", "1"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     auto = out["auto"]
     assert out["algo"] == auto["algo"] and auto["fits"] and auto["candidates"] > 3
     assert auto["measured_epoch_s"] == out["epoch_time_s"] > 0 and auto["epoch_s"] > 0
+    assert [t["trial_epoch_s"] for t in auto["trials"]] == [None]  # the model alone
+
+
+@pytest.mark.distributed
+def test_cli_train_algo_auto_trains_the_fastest_trial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """This profile predicts two configurations within 1.5x of each other (1D sparse,
+    1.5D sparse): both are tried, the one that measured faster is trained, and the
+    trials leave no trace in that run (the same losses as training it directly)."""
+    profile().save(tmp_path / "p.json")
+    argv = ["train", "--dataset", "sbm:nodes=300,blocks=3,degree=6", "--nprocs", "4",
+            "--epochs", "3", "--no-progress", "--history", "--json"]
+    assert main([*argv, "--algo", "auto", "--profile", str(tmp_path / "p.json")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    out = json.loads(lines[-1])
+    trials = out["auto"]["trials"]
+    assert len(trials) == 2 and all(t["trial_epoch_s"] > 0 for t in trials)
+    fastest = min(trials, key=lambda t: t["trial_epoch_s"])
+    assert (out["algo"], out["auto"]["replication"], out["auto"]["comm"]) == \
+        (fastest["algo"], fastest["replication"], fastest["comm"])
+    assert out["grid"][1] == fastest["replication"]
+    assert sum(line.lstrip().startswith("trial ") for line in lines) == 2
+    assert main([*argv, "--algo", fastest["algo"], "--replication",
+                 str(fastest["replication"]), "--comm", fastest["comm"]]) == 0
+    direct = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert direct["losses"] == out["losses"]
+
+
+def test_shortlist_keeps_the_fitting_ones_near_the_fastest(graph: PlanGraph) -> None:
+    ranked = auto_plan(graph, 4, profile(), PlanConfig(4))
+    best = ranked[0].cost.total_s
+    short = shortlist(ranked, 10, band=1.5)
+    assert short[0] is ranked[0] and all(c.cost.total_s <= 1.5 * best for c in short)
+    assert len(short) == sum(c.cost.total_s <= 1.5 * best for c in ranked)
+    assert shortlist(ranked, 1) == [ranked[0]]
+    tight = auto_plan(graph, 4, profile(), PlanConfig(4), max_rank_memory_gib=1e-9)
+    assert shortlist(tight, 3) == []  # nothing fits: nothing to try
 
 
 @pytest.mark.distributed

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,8 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument("--nprocs", type=int_range(1), default=1,
                       help="spawn this many local ranks")
     dist.add_argument("--algo", choices=(*ALGORITHMS, "auto"), default=None,
-                      help="auto: the configuration `plan --auto` predicts fastest "
-                           "(algorithm, replication, comm and partition)")
+                      help="auto: of the configurations `plan --auto` predicts fastest "
+                           "(algorithm, replication, comm and partition), the one that "
+                           "runs fastest in a few trial epochs (--auto-trials)")
+    dist.add_argument("--auto-trials", type=int_range(1), default=3, metavar="K",
+                      help="--algo auto: try up to K configurations predicted within 1.5x "
+                           "of the fastest for a few epochs each, then train the fastest "
+                           "measured (1: trust the model alone)")
     dist.add_argument("--profile", default=None,
                       help="--algo auto: machine profile from `sparsegnn calibrate --out` "
                            "(default: calibrate now, quickly)")
@@ -377,7 +382,7 @@ def _distributed(args: argparse.Namespace) -> int:
     partitioned folder as ``--dataset`` supplies its own grid when none is given."""
     from sparsegnn.train.distributed import DistributedConfig, DistributedJob, run_distributed
 
-    auto = _choose(args) if args.algo == "auto" else None
+    auto, trials = _choose(args) if args.algo == "auto" else (None, [])
     partition = args.partition if args.partition in (None, *PARTITIONERS) else Path(
         args.partition)
     dcfg = DistributedConfig(replication=args.replication, backend=args.backend,
@@ -386,6 +391,11 @@ def _distributed(args: argparse.Namespace) -> int:
     job = DistributedJob.for_dataset(
         args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
+    if len(trials) > 1:
+        job = replace(job, trials=tuple(
+            replace(job.dcfg, algo=c.algo, replication=c.replication, comm=c.comm,
+                    partition=None if c.partitioner == "block" else c.partitioner)
+            for c in trials))
     if args.max_rank_memory is not None:
         from sparsegnn.distributed.shard import is_shard_dir, read_manifest
         from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
@@ -414,20 +424,19 @@ def _distributed(args: argparse.Namespace) -> int:
     if run.reports[0].resumed is not None:
         text += f"\n{run.reports[0].resumed.describe()}"
     if auto is not None:
-        auto["measured_epoch_s"] = out["epoch_time_s"]
-        out["auto"] = auto
-        text += (f"\nauto: {auto['algo']} c={auto['replication']} {auto['comm']} comm, "
-                 f"{auto['partitioner']} partition; epoch predicted "
-                 f"{auto['epoch_s'] * 1e3:.1f} ms, measured {out['epoch_time_s'] * 1e3:.1f} ms")
+        out["auto"] = _auto_report(auto, trials, run)
+        out["auto"]["measured_epoch_s"] = out["epoch_time_s"]
+        text += _auto_summary(out["auto"])
     return finish_run(args, _title(run.graph, job.cfg.model, f", {run.shape.describe()}"),
                       out, text)
 
 
-def _choose(args: argparse.Namespace) -> dict[str, Any]:
-    """``--algo auto``: rank the configurations for this graph and world size, and set the
-    options of the predicted-fastest one that fits ``--max-rank-memory``."""
+def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
+    """``--algo auto``: rank the configurations for this graph and world size, set the
+    options of the predicted-fastest one that fits ``--max-rank-memory``, and return the
+    predictions and the shortlist (that one first) for the ranks to try."""
     from sparsegnn.cli.plan_cmd import load_profile
-    from sparsegnn.distributed.autoplan import auto_plan
+    from sparsegnn.distributed.autoplan import auto_plan, shortlist
     from sparsegnn.distributed.planner import PlanConfig, PlanGraph
     from sparsegnn.distributed.shard import is_shard_dir
     from sparsegnn.errors import InvalidValueError
@@ -446,11 +455,41 @@ def _choose(args: argparse.Namespace) -> dict[str, Any]:
     ranked = auto_plan(PlanGraph.of(_graph(args), cfg.model), world,
                        load_profile(args.profile, world), base,
                        partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory)
-    if not ranked or not ranked[0].fits:
+    trials = shortlist(ranked, args.auto_trials)
+    if not trials:
         raise InvalidValueError("--algo auto: no configuration is predicted to fit "
                                 f"--max-rank-memory {args.max_rank_memory} GiB on {world} ranks")
-    choice = ranked[0]
+    choice = trials[0]
     args.algo, args.replication = choice.config.algo, choice.config.replication
     args.comm = choice.config.comm
     args.partition = None if choice.config.partitioner == "block" else choice.config.partitioner
-    return {**choice.to_dict(), "candidates": len(ranked)}
+    return {"candidates": len(ranked), "predicted": [c.to_dict() for c in trials]}, \
+        [c.config for c in trials]
+
+
+def _auto_report(auto: dict[str, Any], trials: list[Any], run: Any) -> dict[str, Any]:
+    """What ``--algo auto`` chose and why: the configuration trained, its prediction,
+    and each trial's predicted and measured epoch."""
+    d = run.dcfg
+    partitioner = "block" if d.partition is None else str(d.partition)
+    won = next(i for i, c in enumerate(trials)
+               if (c.algo, c.replication, c.comm, c.partitioner)
+               == (d.algo, d.replication, d.comm, partitioner))
+    chosen = auto["predicted"][won]
+    measured = {i: t["measured_epoch_s"] for i, t in enumerate(run.trials)}
+    return {**chosen, "candidates": auto["candidates"],
+            "trials": [{**{k: p[k] for k in ("algo", "replication", "comm", "partitioner",
+                                             "epoch_s")},
+                        "trial_epoch_s": measured.get(i)}
+                       for i, p in enumerate(auto["predicted"])]}
+
+
+def _auto_summary(auto: dict[str, Any]) -> str:
+    text = (f"\nauto: {auto['algo']} c={auto['replication']} {auto['comm']} comm, "
+            f"{auto['partitioner']} partition; epoch predicted "
+            f"{auto['epoch_s'] * 1e3:.1f} ms, measured {auto['measured_epoch_s'] * 1e3:.1f} ms")
+    for t in auto["trials"]:
+        if t["trial_epoch_s"] is not None:
+            text += (f"\n  trial {t['algo']} c={t['replication']} {t['comm']}: predicted "
+                     f"{t['epoch_s'] * 1e3:.1f} ms, measured {t['trial_epoch_s'] * 1e3:.1f} ms")
+    return text

@@ -77,3 +77,15 @@ def auto_plan(
         fits = max_rank_memory_gib is None or memory <= max_rank_memory_gib * 2**30
         found.append(Candidate(cfg, cost, memory, fits))
     return sorted(found, key=lambda c: (not c.fits, c.cost.total_s))
+
+
+def shortlist(ranked: list[Candidate], size: int, band: float = 1.5) -> list[Candidate]:
+    """The fitting candidates worth a measured trial: at most ``size``, each predicted
+    within ``band`` x the fastest fitting one's time. The model's error is up to ~30% per
+    configuration, so a configuration predicted 1.4x slower may measure faster; one
+    predicted 2x slower practically never does, and trying it would only cost time."""
+    fitting = [c for c in ranked if c.fits]
+    if not fitting:
+        return []
+    limit = band * fitting[0].cost.total_s
+    return [c for c in fitting if c.cost.total_s <= limit][:max(1, size)]

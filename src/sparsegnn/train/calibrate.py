@@ -20,7 +20,6 @@ rates do not price). The three numbers go into the profile.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import replace
 
 import numpy as np
@@ -31,14 +30,8 @@ from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.calibrate import measure_profile
 from sparsegnn.distributed.cost import EpochCost, Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
-from sparsegnn.distributed.session import (
-    Session,
-    barrier,
-    close_session,
-    gather_objects,
-    init_session,
-)
-from sparsegnn.train.distributed import DistributedConfig, train_rank
+from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
+from sparsegnn.train.distributed import DistributedConfig, measure_epoch_s
 from sparsegnn.train.fullgraph import TrainConfig
 
 HIDDEN = 16
@@ -88,17 +81,16 @@ def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool
 
 def steady_epoch_s(session: Session, graph: GraphData, cfg: TrainConfig,
                    config: PlanConfig) -> float:
-    """Train ``config`` on ``graph`` (every rank of the job calls this) and return the
-    slowest rank's median epoch, the first epoch left out: it also builds plans and
-    warms the kernels, which is not an epoch's cost. Dropout masks are drawn per vertex
-    block, as a partitioned run draws them, so a rank's work is its share."""
-    dcfg = DistributedConfig(
+    """:func:`~sparsegnn.train.distributed.measure_epoch_s` of a planner configuration.
+    Dropout masks are drawn per vertex block, as a partitioned run draws them, so a
+    rank's work is its share (the cost model prices that)."""
+    return measure_epoch_s(session, graph, cfg, distributed_config(config, session.backend))
+
+
+def distributed_config(config: PlanConfig, backend: str) -> DistributedConfig:
+    """The training options of a planner configuration, with per-block dropout masks."""
+    return DistributedConfig(
         algo=config.algo, replication=config.replication,  # type: ignore[arg-type]
-        backend=session.backend, comm=config.comm,  # type: ignore[arg-type]
+        backend=backend, comm=config.comm,  # type: ignore[arg-type]
         partition=None if config.partitioner == "block" else config.partitioner,
         dropout_masks="block")
-    barrier()
-    got = train_rank(graph, cfg, dcfg, session)
-    assert got is not None  # every rank is a member of the full-world grid
-    steady = [h.seconds for h in got[1].history[1:]] or [got[1].epoch_time_s]
-    return max(gather_objects(statistics.median(steady)))

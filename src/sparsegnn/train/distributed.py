@@ -19,6 +19,7 @@ model or dtype.
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -41,6 +42,7 @@ from sparsegnn.distributed import (
     RankResult,
     Session,
     SpmmCall,
+    barrier,
     build_operator,
     close_session,
     gather_objects,
@@ -226,6 +228,34 @@ def train_rank(
     return model, result, report
 
 
+def measure_epoch_s(session: Session, source: Any, cfg: TrainConfig,
+                    dcfg: DistributedConfig) -> float:
+    """Train ``dcfg`` on ``source`` (every rank of the job calls this) and return the
+    slowest rank's median epoch, the first epoch left out: it also builds plans and warms
+    the kernels, which is not an epoch's cost. Every rank gets the same number."""
+    barrier()
+    got = train_rank(source, cfg, dcfg, session)
+    assert got is not None  # every rank is a member of the full-world grid
+    steady = [h.seconds for h in got[1].history[1:]] or [got[1].epoch_time_s]
+    return max(gather_objects(statistics.median(steady)))
+
+
+def choose_by_trial(session: Session, source: Any, cfg: TrainConfig,
+                    candidates: Sequence[DistributedConfig], epochs: int = 3,
+                    ) -> tuple[int, list[float]]:
+    """The index of the candidate whose trial epochs ran fastest, and each one's time.
+
+    A cost model ranks configurations well when they differ by more than its error;
+    between those it predicts within ~30% of each other, a few measured epochs decide
+    better than any model (as FFTW's planner and cuDNN's autotuner do). The trials run
+    ``epochs`` epochs each (the first, warm-up, not counted), without checkpoints or
+    progress; all ranks measure the same times, so all choose the same."""
+    trial = replace(cfg, epochs=max(2, epochs), patience=max(2, epochs), checkpoint=None,
+                    resume=False, progress=False, logdir=None)
+    times = [measure_epoch_s(session, source, trial, c) for c in candidates]
+    return min(range(len(times)), key=times.__getitem__), times
+
+
 def _identity(source: Any, shard: Shard, cfg: TrainConfig) -> dict[str, str | int]:
     """What a checkpoint must match to be resumed, whatever the grid: model, sizes, dtype
     and the graph (its hash when in memory; a partitioned folder's own fingerprint, which
@@ -342,6 +372,10 @@ class DistributedJob:
     nprocs: int = 1
     data_dir: str | None = None
     normalize_features: bool = True
+    # ``--algo auto``'s shortlist: when given, the ranks train each for ``trial_epochs``
+    # and then train the fastest measured (``dcfg`` is then only the first of them).
+    trials: tuple[DistributedConfig, ...] = ()
+    trial_epochs: int = 3
 
     @classmethod
     def for_dataset(cls, dataset: str, cfg: TrainConfig, dcfg: DistributedConfig,
@@ -371,12 +405,14 @@ class DistributedRun:
     device: str
     result: TrainResult
     reports: list[RankReport]
+    dcfg: DistributedConfig  # what was trained (the trials' winner where there were trials)
+    trials: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self, job: DistributedJob) -> dict[str, Any]:
         """The JSON result of ``sparsegnn train`` on ranks."""
         config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(job.cfg).items()}
         return {
-            "dataset": self.graph, "model": job.cfg.model, "algo": job.dcfg.algo,
+            "dataset": self.graph, "model": job.cfg.model, "algo": self.dcfg.algo,
             "grid": [self.shape.rows, self.shape.cols, self.shape.layers],
             "world_size": self.shape.size, "backend": self.backend, "device": self.device,
             **self.result.to_dict(), "comm": comm_summary(self.reports),
@@ -386,7 +422,7 @@ class DistributedRun:
                 {"rank": r.rank, **r.memory.to_dict()} for r in self.reports
                 if r.memory is not None
             ],
-            "overlap": job.dcfg.overlap,
+            "overlap": self.dcfg.overlap,
             "comm_wait_s_per_epoch": [r.waited_s for r in self.reports],
             "config": config,
         }
@@ -420,12 +456,22 @@ def _run_job(job: DistributedJob) -> RankResult[DistributedRun]:
             if job.normalize_features and source.x is not None:
                 source.x = row_normalize(source.x)
         with lost_peers_named():
-            trained = train_rank(source, job.cfg, job.dcfg, session)
+            dcfg, trials = job.dcfg, []
+            if job.trials:
+                won, times = choose_by_trial(session, source, job.cfg, job.trials,
+                                             job.trial_epochs)
+                dcfg = job.trials[won]
+                trials = [{"algo": c.algo, "replication": c.replication, "comm": c.comm,
+                           "partition": None if c.partition is None else str(c.partition),
+                           "measured_epoch_s": t} for c, t in zip(job.trials, times,
+                                                                  strict=True)]
+            trained = train_rank(source, job.cfg, dcfg, session)
             assert trained is not None  # the grid spans the whole job
             _, result, report = trained
             reports = gather_objects(report)
     finally:
         close_session()
-    shape = grid_shape(job.dcfg.algo, len(reports), job.dcfg.replication)
-    run = DistributedRun(name, shape, session.backend, str(session.device), result, reports)
+    shape = grid_shape(dcfg.algo, len(reports), dcfg.replication)
+    run = DistributedRun(name, shape, session.backend, str(session.device), result, reports,
+                         dcfg, trials)
     return RankResult(session.rank, session.world_size, run, ByteCounts(report.epoch_bytes))
