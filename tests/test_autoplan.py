@@ -11,7 +11,8 @@ import pytest
 from sparsegnn.cli.main import main
 from sparsegnn.data import sbm
 from sparsegnn.distributed.autoplan import auto_plan, configurations, shortlist
-from sparsegnn.distributed.cost import LinkCost, Profile
+from sparsegnn.distributed.cost import LinkCost, Profile, latency_scale
+from sparsegnn.distributed.grid import grid_shape
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.errors import DataFormatError
 
@@ -120,9 +121,9 @@ def test_cli_train_algo_auto_reports_predicted_and_measured(
 def test_cli_train_algo_auto_trains_the_fastest_trial(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """This profile predicts two configurations within 1.5x of each other (1D sparse,
-    1.5D sparse): both are tried, the one that measured faster is trained, and the
-    trials leave no trace in that run (the same losses as training it directly)."""
+    """This profile predicts several configurations within 1.5x of each other (1D and
+    1.5D): the three fastest are tried, the one that measured fastest is trained, and
+    the trials leave no trace in that run (the same losses as training it directly)."""
     profile().save(tmp_path / "p.json")
     argv = ["train", "--dataset", "sbm:nodes=300,blocks=3,degree=6", "--nprocs", "4",
             "--epochs", "3", "--no-progress", "--history", "--json"]
@@ -130,12 +131,12 @@ def test_cli_train_algo_auto_trains_the_fastest_trial(
     lines = capsys.readouterr().out.strip().splitlines()
     out = json.loads(lines[-1])
     trials = out["auto"]["trials"]
-    assert len(trials) == 2 and all(t["trial_epoch_s"] > 0 for t in trials)
+    assert len(trials) == 3 and all(t["trial_epoch_s"] > 0 for t in trials)
     fastest = min(trials, key=lambda t: t["trial_epoch_s"])
     assert (out["algo"], out["auto"]["replication"], out["auto"]["comm"]) == \
         (fastest["algo"], fastest["replication"], fastest["comm"])
     assert out["grid"][1] == fastest["replication"]
-    assert sum(line.lstrip().startswith("trial ") for line in lines) == 2
+    assert sum(line.lstrip().startswith("trial ") for line in lines) == 3
     assert main([*argv, "--algo", fastest["algo"], "--replication",
                  str(fastest["replication"]), "--comm", fastest["comm"]]) == 0
     direct = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -169,3 +170,15 @@ def test_cli_overlap_changes_nothing_but_reports_waits(
     assert overlapped["overlap"] and all(
         "forward_spmm" in waits for waits in overlapped["comm_wait_s_per_epoch"])
     assert all("forward_spmm" in waits for waits in plain["comm_wait_s_per_epoch"])
+
+
+def test_latency_scales_with_the_group_a_collective_runs_in() -> None:
+    """Calibrated over 4 ranks: 1.5D c=2's broadcasts and all-to-alls run within 2 ranks
+    (1 step of the world's 3), 1D's within all 4; 2D's along a process row of 2; never
+    more than the calibrated latency for a larger grid."""
+    assert latency_scale(grid_shape("1d", 4), "forward_spmm", 4) == 1.0
+    assert latency_scale(grid_shape("1.5d", 4, 2), "forward_spmm", 4) == pytest.approx(1 / 3)
+    assert latency_scale(grid_shape("1.5d", 4, 2), "grad_allreduce", 4) == pytest.approx(1 / 3)
+    assert latency_scale(grid_shape("2d", 4), "backward_spmm", 4) == pytest.approx(1 / 3)
+    assert latency_scale(grid_shape("1d", 64), "forward_spmm", 4) == 1.0
+    assert latency_scale(grid_shape("1d", 4), "forward_spmm", 1) == 1.0

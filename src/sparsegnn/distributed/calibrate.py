@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from scipy.optimize import nnls
 from torch.nn import functional as F
 
 from sparsegnn.distributed.comm import Communicator, Group
@@ -123,15 +124,14 @@ def _collective(comm: Communicator, group: Group, name: str, values: int
 
 
 def _fit(points: list[tuple[float, float]]) -> LinkCost:
-    """Least-squares ``t = latency + x * per_byte`` with both terms kept >= 0."""
+    """``t = latency + x * per_byte``, both >= 0, fitted on the relative error: sizes
+    span four decades, and an absolute fit lets the largest decide everything, leaving
+    the latency (what the many small messages of a small graph's epoch pay) at noise."""
     x = np.array([b for b, _ in points], dtype=float)
     t = np.array([s for _, s in points], dtype=float)
-    per_byte, latency = np.polyfit(x, t, 1) if len(set(x)) > 1 else (0.0, t.mean())
-    if per_byte < 0:
-        per_byte, latency = 0.0, float(t.mean())
-    if latency < 0:
-        per_byte, latency = float((t * x).sum() / max((x * x).sum(), 1e-300)), 0.0
-    return LinkCost(max(float(latency), 0.0), max(float(per_byte), 0.0))
+    t = np.maximum(t, 1e-9)
+    coef = nnls(np.stack([np.ones_like(x), x], axis=1) / t[:, None], np.ones_like(t))[0]
+    return LinkCost(float(coef[0]), float(coef[1]))
 
 
 def measure_profile(session: Session, quick: bool = False) -> Profile:

@@ -10,7 +10,8 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
 * communication per phase: the exact per-rank bytes of the planner (the busiest rank's
   sent or received, whichever is larger) times the collective's time per byte, plus
   the number of collective calls the algorithm makes times its latency (on 2D/3D with
-  the first layer's row all-reduces of partial products and the second gradient sum);
+  the first layer's row all-reduces of partial products and the second gradient sum),
+  scaled to the size of the group the calls run in (:func:`latency_scale`);
 * compute at the busiest rank: for every SpMM of the epoch, the nonzeros of the tiles
   the rank multiplies times the width (exact, from the tile nonzero table) and the
   output rows times the width; the layers' dense maps on its rows; elementwise work
@@ -58,8 +59,8 @@ class LinkCost:
     latency_s: float
     seconds_per_byte: float
 
-    def time(self, calls: int, nbytes: float) -> float:
-        return calls * self.latency_s + nbytes * self.seconds_per_byte
+    def time(self, calls: int, nbytes: float, latency_scale: float = 1.0) -> float:
+        return calls * self.latency_s * latency_scale + nbytes * self.seconds_per_byte
 
 
 @dataclass
@@ -234,6 +235,29 @@ def _phase_collective(shape: GridShape, phase: str, comm: str) -> str:
     return "broadcast"
 
 
+def _group_size(shape: GridShape, phase: str) -> int:
+    """How many ranks take part in each collective of ``phase``: the SpMM's broadcasts or
+    all-to-all run within a replica's p/c ranks (1D/1.5D) or along a process row of q
+    (2D/3D); the gradient and metric sums over the vertex blocks; the 2D/3D input sums
+    over a process row."""
+    if phase in ("grad_allreduce", "metrics"):
+        return shape.row_blocks
+    if phase == "input_allreduce" or shape.algo in ("2d", "3d"):
+        return shape.cols
+    return shape.rows
+
+
+def latency_scale(shape: GridShape, phase: str, calibrated_world: int) -> float:
+    """A collective's latency in ``phase`` relative to the profile's (measured over all
+    ``calibrated_world`` ranks): a group of g ranks makes g - 1 steps where the world
+    made p - 1 (pairwise all-to-all, a pipelined broadcast), and where ranks share cores
+    every step waits for its peers' turn. Not extrapolated beyond the calibrated world:
+    a profile for a larger cluster carries that cluster's latencies."""
+    if calibrated_world <= 1:
+        return 1.0
+    return min(1.0, (_group_size(shape, phase) - 1) / (calibrated_world - 1))
+
+
 def rank_nonzeros(shape: GridShape, part: Any, operator: Any) -> np.ndarray:
     """Nonzeros of the tiles each rank multiplies (one entry per rank), vectorised: at
     4096 ranks a 1D grid has 16M tiles."""
@@ -311,16 +335,19 @@ def predict_epoch(
     for phase, volume in plan["phases"].items():
         link = profile.link(_phase_collective(shape, phase, comm))
         ncalls = sum(counts.get(phase, {}).values())
-        comm_s[phase] = link.time(ncalls if shape.size > 1 else 0, volume["max_per_rank"])
+        comm_s[phase] = link.time(ncalls if shape.size > 1 else 0, volume["max_per_rank"],
+                                  latency_scale(shape, phase, profile.world_size))
     if shape.row_blocks > 1:  # the gradient sum and three scalar metrics over the blocks
         peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
         params = sum(a * b + b for a, b in itertools.pairwise(widths))
         reduce = profile.link("all_reduce")
-        comm_s["grad_allreduce"] = reduce.time(1, peers * params * vb)
+        blocks = latency_scale(shape, "grad_allreduce", profile.world_size)
+        comm_s["grad_allreduce"] = reduce.time(1, peers * params * vb, blocks)
         if slicing is not None:  # the sliced maps' gradients, assembled over the row
             comm_s["grad_allreduce"] += reduce.time(
-                1, (shape.feature_slices - 1) * slicing.params * vb)
-        comm_s["metrics"] = reduce.time(3, peers * (vb + 16))
+                1, (shape.feature_slices - 1) * slicing.params * vb,
+                latency_scale(shape, "input_allreduce", profile.world_size))
+        comm_s["metrics"] = reduce.time(3, peers * (vb + 16), blocks)
     values = row_values(shape, layout.part, widths)
     return EpochCost(compute, comm_s, profile.overhead(ncalls_epoch, values), ncalls_epoch,
                      values)

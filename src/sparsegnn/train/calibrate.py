@@ -62,8 +62,12 @@ def fit_overheads(session: Session, rates: Profile, quick: bool = False) -> Prof
     missed = np.array([measured - cost.total_s for cost, measured in points])
     scale = drivers.max(axis=0)  # columns of like size, for a well-conditioned solve
     coef = nnls(drivers / scale, missed)[0] / scale
-    notes = {**rates.notes, "overhead_fit": {"configurations": len(points),
-                                             "graph_vertices": [small, small * 16]}}
+    notes = {**rates.notes, "overhead_fit": {
+        "configurations": len(points), "graph_vertices": [small, small * 16],
+        # What the fit saw, to check it or refit it offline: the rates' prediction
+        # (compute, communication), the drivers and the measured epoch, seconds.
+        "points": [[c.compute_s, sum(c.comm_s.values()), c.calls, c.row_values, m]
+                   for c, m in points]}}
     return replace(rates, epoch_overhead_s=float(coef[0]), call_overhead_s=float(coef[1]),
                    row_overhead_s=float(coef[2]), notes=notes)
 
