@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,13 @@ from sparsegnn.tracking.infer import load_model, predict, predict_sampled, save_
 from sparsegnn.tracking.metrics import roc_auc
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.sampling import seed_order
-from sparsegnn.tracking.train import TrackTrainConfig, train, train_data_parallel
+from sparsegnn.tracking.train import (
+    TrackTrainConfig,
+    epoch_lr,
+    event_order,
+    train,
+    train_data_parallel,
+)
 from tracking_toys import toy_graphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -198,3 +205,19 @@ def test_data_parallel_uneven_shares_stay_in_step_and_count_bytes(tmp_path: Path
 def test_data_parallel_refuses_more_ranks_than_events(tmp_path: Path) -> None:
     with pytest.raises(InvalidValueError, match="every rank needs"):
         train_data_parallel(_graph_files(tmp_path, toy_graphs([5])), TrackTrainConfig(), 2)
+
+
+def test_cosine_schedule_runs_from_lr_to_lr_final_and_is_constant_without_it() -> None:
+    cfg = TrackTrainConfig(epochs=5, lr=1e-3, lr_final=1e-4)
+    rates = [epoch_lr(cfg, e) for e in range(5)]
+    assert rates[0] == pytest.approx(1e-3) and rates[-1] == pytest.approx(1e-4)
+    assert all(a > b for a, b in itertools.pairwise(rates))  # decays every epoch
+    assert rates[2] == pytest.approx(0.5 * (1e-3 + 1e-4))  # half-way: the mean
+    assert {epoch_lr(replace(cfg, lr_final=None), e) for e in range(5)} == {1e-3}
+
+
+def test_each_epoch_visits_every_event_once_in_a_new_reproducible_order() -> None:
+    orders = [event_order(40, seed=0, epoch=e) for e in range(3)]
+    assert all(sorted(o.tolist()) == list(range(40)) for o in orders)
+    assert len({tuple(o.tolist()) for o in orders}) == 3  # mixed conditions interleave
+    np.testing.assert_array_equal(orders[1], event_order(40, seed=0, epoch=1))

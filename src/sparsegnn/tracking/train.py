@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -61,6 +62,8 @@ class TrackTrainConfig:
     model: INConfig = field(default_factory=INConfig)
     epochs: int = 10
     lr: float = 1e-3
+    # None: lr throughout; else cosine decay from lr (first epoch) to lr_final (last)
+    lr_final: float | None = None
     pos_weight: float | None = None
     max_sample_nodes: int | None = None
     fanouts: tuple[int, ...] = (4, 2)
@@ -176,6 +179,8 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
     stamp = _train_fingerprint(model, graphs, world, me) if checkpoint is not None else {}
 
     def epoch_fn(epoch: int) -> EpochReport:
+        for group in optim.param_groups:
+            group["lr"] = epoch_lr(cfg, epoch)
         stats = _epoch(model, optim, graphs, cfg, pos_weight, epoch, device, parallel)
         log.debug("epoch %d: loss %.4f, %d steps, %d events (%d skipped), %.1f s", epoch,
                  stats.loss, stats.steps, stats.events_used, stats.events_skipped,
@@ -188,6 +193,18 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
     state = run_epochs(model, optim, epoch_fn, loop, EpochReport, stamp=stamp,
                        extra=_Sizes(model.cfg, pos_weight))
     return model, TrainReport(pos_weight, state.history)
+
+
+def epoch_lr(cfg: TrackTrainConfig, epoch: int) -> float:
+    """The learning rate of ``epoch``: ``cfg.lr``, or its cosine decay to ``cfg.lr_final``.
+
+    A pure function of the epoch, so a resumed run continues on the same schedule with
+    nothing more in the checkpoint. The decay lets the last epochs settle into a minimum
+    that a constant rate keeps stepping around (ShaDow minibatches are noisy steps)."""
+    if cfg.lr_final is None or cfg.epochs <= 1:
+        return cfg.lr
+    done = min(max(epoch, 0), cfg.epochs - 1) / (cfg.epochs - 1)
+    return cfg.lr_final + 0.5 * (cfg.lr - cfg.lr_final) * (1.0 + math.cos(math.pi * done))
 
 
 def _is_finished_model(path: str | Path | None) -> bool:
@@ -261,13 +278,23 @@ def _epoch(model: InteractionNetwork, optim: torch.optim.Optimizer, graphs: list
 
 def _epoch_steps(graphs: list[HitGraph], cfg: TrackTrainConfig, epoch: int,
                  device: torch.device, tally: _Tally) -> Iterator[_Step]:
-    for graph in graphs:
+    for graph in (graphs[i] for i in event_order(len(graphs), cfg.seed, epoch)):
         if _skipped(graph, cfg):
             tally.skipped += 1
             continue
         tally.used += 1
         tally.total_edges += graph.num_edges
         yield from _steps(graph, cfg, epoch, device)
+
+
+def event_order(events: int, seed: int, epoch: int) -> np.ndarray:
+    """The order an epoch visits the events in: a new permutation each epoch.
+
+    Training graphs are usually listed condition by condition (a mixture of guns and
+    pileups); in list order every epoch would end on the last condition and the model
+    would drift towards it between visits to the others. A pure function of the seed and
+    the epoch, so a resumed run visits them as the uninterrupted one would."""
+    return np.random.default_rng([seed, epoch, 0x7EA7]).permutation(events)
 
 
 def _synchronised(steps: Iterator[_Step], parallel: DataParallel | None
