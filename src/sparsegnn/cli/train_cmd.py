@@ -60,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="early-stopping patience (epochs)")
     p.add_argument("--seed", type=int_range(0), default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="feature storage: bf16 keeps features and activations in bfloat16 "
+                   "(weights, sums and loss float32); one-process full-graph training only")
     p.add_argument(
         "--no-normalize-features",
         action="store_true",
@@ -144,6 +147,7 @@ def _checkpoint_path(text: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     resolve_device(args.device)  # a bogus --device is refused before any data is read
     _check_checkpoint_kind(args)
+    _check_precision(args)
     if args.mode == "minibatch":
         return _minibatch(args)
     if _is_distributed(args):
@@ -184,6 +188,18 @@ def _check_checkpoint_kind(args: argparse.Namespace) -> None:
             "the checkpoints of full-graph training on ranks: --nprocs, --algo)")
 
 
+def _check_precision(args: argparse.Namespace) -> None:
+    """``--precision bf16`` only where it is implemented: one-process full-graph training
+    (the distributed and minibatch trainers build float32 features of their own)."""
+    if args.precision == "fp32" or (args.mode != "minibatch" and not _is_distributed(args)):
+        return
+    from sparsegnn.errors import InvalidValueError
+
+    raise InvalidValueError(
+        f"--precision {args.precision} is for one-process full-graph training; drop it "
+        "for --mode minibatch and for distributed runs (--nprocs, --algo)")
+
+
 def _world(args: argparse.Namespace) -> int:
     """Ranks of the job: ``--nprocs``, or torchrun's ``WORLD_SIZE``."""
     return max(args.nprocs, int(os.environ.get("WORLD_SIZE", "1")))
@@ -198,7 +214,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         model=args.model or ("sage" if minibatch else "gcn"), hidden=args.hidden,
         num_layers=args.layers if args.layers is not None else (3 if minibatch else 2),
         dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay, epochs=args.epochs,
-        patience=args.patience, seed=args.seed, dtype=args.dtype, checkpoint=args.checkpoint,
+        patience=args.patience, seed=args.seed, dtype=args.dtype, precision=args.precision,
+        checkpoint=args.checkpoint,
         checkpoint_every=args.checkpoint_every, resume=args.resume,
         progress=args.progress, logdir=args.logdir,
     )
@@ -225,6 +242,8 @@ def _fullgraph(args: argparse.Namespace) -> int:
     from sparsegnn.train import train_single
 
     graph, cfg = _graph(args), config_from_args(args)
+    if graph.x is not None:  # store at the run's precision now: the float32 copy is freed
+        graph.x = graph.x.to(cfg.feature_dtype)
     device = resolve_device(args.device)
     _, result = train_single(graph, cfg, device)
     out = {"dataset": graph.name, "model": cfg.model, "device": str(device),

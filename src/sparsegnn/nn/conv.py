@@ -3,6 +3,13 @@
 Both layers take the aggregation operator (a normalised :class:`CSRMatrix`, a distributed
 operator, or a PyG ``edge_index`` for interop) and never look inside it, so full-graph,
 sampled (rectangular ``b x n`` operators) and distributed training share one code path.
+
+Reduced precision: a layer computes in the dtype of its input. Given bfloat16 (or
+float16) features it casts its float32 parameters to that dtype at use, so the dense
+product and the SpMM read and write 16-bit activations (both accumulate in float32
+inside: oneDNN/cuBLAS and :func:`sparsegnn.sparse.spmm`), while the parameters, their
+gradients (the cast is differentiable) and Adam's state stay float32: an update of
+``lr * 5e-4`` weight decay is below bfloat16's resolution for a weight near 1.
 """
 
 from __future__ import annotations
@@ -13,7 +20,22 @@ import torch
 from torch import nn
 
 from sparsegnn.nn.operator import Operator, as_operator
-from sparsegnn.sparse import CSRMatrix
+from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix
+
+
+def _linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``lin(x)``, with the weights cast to ``x``'s dtype when ``x`` is 16-bit (see the
+    module doc); any other dtype is left to ``nn.Linear``, which refuses a mismatch."""
+    if x.dtype not in REDUCED_DTYPES:
+        return lin(x)
+    bias = None if lin.bias is None else lin.bias.to(x.dtype)
+    return nn.functional.linear(x, lin.weight.to(x.dtype), bias)
+
+
+def _add_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``out + bias`` in ``out``'s dtype: type promotion would widen 16-bit activations
+    to the float32 bias's dtype and double their memory."""
+    return out if bias is None else out + bias.to(out.dtype)
 
 
 class GCNConv(nn.Module):
@@ -59,8 +81,11 @@ class GCNConv(nn.Module):
 
     def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
         op = self._operator(x, adj)
-        out = op.matmul(self.lin(x)) if self.transforms_first else self.lin(op.matmul(x))
-        return out if self.bias is None else out + self.bias
+        if self.transforms_first:
+            out = op.matmul(_linear(self.lin, x))
+        else:
+            out = _linear(self.lin, op.matmul(x))
+        return _add_bias(out, self.bias)
 
     def _operator(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> Operator:
         if not isinstance(adj, torch.Tensor):
@@ -125,15 +150,15 @@ class SAGEConv(nn.Module):
     def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
         op = as_operator(adj, x.shape[0], "mean" if self.aggr == "mean" else "sum", x.dtype)
         if self.aggr == "max":
-            out = self.lin_neigh(_max_aggregate(op, x))
+            out = _linear(self.lin_neigh, _max_aggregate(op, x))
         elif self.transforms_first:
             # A linear map commutes with aggregation: shrink first, aggregate the narrow side.
-            out = op.matmul(self.lin_neigh(x))
+            out = op.matmul(_linear(self.lin_neigh, x))
         else:
-            out = self.lin_neigh(op.matmul(x))
+            out = _linear(self.lin_neigh, op.matmul(x))
         if self.lin_root is not None:
-            out = out + self.lin_root(x[: op.shape[0]])
-        return out if self.bias is None else out + self.bias
+            out = out + _linear(self.lin_root, x[: op.shape[0]])
+        return _add_bias(out, self.bias)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"

@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from sparsegnn.nn.conv import Aggr, GCNConv, SAGEConv
 from sparsegnn.nn.operator import Operator
+from sparsegnn.sparse import REDUCED_DTYPES
 
 
 def _widths(in_channels: int, hidden: int, out_channels: int, num_layers: int) -> list[int]:
@@ -33,7 +34,14 @@ def _per_layer(adj: Operator | torch.Tensor | Sequence[Operator], n: int) -> lis
 
 
 class _Stack(nn.Module):
-    """Layers with ReLU and dropout between them; the last layer returns raw logits."""
+    """Layers with ReLU and dropout between them; the last layer returns raw logits.
+
+    With 16-bit input features every activation between layers stays 16-bit (half the
+    bytes autograd saves) and the logits are widened to float32 on the way out: a
+    softmax and its log in bfloat16 would lose the small probabilities the loss and
+    its gradient are made of, so everything after the model (loss, accuracy) sees
+    float32 whatever the storage precision.
+    """
 
     layers: nn.ModuleList
 
@@ -54,7 +62,7 @@ class _Stack(nn.Module):
             x = layer(x, op)
             if i < len(self.layers) - 1:
                 x = F.relu(x)
-        return x
+        return x.float() if x.dtype in REDUCED_DTYPES else x
 
 
 class GCN(_Stack):

@@ -2,6 +2,7 @@
 
 from sparsegnn.sparse.csr import CSRMatrix
 from sparsegnn.sparse.ops import (
+    REDUCED_DTYPES,
     add_self_loops,
     gcn_norm,
     is_symmetric,
@@ -12,6 +13,7 @@ from sparsegnn.sparse.ops import (
 )
 
 __all__ = [
+    "REDUCED_DTYPES",
     "CSRMatrix",
     "add_self_loops",
     "gcn_norm",

@@ -60,6 +60,10 @@ class CSRMatrix:
     _torch_csr: torch.Tensor | None = field(default=None, repr=False)
     # Cached expanded row index per nonzero (COO rows); filled lazily.
     _rows: torch.Tensor | None = field(default=None, repr=False)
+    # Cached 16-bit copy of val for reduced-precision SpMM, with the (dtype, data_ptr,
+    # version) of val it was cast from; filled lazily by values_as.
+    _val_lowp: torch.Tensor | None = field(default=None, repr=False)
+    _val_lowp_key: tuple[torch.dtype, int, int] | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -307,6 +311,23 @@ class CSRMatrix:
             )
         out = CSRMatrix(self.crow, self.col, val, self.shape, False, _rows=self._rows)
         return out
+
+    def values_as(self, dtype: torch.dtype) -> torch.Tensor:
+        """The values cast to ``dtype`` (detached), cached until ``val`` changes.
+
+        Why: a kernel on 16-bit features needs 16-bit weights (FBGEMM's embedding bag
+        takes one dtype), but the matrix keeps float32 values, so the operator itself
+        loses nothing; casting once per matrix instead of once per product saves a pass
+        over the nonzeros every SpMM. The key includes ``val``'s version counter, so an
+        in-place update of learnt values is never served a stale copy.
+        """
+        if dtype == self.val.dtype:
+            return self.val.detach()
+        key = (dtype, self.val.data_ptr(), self.val._version)
+        if self._val_lowp is None or self._val_lowp_key != key:
+            self._val_lowp = self.val.detach().to(dtype)
+            self._val_lowp_key = key
+        return self._val_lowp
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``A @ X`` with autograd: the operator protocol every layer calls."""

@@ -3,6 +3,9 @@
 Kernel choice (measured, see docs/kernels.md): float32 SpMM on the CPU runs as a
 weighted ``embedding_bag`` sum (FBGEMM's gather kernel), 2-3x faster than torch's CSR
 kernels; float64 uses torch's CSR kernels (MKL's or ATen's, by width), CUDA cuSPARSE.
+Reduced precision: X in bfloat16 or float16 times a float32 ``A`` runs the same kernels on
+16-bit storage with float32 accumulation inside each row, and returns X's dtype
+(:data:`REDUCED_DTYPES`, docs/kernels.md).
 The backward reuses the *cached* transpose (or ``A`` itself when the matrix is known
 symmetric, as a GCN operator of an undirected graph is), where a plain ``torch.sparse``
 autograd would rebuild ``A^T`` on every backward pass.
@@ -21,6 +24,9 @@ from sparsegnn.sparse.csr import CSRMatrix
 _SDDMM_CHUNK_ELEMS = 1 << 24
 
 
+# Feature dtypes SpMM accepts beside A's own: 16-bit storage, float32 accumulation.
+REDUCED_DTYPES = (torch.bfloat16, torch.float16)
+
 # Without FBGEMM (float64), CPU products at least this wide use ATen's reduce kernel.
 _REDUCE_KERNEL_MIN_WIDTH = 64
 
@@ -35,12 +41,32 @@ def _mm(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     """
     if a.nnz == 0 or x.shape[1] == 0:
         return torch.zeros(a.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
+    if x.dtype in REDUCED_DTYPES:
+        return _mm_reduced(a, x)
     if x.device.type == "cpu":
         if x.dtype == torch.float32 and _has_fbgemm():
             return _mm_embedding_bag(a, x)
         if x.shape[1] >= _REDUCE_KERNEL_MIN_WIDTH:
             return torch.sparse.mm(a.to_torch(), x, "sum")
     return torch.sparse.mm(a.to_torch(), x)
+
+
+def _mm_reduced(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
+    """``A @ X`` for 16-bit X: 16-bit storage in and out, float32 sums inside each row.
+
+    Why 16-bit storage: the product is memory-bound (docs/kernels.md), so halving the
+    bytes of every gathered row is what can make it faster, and halving X is what the
+    memory limit needs. Why float32 accumulation: a row sum in bfloat16 (8-bit
+    mantissa) stops growing once the partial sum is 256 times the next term, so
+    high-degree rows would silently lose their neighbours. Every kernel here widens to
+    float32 before adding and rounds once per output element: FBGEMM's embedding bag
+    on x86 CPUs, ATen's reduce kernel on other CPUs, cuSPARSE (float32 compute type)
+    on CUDA. A's float32 values are cast to X's dtype (cached, :meth:`values_as`).
+    """
+    if x.device.type == "cpu" and _has_fbgemm():
+        return _mm_embedding_bag(a, x)
+    csr = a.with_values(a.values_as(x.dtype)).to_torch()
+    return torch.sparse.mm(csr, x, "sum") if x.device.type == "cpu" else torch.sparse.mm(csr, x)
 
 
 def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +77,7 @@ def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     (empty rows give zeros). On x86 torch runs it with FBGEMM's JIT-compiled,
     prefetching gather kernel, measured 2-3x faster than both of torch's CSR kernels
     (MKL's and ATen's) on float32 at every width (docs/kernels.md). FBGEMM covers
-    float32 only.
+    float32 and 16-bit X (the weights must then be 16-bit too), not float64.
     """
     # Detached inputs select torch's forward-only variant, which skips building the
     # per-nonzero bookkeeping (offset2bag) its own backward would need; ours is _SpMM.
@@ -62,7 +88,7 @@ def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
         x.detach(),
         a.crow,
         mode="sum",
-        per_sample_weights=None if unweighted else a.val.detach(),
+        per_sample_weights=None if unweighted else a.values_as(x.dtype),
         include_last_offset=True,
     )
 
@@ -104,18 +130,25 @@ class _SpMM(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_x = _mm(a.t(), grad)
         if ctx.needs_input_grad[0]:
-            grad_val = sddmm(a, grad, x)
+            grad_val = sddmm(a, grad, x).to(a.val.dtype)
         return grad_val, grad_x, None
 
 
 def spmm(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
-    """``A @ X`` with gradients to ``X`` and, when ``a.val.requires_grad``, to A's values."""
+    """``A @ X`` with gradients to ``X`` and, when ``a.val.requires_grad``, to A's values.
+
+    X has A's dtype, or is bfloat16/float16 with a float32 A: the result then has X's
+    dtype, summed in float32 (:func:`_mm_reduced`), and A's value gradient is float32.
+    """
     if x.dim() != 2 or x.shape[0] != a.shape[1]:
         raise ShapeError(
             f"spmm: A is {a.shape} but X has shape {tuple(x.shape)}; X needs {a.shape[1]} rows"
         )
-    if x.dtype != a.dtype:
-        raise ShapeError(f"spmm: A has dtype {a.dtype} but X has {x.dtype}; cast one of them")
+    if x.dtype != a.dtype and not (x.dtype in REDUCED_DTYPES and a.dtype == torch.float32):
+        raise ShapeError(
+            f"spmm: A has dtype {a.dtype} but X has {x.dtype}; cast one of them (16-bit X "
+            "needs a float32 A)"
+        )
     if x.device != a.device:
         raise ShapeError(f"spmm: A is on {a.device} but X on {x.device}; move one with .to()")
     if not (a.val.requires_grad or x.requires_grad) or not torch.is_grad_enabled():

@@ -27,6 +27,7 @@ from sparsegnn.train.loop import CheckpointStore, LoopConfig, LoopState, run_epo
 from sparsegnn.train.memory import peak_memory_bytes
 
 Split = Literal["train", "val", "test"]
+Precision = Literal["fp32", "bf16"]
 
 
 @dataclass
@@ -43,15 +44,40 @@ class TrainConfig:
     patience: int = 100
     seed: int = 0
     dtype: Literal["float32", "float64"] = "float32"
+    # Feature storage: "bf16" keeps the features and activations in bfloat16 (half the
+    # bytes) and everything else in float32; see feature_dtype.
+    precision: Precision = "fp32"
     checkpoint: Path | None = None
     checkpoint_every: int = 10
     resume: bool = False
     progress: bool | None = None  # a bar: always, never, or on a terminal only (None)
     logdir: Path | None = None  # TensorBoard event files (main rank)
 
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise InvalidValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.precision == "bf16" and self.dtype != "float32":
+            raise InvalidValueError(
+                f"precision 'bf16' stores features in bfloat16 around float32 weights; it "
+                f"cannot be combined with dtype {self.dtype!r} (use dtype 'float32')")
+
     @property
     def torch_dtype(self) -> torch.dtype:
+        """The dtype of the weights, the operator's values, the logits and the loss."""
         return torch.float64 if self.dtype == "float64" else torch.float32
+
+    @property
+    def feature_dtype(self) -> torch.dtype:
+        """The dtype the features (and so every activation) are stored in.
+
+        Why bfloat16 and only there: the features and the activations are the n-sized
+        tensors, the memory that grows with the graph and the bytes the SpMM moves, and
+        bfloat16 keeps float32's exponent range, so no loss scaling is needed. The
+        weights stay float32 (Adam's small updates would round away in bfloat16), the
+        operator's values stay float32 (cast per kernel, cached), sums accumulate in
+        float32 inside the kernels, and the logits and the loss are float32.
+        """
+        return torch.bfloat16 if self.precision == "bf16" else self.torch_dtype
 
 
 class Task(Protocol):
@@ -122,6 +148,8 @@ class TrainResult:
     history: list[EpochStats] = field(default_factory=list)
     stopped_early: bool = False
     test_confusion: list[list[int]] | None = None  # one process only: rows true, cols predicted
+    precision: str = "fp32"  # TrainConfig.precision of the run
+    feature_bytes: int = 0  # bytes of this process's feature tensor, as stored
 
     def to_dict(self) -> dict[str, Any]:
         """Final figures, the per-epoch ``history`` and its ``losses`` (the command line
@@ -179,7 +207,7 @@ def fit(
                        loop, EpochStats, score=lambda s: s.val_accuracy,
                        stamp=fingerprint(cfg) if stamp is None else stamp, on_epoch=on_epoch,
                        store=store)
-    return _finish(model, task, state)
+    return _finish(model, task, state, cfg.precision)
 
 
 def train_epoch(
@@ -201,7 +229,9 @@ def train_epoch(
     return EpochStats(epoch, float(loss.detach()), train_acc, val_acc, time.perf_counter() - start)
 
 
-def _finish(model: nn.Module, task: Task, state: LoopState[EpochStats]) -> TrainResult:
+def _finish(
+    model: nn.Module, task: Task, state: LoopState[EpochStats], precision: str = "fp32"
+) -> TrainResult:
     """Evaluate the best-on-validation weights on the test split."""
     final = copy.deepcopy(model.state_dict())
     if state.best_weights is not None:
@@ -223,11 +253,20 @@ def _finish(model: nn.Module, task: Task, state: LoopState[EpochStats]) -> Train
         history=state.history,
         stopped_early=state.stopped_early,
         test_confusion=confusion,
+        precision=precision,
+        feature_bytes=task.x.numel() * task.x.element_size(),
     )
 
 
-def local_task(graph: Any, model: str, device: torch.device, dtype: torch.dtype) -> LocalTask:
-    """The single-process task of a :class:`~sparsegnn.data.GraphData` with labels and masks."""
+def local_task(
+    graph: Any, model: str, device: torch.device, dtype: torch.dtype,
+    feature_dtype: torch.dtype | None = None,
+) -> LocalTask:
+    """The single-process task of a :class:`~sparsegnn.data.GraphData` with labels and masks.
+
+    The operator has ``dtype``; the features ``feature_dtype`` (default ``dtype``), which
+    may be 16-bit around a float32 operator (:attr:`TrainConfig.feature_dtype`).
+    """
     graph.check_trainable()
     op = graph_operator(graph.edge_index, graph.num_nodes, model).to(device=device, dtype=dtype)
     masks = {
@@ -235,7 +274,8 @@ def local_task(graph: Any, model: str, device: torch.device, dtype: torch.dtype)
         "val": graph.val_mask.to(device),
         "test": graph.test_mask.to(device),
     }
-    return LocalTask(graph.x.to(device=device, dtype=dtype), op, graph.y.to(device), masks)
+    x = graph.x.to(device=device, dtype=dtype if feature_dtype is None else feature_dtype)
+    return LocalTask(x, op, graph.y.to(device), masks)
 
 
 def train_single(
@@ -243,7 +283,7 @@ def train_single(
 ) -> tuple[nn.Module, TrainResult]:
     """Build the operator, model and task for ``graph`` and train on one process."""
     device = torch.device(device)
-    task = local_task(graph, cfg.model, device, cfg.torch_dtype)
+    task = local_task(graph, cfg.model, device, cfg.torch_dtype, cfg.feature_dtype)
     model = build_model(cfg, graph.num_features, graph.num_classes).to(
         device=device, dtype=cfg.torch_dtype
     )
