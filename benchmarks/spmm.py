@@ -11,6 +11,8 @@ feature widths 16 and 128 it times
   ``SparseTensor`` where torch_sparse is installed);
 * ours after each locality reordering (``sparsegnn.sparse.reorder``), with the one-time
   cost of computing the order and permuting the matrix;
+* ours on bfloat16 features (float32 accumulation; issue 26.3), as generated and in the
+  default order, against a streaming bound of its own (16-bit X and values);
 
 and, interleaved with those runs, two probes of the machine: a same-sized gather of
 uniformly random rows (the time SpMM needs when every gathered row misses the cache:
@@ -56,6 +58,13 @@ from sparsegnn.sparse.reorder import METHODS, Reordering, locality_order
 
 PEERS = ("torch_csr", "scipy", "pyg_spmm", "pyg_spmm_sparse_tensor")
 REORDERINGS = tuple(m for m in METHODS if m != "none")
+BF16 = ("ours_bf16", f"ours_bf16_{DEFAULT_REORDERING}")
+
+
+def bf16_stream_bytes(nnz: int, rows: int, width: int) -> int:
+    """Compulsory traffic of the bfloat16 SpMM: int64 indices and 16-bit values (10 bytes
+    per nonzero), row pointers, 16-bit X read once and the output written once."""
+    return nnz * 10 + (rows + 1) * 8 + 2 * rows * width * 2
 
 
 def try_sparse_tensor(a: CSRMatrix) -> Any:
@@ -91,9 +100,31 @@ def contenders(
         x_new = ordering.to_new(x)
         fns[f"ours_{method}"] = lambda a_new=a_new, x_new=x_new: spmm(a_new, x_new)
     n, f = x.shape
+    fns.update(bf16_contenders(a, x, reordered[DEFAULT_REORDERING]))
     fns["random_access_bound"] = random_gather_probe(n, f, a.nnz, round(a.nnz / n))
     fns["streaming_bound"] = stream_probe(spmm_stream_bytes(a.nnz, n, f))
+    fns["streaming_bound_bf16"] = stream_probe(bf16_stream_bytes(a.nnz, n, f))
     return fns
+
+
+def bf16_contenders(
+    a: CSRMatrix, x: torch.Tensor, default: tuple[CSRMatrix, Reordering]
+) -> dict[str, Callable[[], object]]:
+    """Ours on bfloat16 X, unordered and in the default order (16-bit values cached
+    beforehand, as training runs them from the second product on)."""
+    a_new, ordering = default
+    xb, xb_new = x.bfloat16(), ordering.to_new(x).bfloat16()
+    spmm(a, xb), spmm(a_new, xb_new)  # fill the cached 16-bit values
+    return {BF16[0]: lambda: spmm(a, xb), BF16[1]: lambda: spmm(a_new, xb_new)}
+
+
+def check_bf16(a: CSRMatrix, x: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    """Within bfloat16 rounding of the float32 product: inputs, weights and output each
+    rounded once (8 significant bits), relative to ``|A| |X|``."""
+    bound = torch.sparse.mm(torch_csr(a).abs(), x.abs())
+    err = (spmm(a, x.bfloat16()).float() - ref).abs()
+    if not bool((err <= 2.0**-6 * bound + 1e-6).all()):
+        raise AssertionError(f"{what}: bf16 result off by {float(err.max())}")
 
 
 def check_same(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
@@ -125,6 +156,7 @@ def bench_graph(
         x = torch.randn(n, f, generator=torch.Generator().manual_seed(f))
         ref = torch.sparse.mm(torch_csr(a), x)
         check_same(spmm(a, x), ref, f"{spec.name} f={f} ours")
+        check_bf16(a, x, ref, f"{spec.name} f={f} ours_bf16")
         for method, (a_new, ordering) in reordered.items():
             out = ordering.to_old(spmm(a_new, ordering.to_new(x)))
             check_same(out, ref, f"{spec.name} f={f} {method}")
@@ -202,7 +234,8 @@ def main() -> None:
         for r in rows:
             metrics.update(bound_metrics(r))
     columns = ["graph", "f", "nnz", "ours", *PEERS,
-               *(f"ours_{m}" for m in REORDERINGS), "random_access_bound", "streaming_bound"]
+               *(f"ours_{m}" for m in REORDERINGS), *BF16, "random_access_bound",
+               "streaming_bound", "streaming_bound_bf16"]
     print_table(results, [c for c in columns if any(c in r for r in results)])
     speedups = summarize(results)
     if not args.quick:  # the acceptance checks are defined for the 2^18-vertex graphs
@@ -224,6 +257,11 @@ def bound_metrics(r: Row) -> dict[str, float]:
     }
     for name in ("ours", *(f"ours_{m}" for m in REORDERINGS)):
         out[f"{key}/{name}_over_random_access_bound"] = r[name] / r["random_access_bound"]
+    for name in BF16:  # each precision against the bound of its own bytes
+        out[f"{key}/{name}_over_streaming_bound_bf16"] = r[name] / r["streaming_bound_bf16"]
+        out[f"{key}/{name}_over_random_access_bound"] = r[name] / r["random_access_bound"]
+    out[f"{key}/bf16_speedup_{DEFAULT_REORDERING}"] = (
+        r[f"ours_{DEFAULT_REORDERING}"] / r[BF16[1]])
     return out
 
 
