@@ -10,7 +10,9 @@ slowest rank's median); per case: the best measured configuration, the auto choi
 measured time relative to it, and the default's (1D, dense, block). The auto choice is
 what ``train --algo auto`` trains: of the configurations predicted within 1.5x of the
 fastest (at most ``--trials``), the one fastest in a separate run of three trial
-epochs each; the model's own first choice is reported beside it. Dropout masks are
+epochs each; the model's own first choice is reported beside it. A fresh job then trains
+the auto choice alone and reports its ranks' peak resident set against the predicted
+per-rank memory that ``--max-rank-memory`` is checked against. Dropout masks are
 drawn per vertex block, as a partitioned run draws them, so a rank's work is its share.
 
     python benchmarks/autoconfig.py --json
@@ -34,8 +36,9 @@ from sparsegnn.data import GraphData, rmat, sbm
 from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan, shortlist
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.session import gather_objects
 from sparsegnn.train.calibrate import calibrate_rank, distributed_config, steady_epoch_s
-from sparsegnn.train.distributed import choose_by_trial
+from sparsegnn.train.distributed import choose_by_trial, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
 
 Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
@@ -78,6 +81,18 @@ def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig],
         close_session()
 
 
+def _peak_rss(graph: GraphData, cfg: TrainConfig, config: PlanConfig) -> int:
+    """Rank body of a fresh job: train ``config``; the largest peak resident set of its
+    ranks (``ru_maxrss`` is the process's, hence the fresh job)."""
+    session = init_session("gloo", timeout_s=600)
+    try:
+        got = train_rank(graph, cfg, distributed_config(config, session.backend), session)
+        assert got is not None and got[2].memory is not None
+        return max(gather_objects(got[2].memory.peak_rss_bytes))
+    finally:
+        close_session()
+
+
 def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any) -> list[Row]:
     graph = make_graph(kind, nodes, width)
     cfg = TrainConfig(hidden=args.hidden, num_layers=2, dropout=0.5, epochs=args.epochs,
@@ -88,6 +103,7 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
     short = [c.config for c in shortlist(ranked, args.trials)]
     measured, won = spawn(_measure, p, (graph, cfg, [c.config for c in ranked], short),
                           wall_timeout_s=3600)[0]
+    peak = spawn(_peak_rss, p, (graph, cfg, short[won]), wall_timeout_s=3600)[0]
     rows = []
     for k, cand in enumerate(ranked):
         c = cand.config
@@ -99,7 +115,8 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
                      "predicted_comm_s": sum(cand.cost.comm_s.values()),
                      "predicted_overhead_s": cand.cost.overhead_s,
                      "collective_calls": cand.cost.calls, "row_values": cand.cost.row_values,
-                     "predicted_memory_bytes": cand.memory_bytes})
+                     "predicted_memory_bytes": cand.memory_bytes,
+                     "measured_peak_rss_bytes": peak if c == short[won] else None})
     return rows
 
 
@@ -121,7 +138,9 @@ def judge(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
                           "auto_over_best": auto["measured_s"] / best["measured_s"],
                           "tried": sum(r["tried"] for r in mine),
                           "model_choice": model["config"],
-                          "model_choice_over_best": model["measured_s"] / best["measured_s"]}
+                          "model_choice_over_best": model["measured_s"] / best["measured_s"],
+                          "auto_peak_rss_over_predicted": auto["measured_peak_rss_bytes"]
+                          / auto["predicted_memory_bytes"]}
         if default is not None:
             speedups[f"auto_vs_default {case}"] = default["measured_s"] / auto["measured_s"]
     metrics = {
@@ -132,16 +151,19 @@ def judge(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
         "model_choice_within_10_percent_of_best": sum(
             c["model_choice_over_best"] <= 1.1 for c in per_case.values()) / len(per_case),
         "auto_better_than_default": sum(v > 1 for v in speedups.values()) / max(len(speedups), 1),
+        "auto_peak_within_predicted_memory": sum(
+            c["auto_peak_rss_over_predicted"] <= 1 for c in per_case.values()) / len(per_case),
         "cases": per_case,
     }
     return speedups, metrics
 
 
-def scaling_table(kind: str, nodes: int, width: int, ranks: list[int], profile: Any,
-                  args: Any, measured: list[Row]) -> list[Row]:
+def scaling_table(kind: str, nodes: int, width: int, ranks: list[int],
+                  profiles: dict[int, Any], args: Any, measured: list[Row]) -> list[Row]:
     """The model at many P (block partition): per algorithm and comm, the busiest rank's
     bytes and the predicted epoch, next to the measured epoch where this run has one.
-    Predicted times use the profile calibrated at the largest p measured here."""
+    Predicted times use the profile calibrated at that P, else at the largest p
+    calibrated here (its rates and fitted overheads carried over unchanged)."""
     graph = PlanGraph.of(make_graph(kind, nodes, width), "gcn")
     base = PlanConfig(2, hidden=args.hidden, num_layers=2)
     rows = []
@@ -149,6 +171,7 @@ def scaling_table(kind: str, nodes: int, width: int, ranks: list[int], profile: 
         if p > graph.num_nodes:
             continue
         seen = set()
+        profile = profiles.get(p) or profiles[max(profiles)]
         for cand in auto_plan(graph, p, profile, replace(base, parts=p)):
             c = cand.config
             key = (c.algo, c.comm) if c.algo != "1.5d" else (c.algo, c.comm, c.replication)
@@ -186,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         args.partitioners, args.table = "block", "4,16,64"
     rows: list[Row] = []
     fitted: dict[str, dict[str, float]] = {}
+    profiles = {}
     for p in (int(v) for v in args.ranks.split(",")):
-        profile = spawn(calibrate_rank, p, (args.quick,), wall_timeout_s=1800)[0]
+        profile = profiles[p] = spawn(calibrate_rank, p, (args.quick,), wall_timeout_s=1800)[0]
         fitted[f"p={p}"] = {k: getattr(profile, k) for k in
                             ("epoch_overhead_s", "call_overhead_s", "row_overhead_s")}
         for kind in args.graphs.split(","):
@@ -206,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         ranks = [int(v) for v in args.table.split(",")]
         table = scaling_table("sbm", args.nodes, max(int(w) for w in args.widths.split(",")),
-                              ranks, profile, args, rows)
+                              ranks, profiles, args, rows)
         for r in table:
             got = f"{r['measured_s'] * 1e3:.1f}" if r["measured_s"] is not None else "-"
             print(f"P={r['p']:>5} {r['algo']:>4} c={r['replication']} {r['comm']:>6}: "

@@ -11,9 +11,15 @@ import pytest
 from sparsegnn.cli.main import main
 from sparsegnn.data import sbm
 from sparsegnn.distributed.autoplan import auto_plan, configurations, shortlist
-from sparsegnn.distributed.cost import LinkCost, Profile, latency_scale
+from sparsegnn.distributed.cost import (
+    LinkCost,
+    Profile,
+    latency_scale,
+    loaded_graph_bytes,
+    predict_memory,
+)
 from sparsegnn.distributed.grid import grid_shape
-from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.planner import PlanConfig, PlanGraph, partitioned
 from sparsegnn.errors import DataFormatError
 
 
@@ -71,6 +77,23 @@ def test_memory_limit_excludes_and_ranks_fitting_first(graph: PlanGraph) -> None
     assert all(c.memory_bytes <= limit * 2**30 for c in limited if c.fits)
     with_overhead = auto_plan(graph, 4, profile(overhead=2**20), PlanConfig(4))
     assert min(c.memory_bytes for c in with_overhead) == sizes[0] + 2**20
+    with_base = auto_plan(graph, 4, replace(profile(), rank_base_bytes=3 << 20), PlanConfig(4))
+    assert min(c.memory_bytes for c in with_base) == sizes[0] + (3 << 20)
+
+
+def test_memory_counts_the_graph_every_rank_loads_and_the_process_base() -> None:
+    """``train --algo auto`` ranks each load the whole graph (and pass through a copy of
+    it) on top of their share: a 600-vertex graph with 16 features adds 2 x (600 x (64 +
+    8 + 3) + 16 per edge) bytes to every configuration."""
+    g = sbm(600, 4, 8, num_features=16, seed=0)
+    loaded = 600 * (16 * 4 + 8 + 3) + g.num_edges * 16
+    assert loaded_graph_bytes(PlanGraph.of(g, "gcn"), 4) == loaded
+    lay = partitioned(PlanGraph.of(g, "gcn"), grid_shape("1d", 4), "block", 0)
+    share = predict_memory(lay, PlanConfig(4), 4)
+    assert predict_memory(lay, PlanConfig(4), 4, whole_graph=True) == share + 2 * loaded
+    ranked = auto_plan(PlanGraph.of(g, "gcn"), 4, profile(), PlanConfig(4))
+    one_d = next(c for c in ranked if (c.config.algo, c.config.comm) == ("1d", "dense"))
+    assert one_d.memory_bytes == share + 2 * loaded
 
 
 def test_cli_plan_auto_chooses_and_refuses(tmp_path: Path,

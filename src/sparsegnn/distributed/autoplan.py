@@ -59,7 +59,10 @@ def auto_plan(
     graph: PlanGraph, parts: int, profile: Profile, base: PlanConfig, *,
     partitioners: tuple[str, ...] = ("block",), max_rank_memory_gib: float | None = None,
 ) -> list[Candidate]:
-    """Every feasible configuration, fitting ones first, each group by predicted time."""
+    """Every feasible configuration, fitting ones first, each group by predicted time.
+
+    Memory is predicted for ranks that each load ``graph`` whole, as ``train --algo
+    auto`` runs them (it refuses partitioned folders)."""
     layouts: dict[tuple[int, str], Layout] = {}
     found = []
     for cfg in configurations(parts, partitioners, base):
@@ -73,7 +76,9 @@ def auto_plan(
         volumes = {**plan_epoch(lay, cfg.comm, cfg, cfg.value_bytes),
                    "value_bytes": cfg.value_bytes}
         cost = predict_epoch(lay, volumes, cfg, profile, cfg.comm)
-        memory = predict_memory(lay, cfg, cfg.value_bytes, profile.rank_overhead_bytes)
+        memory = predict_memory(lay, cfg, cfg.value_bytes,
+                                profile.rank_base_bytes + profile.rank_overhead_bytes,
+                                whole_graph=True)
         fits = max_rank_memory_gib is None or memory <= max_rank_memory_gib * 2**30
         found.append(Candidate(cfg, cost, memory, fits))
     return sorted(found, key=lambda c: (not c.fits, c.cost.total_s))

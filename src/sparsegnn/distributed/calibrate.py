@@ -147,4 +147,5 @@ def measure_profile(session: Session, quick: bool = False) -> Profile:
     rusage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return Profile(session.backend, session.world_size, per_nnz, per_row, gemm, elem,
                    links, {"graph_vertices": n, "collective_sizes": sizes},
-                   max(0, rusage - session.start_rss_bytes), dropout_s=drop)
+                   max(0, rusage - session.start_rss_bytes), session.start_rss_bytes,
+                   dropout_s=drop)

@@ -82,6 +82,9 @@ class Profile:
     # What a rank's resident set grows by beyond its data: communication buffers, kernel
     # workspaces, allocator slack (the calibration job's own growth).
     rank_overhead_bytes: int = 0
+    # A rank's resident set before it holds any data (interpreter, torch, the backend's
+    # buffers): part of every rank's peak, which a memory limit caps.
+    rank_base_bytes: int = 0
     # Seconds per value of a dropout mask drawn and applied (random numbers cost far
     # more than an activation's pass: counted apart).
     dropout_s: float = 0.0
@@ -167,6 +170,7 @@ class Profile:
                    seconds(raw["elementwise_s"], "elementwise_s"), links,
                    dict(raw.get("notes") or {}),
                    int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")),
+                   int(seconds(raw.get("rank_base_bytes", 0), "rank_base_bytes")),
                    **optional)
 
 
@@ -360,13 +364,20 @@ def row_values(shape: GridShape, part: Any, widths: list[int]) -> int:
                for i, j, _ in map(shape.coords, range(shape.size)))
 
 
-def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0) -> int:
-    """Predicted peak bytes of the busiest rank beyond its imports: what it holds (its
-    tiles of A, stored twice when A^T is kept apart; its feature rows, on 2D/3D only its
-    column slice of them; the model and Adam's two moments), what training adds,
-    measured as about two copies of its input rows (dropout's output and the gathered
-    block of H) on a 4M-vertex graph (benchmarks/memory_scaling), and ``overhead`` (the
-    profile's per-rank growth)."""
+def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
+                   whole_graph: bool = False) -> int:
+    """Predicted peak bytes of the busiest rank: what it holds (its tiles of A, stored
+    twice when A^T is kept apart; its feature rows, on 2D/3D only its column slice of
+    them; the model and Adam's two moments), what training adds, measured as about two
+    copies of its input rows (dropout's output and the gathered block of H) on a
+    4M-vertex graph (benchmarks/memory_scaling), and ``overhead``: what the process is
+    before its data (the profile's base) and its growth beyond it (the calibration
+    job's), so that the prediction is of the whole resident set a memory limit caps.
+    ``whole_graph``: every rank also keeps the graph it loaded (a dataset or generator
+    given by name; ranks that read a partitioned folder load only their share), counted
+    twice: loading passes through a transient copy of it (unpickled or generated arrays,
+    the normalised features). Without that second copy the prediction fell 8-85 MiB
+    short of the measured peak on 131k- and 262k-vertex SBM graphs at p = 2."""
     g, shape, part = layout.graph, layout.shape, layout.part
     operator = g.operator()
     nnz = rank_nonzeros(shape, part, operator)
@@ -383,7 +394,14 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0) -
         features = rows * _feature_columns(shape, j, f) * value_bytes
         held = topology + features + 3 * params * value_bytes
         busiest = max(busiest, held + 2 * features)
-    return busiest + overhead
+    return busiest + overhead + (2 * loaded_graph_bytes(g, value_bytes) if whole_graph else 0)
+
+
+def loaded_graph_bytes(graph: Any, value_bytes: int) -> int:
+    """A loaded graph's bytes: its features, its edge list (two int64 per edge), its
+    labels (int64) and three split masks."""
+    n = graph.num_nodes
+    return n * (graph.num_features * value_bytes + 8 + 3) + graph.num_edges * 16
 
 
 def _feature_columns(shape: GridShape, col: int, num_features: int) -> int:

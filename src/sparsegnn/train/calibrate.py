@@ -33,6 +33,7 @@ from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
 from sparsegnn.train.distributed import DistributedConfig, measure_epoch_s
 from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.memory import peak_rss_bytes
 
 HIDDEN = 16
 
@@ -45,7 +46,14 @@ def calibrate_rank(quick: bool = False, backend: str | None = None,
         # Rank 0's rates are the profile's: every rank prices with them, so all train
         # the same configurations in the same order.
         rates = gather_objects(measure_profile(session, quick))[0]
-        return fit_overheads(session, rates, quick)
+        fitted = fit_overheads(session, rates, quick)
+        # Training grows a rank further than the rates' measurements did (autograd,
+        # the optimiser, the collectives' buffers): the largest growth of any rank over
+        # the whole job, and the largest resident set before any data, are the profile's.
+        grown = max(gather_objects(peak_rss_bytes() - session.start_rss_bytes))
+        base = max(gather_objects(session.start_rss_bytes))
+        return replace(fitted, rank_base_bytes=base,
+                       rank_overhead_bytes=max(fitted.rank_overhead_bytes, grown))
     finally:
         close_session()
 
