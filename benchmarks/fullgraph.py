@@ -9,6 +9,8 @@ Configurations, each in a fresh process:
   (``sparsegnn.sparse.reorder``, community order; features, labels and masks moved
   with it). The reordering is part of the one-time setup, timed separately.
 * ``ours_unordered``: the same without reordering.
+* ``ours_bf16``: ``ours`` with the features stored in bfloat16 (activations bfloat16,
+  weights, sums and loss float32; issue 26.3, ``TrainConfig.precision``).
 * ``pyg_edge_index``: PyG ``GCNConv(cached=True)`` on ``edge_index``.
 * ``pyg_csr``: PyG ``GCNConv(cached=True)`` on a torch sparse CSR ``adj_t``
   (``ToSparseTensor(layout=torch.sparse_csr)``), PyG's fastest form without
@@ -74,7 +76,10 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     base = rss_bytes()
     mem.reset()
     start = time.perf_counter()
-    model, op, g = setup(config["impl"], g)
+    bf16 = config["impl"] == "ours_bf16"
+    model, op, g = setup("ours" if bf16 else config["impl"], g)
+    if bf16:  # the float32 copy is released: training holds the bfloat16 one only
+        g.x = g.x.bfloat16()
     setup_s = time.perf_counter() - start
     setup_peak = mem.peak() - base
     epoch = epoch_fn(model, op, g)
@@ -90,7 +95,8 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     return {"epoch_times": times, "setup_s": setup_s, "setup_peak_gib": gib(setup_peak),
             "train_peak_gib": gib(mem.peak() - base), "base_gib": gib(base),
             "first_loss": first_loss, "last_loss": loss, "memory_method": mem.method,
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(),
+            "feature_bytes": g.x.numel() * g.x.element_size()}
 
 
 # ---------------------------------------------------------------------- driver
@@ -102,9 +108,10 @@ def main() -> None:
     graphs = ["sbm14" if args.quick else "sbm18", "cora"]
     epochs = args.repeats or (3 if args.quick else 5)
     have_pyg = have_module("torch_geometric")
-    configs = configurations()
+    configs = (*configurations(), "ours_bf16")
     if args.quick:  # a smoke test: one configuration per code path, within a minute
-        configs = tuple(c for c in configs if c in ("ours", "pyg_edge_index", "pyg_csr"))
+        configs = tuple(c for c in configs
+                        if c in ("ours", "ours_bf16", "pyg_edge_index", "pyg_csr"))
     if not have_pyg:
         print("PyG (torch_geometric) is not installed: only our configurations run.")
     rounds = 1 if args.quick else 2
@@ -118,7 +125,7 @@ def main() -> None:
                 runs.setdefault((graph, impl), []).append(run_isolated(Path(__file__), config))
     results = [merge_runs(graph, impl, r) for (graph, impl), r in runs.items()]
     print_table(results, ["graph", "impl", "epoch_s", "epoch_median_s", "train_peak_gib",
-                          "setup_s", "setup_peak_gib", "last_loss"])
+                          "feature_bytes", "setup_s", "setup_peak_gib", "last_loss"])
     speedups, metrics = summarize(results, graphs)
     emit(results, speedups, metrics, args.json)
 
@@ -152,6 +159,8 @@ def summarize(results: list[Row], graphs: list[str]) -> tuple[dict[str, float], 
         for impl in ("ours_unordered", *pyg_forms(), "pyg_csr_reordered"):
             if impl in rows:
                 speedups[f"{graph}/ours_vs_{impl}"] = rows[impl]["epoch_s"] / ours["epoch_s"]
+        if "ours_bf16" in rows:
+            metrics.update(bf16_metrics(graph, ours, rows["ours_bf16"]))
         pyg = [rows[i] for i in pyg_forms() if i in rows]
         if pyg:
             fastest = min(pyg, key=lambda r: r["epoch_s"])
@@ -166,6 +175,13 @@ def summarize(results: list[Row], graphs: list[str]) -> tuple[dict[str, float], 
                 metrics["accept/memory_ok"] = bool(ratio <= 1.0)
         metrics[f"{graph}/ours_setup_s"] = ours["setup_s"]
     return speedups, metrics
+
+
+def bf16_metrics(graph: str, ours: Row, bf16: Row) -> dict[str, float]:
+    """bfloat16 storage against float32 (issue 26.3): epoch, training peak, features."""
+    return {f"{graph}/bf16_epoch_speedup": ours["epoch_s"] / bf16["epoch_s"],
+            f"{graph}/bf16_train_peak_over_fp32": bf16["train_peak_gib"] / ours["train_peak_gib"],
+            f"{graph}/bf16_feature_bytes_over_fp32": bf16["feature_bytes"] / ours["feature_bytes"]}
 
 
 if __name__ == "__main__":
