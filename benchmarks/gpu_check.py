@@ -2,7 +2,9 @@
 
 Correctness (float64 CPU references): SpMM and both of its gradients on random
 matrices with empty rows at several widths, ``gcn_norm``, a reordered operator, and one
-GCN forward/backward with identical weights, ``fast_dropout``'s drop rate and gradient.
+GCN forward/backward with identical weights, ``fast_dropout``'s drop rate and gradient,
+and reduced precision (issue 26.3): float16/bfloat16 SpMM with float32 accumulation
+and its gradients, and a GCN on float16 features against float32.
 Timings (2^18-vertex graphs as in
 ``spmm.py`` and ``fullgraph.py``): ours vs torch ``A @ X`` and PyG's ``spmm`` with and
 without reordering, and GCN epochs ours vs PyG with ``torch.cuda.max_memory_allocated``
@@ -102,7 +104,45 @@ def check_correctness(dev: torch.device) -> list[str]:
     close(op.matmul(x.to(dev)), norm.to_dense() @ x, "reordered operator", failures)
     check_gcn(norm, dev, failures)
     check_dropout(dev, failures)
+    check_reduced(norm.to(dtype=torch.float32), dev, failures)
     return failures
+
+
+def check_reduced(adj: CSRMatrix, dev: torch.device, failures: list[str]) -> None:
+    """16-bit features on the device (cuSPARSE, float32 compute): the product and the
+    feature gradient within 16-bit rounding of the float64 ones, row sums that a 16-bit
+    accumulator could not reach, and a GCN whose float32 logits follow float32's."""
+    a = adj.to(dev)
+    x = torch.randn(adj.shape[0], 32, dtype=torch.float64)
+    ref = adj.to(dtype=torch.float64).to_dense() @ x
+    for dtype in (torch.float16, torch.bfloat16):
+        name = str(dtype).removeprefix("torch.")
+        xr = x.to(dev, dtype).requires_grad_()
+        out = spmm(a, xr)
+        out.float().sum().backward()
+        near(out, ref, 2.0**-6, f"spmm {name}", failures)
+        assert xr.grad is not None
+        near(xr.grad, adj.to(dtype=torch.float64).to_dense().sum(0, keepdim=True).t()
+             .expand(-1, 32), 2.0**-6, f"spmm {name} grad x", failures)
+        n = 4096
+        ones = CSRMatrix.from_csr(torch.tensor([0, n]), torch.arange(n), torch.ones(n), (1, n))
+        total = spmm(ones.to(dev), torch.ones(n, 4, device=dev, dtype=dtype))
+        if not bool((total.float() == n).all()):
+            failures.append(f"spmm {name}: 4096 ones sum to {float(total[0, 0])}")
+    torch.manual_seed(0)
+    model = GCN(32, 64, 5, dropout=0.0).to(dev).eval()
+    with torch.no_grad():
+        full, half = model(x.float().to(dev), a), model(x.to(dev, torch.float16), a)
+    if half.dtype != torch.float32:
+        failures.append(f"GCN float16: logits are {half.dtype}, expected float32")
+    near(half, full.double(), 2.0**-5, "GCN float16 logits", failures)
+
+
+def near(a: torch.Tensor, b: torch.Tensor, rel: float, what: str, failures: list[str]) -> None:
+    """Within ``rel`` of the largest reference entry (16-bit storage tolerances)."""
+    err = float((a.detach().cpu().double() - b.cpu().double()).abs().max())
+    if err > rel * float(b.abs().max()):
+        failures.append(f"{what}: max error {err}")
 
 
 def check_dropout(dev: torch.device, failures: list[str]) -> None:
@@ -154,8 +194,10 @@ def spmm_rows(
     rows: list[Row] = []
     for f in WIDTHS:
         x = torch.randn(a.shape[0], f, device=a.device)
+        xh = x.half()
         fns = {"ours": synced(lambda x=x: spmm(a, x)),
                f"ours_{DEFAULT_REORDERING}": synced(lambda x=x: spmm(a_new, x)),
+               f"ours_fp16_{DEFAULT_REORDERING}": synced(lambda xh=xh: spmm(a_new, xh)),
                "torch_csr": synced(lambda x=x: torch.sparse.mm(t_csr, x))}
         if pyg_spmm is not None:
             fns["pyg_spmm"] = synced(lambda x=x: pyg_spmm(t_csr, x))
@@ -196,7 +238,8 @@ def main() -> None:
           flush=True)
     spmm_rows = spmm_timings(dev, args.quick, repeats)
     print_table(spmm_rows, [c for c in ("graph", "f", "nnz", "ours", "ours_community",
-                                        "torch_csr", "pyg_spmm") if c in spmm_rows[0]])
+                                        "ours_fp16_community", "torch_csr", "pyg_spmm")
+                            if c in spmm_rows[0]])
     gcn_rows = gcn_timings(dev, args.quick, repeats)
     print_table(gcn_rows, ["graph", "impl", "epoch_s", "peak_gib"])
     emit([*spmm_rows, *gcn_rows], summarize(spmm_rows, gcn_rows),
@@ -212,6 +255,7 @@ def summarize(spmm_rows: list[Row], gcn_rows: list[Row]) -> dict[str, float]:
         key = f"spmm/{r['graph']}/f{r['f']}"
         out[f"{key}/ours_vs_torch"] = r["torch_csr"] / r["ours"]
         out[f"{key}/ours_community_vs_torch"] = r["torch_csr"] / r["ours_community"]
+        out[f"{key}/fp16_vs_fp32_community"] = r["ours_community"] / r["ours_fp16_community"]
     epochs: dict[str, Any] = {r["impl"]: r["epoch_s"] for r in gcn_rows}
     for impl, t in epochs.items():
         if impl != "ours":
