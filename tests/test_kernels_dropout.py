@@ -48,3 +48,21 @@ def test_odd_sizes() -> None:
     for shape in [(1,), (3, 1), (7, 5)]:
         y = fast_dropout(torch.ones(shape), 0.5)
         assert y.shape == torch.Size(shape)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_lanes_are_unbiased_and_uncorrelated(p: float) -> None:
+    """The four 16-bit lanes of each 64-bit draw drop at rate p each and independently
+    of one another (also across words): a bias or correlation in the lanes would show
+    as columns of a ``[n, 4k]`` tensor dropped together, beyond 5 standard errors."""
+    torch.manual_seed(11)
+    n = 1 << 20
+    keep = (fast_dropout(torch.ones(n, 4), p) != 0).double()
+    q = 1.0 - p
+    se = (p * q / n) ** 0.5
+    assert bool(((keep.mean(0) - q).abs() < 5 * se).all())
+    centred = (keep - q) / (p * q) ** 0.5
+    pairs = [(centred[:, i], centred[:, j]) for i in range(4) for j in range(i + 1, 4)]
+    pairs.append((centred[:-1, 3], centred[1:, 0]))  # last lane of a word, first of the next
+    for a, b in pairs:
+        assert abs(float((a * b).mean())) < 5 / n**0.5
