@@ -121,6 +121,21 @@ def test_models_keep_16bit_activations_and_float32_weights(kind: str) -> None:
         assert p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
 
 
+def test_layers_take_an_edge_index_with_16bit_features() -> None:
+    """PyG interop: the operator built from an ``edge_index`` is float32 whatever the
+    features' storage."""
+    from sparsegnn.nn import GCNConv, SAGEConv
+
+    torch.manual_seed(0)
+    edges = torch.randint(0, 50, (2, 300))
+    x = torch.randn(50, 8)
+    for layer in (GCNConv(8, 4), SAGEConv(8, 4)):
+        ref = layer(x, edges).detach()
+        out = layer(x.bfloat16(), edges)
+        assert out.dtype == torch.bfloat16
+        assert torch.allclose(out.float(), ref, rtol=0, atol=0.05 * float(ref.abs().max()))
+
+
 def test_bf16_training_halves_feature_bytes_and_learns() -> None:
     graph = sbm(300, 4, 8, seed=1, num_features=16)
     runs = {}

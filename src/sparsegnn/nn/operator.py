@@ -11,7 +11,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
-from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
+from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix, gcn_norm, row_norm
 
 Norm = Literal["gcn", "mean", "sum"]
 
@@ -55,8 +55,11 @@ def as_operator(
     output: repeated edges each count (their entries add up), and for ``gcn`` every node
     ends with exactly one self-loop of weight 1 however many it had, as PyG's
     ``add_remaining_self_loops`` leaves it for an unweighted graph (a loop listed k times
-    would otherwise weigh k and shift that node's degree).
+    would otherwise weigh k and shift that node's degree). For 16-bit features the
+    operator is float32, the type :func:`sparsegnn.sparse.spmm` pairs with them.
     """
+    if dtype in REDUCED_DTYPES:
+        dtype = torch.float32
     if isinstance(adj, torch.Tensor):
         edge_index = adj.to(torch.long)
         if norm == "gcn":
