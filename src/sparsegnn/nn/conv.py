@@ -8,8 +8,9 @@ Reduced precision: a layer computes in the dtype of its input. Given bfloat16 (o
 float16) features it casts its float32 parameters to that dtype at use, so the dense
 product and the SpMM read and write 16-bit activations (both accumulate in float32
 inside: oneDNN/cuBLAS and :func:`sparsegnn.sparse.spmm`), while the parameters, their
-gradients (the cast is differentiable) and Adam's state stay float32: an update of
-``lr * 5e-4`` weight decay is below bfloat16's resolution for a weight near 1.
+gradients (the cast is differentiable) and Adam's state stay float32: bfloat16's
+spacing is 2^-8 of a weight, so any Adam step smaller than about 0.4% of the weight
+(most steps once training settles, at lr 0.01) would round away in a 16-bit weight.
 """
 
 from __future__ import annotations
