@@ -172,7 +172,8 @@ def fingerprint(cfg: TrainConfig, **data: str | int) -> dict[str, str | int]:
 
     ``data`` names the graph (its hash and sizes) and how the run is distributed; the
     model's kind, sizes and dtype come from ``cfg``. Epochs, learning rate and seed may
-    change on resume, so they are not part of it.
+    change on resume, so they are not part of it; nor is ``precision``, since weights
+    and Adam's state are float32 at either precision.
     """
     return {"kind": "fullgraph", "model": cfg.model, "hidden": cfg.hidden,
             "layers": cfg.num_layers, "dtype": cfg.dtype, **data}
