@@ -184,6 +184,7 @@ def scaling_table(kind: str, nodes: int, width: int, ranks: list[int],
             rows.append({"what": "scaling", "p": p, "algo": c.algo,
                          "replication": c.replication, "comm": c.comm,
                          "predicted_s": cand.cost.total_s,
+                         "bytes_per_rank": cand.bytes_per_rank,
                          "predicted_comm_s": sum(cand.cost.comm_s.values()),
                          "measured_s": match[0]["measured_s"] if match else None})
     return rows
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in table:
             got = f"{r['measured_s'] * 1e3:.1f}" if r["measured_s"] is not None else "-"
             print(f"P={r['p']:>5} {r['algo']:>4} c={r['replication']} {r['comm']:>6}: "
+                  f"{r['bytes_per_rank'] / 2**20:9.2f} MiB per rank, "
                   f"predicted {r['predicted_s'] * 1e3:9.2f} ms (comm "
                   f"{r['predicted_comm_s'] * 1e3:8.2f}), measured {got}")
         rows += table

@@ -28,12 +28,14 @@ class Candidate:
     cost: EpochCost
     memory_bytes: int
     fits: bool
+    bytes_per_rank: int = 0  # the busiest rank's bytes per epoch (the planner's, exact)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.config
         return {"algo": c.algo, "replication": c.replication, "comm": c.comm,
                 "partitioner": c.partitioner, **self.cost.to_dict(),
-                "memory_bytes_per_rank": self.memory_bytes, "fits": self.fits}
+                "memory_bytes_per_rank": self.memory_bytes, "fits": self.fits,
+                "bytes_per_rank": self.bytes_per_rank}
 
 
 def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
@@ -80,7 +82,8 @@ def auto_plan(
                                 profile.rank_base_bytes + profile.rank_overhead_bytes,
                                 whole_graph=True)
         fits = max_rank_memory_gib is None or memory <= max_rank_memory_gib * 2**30
-        found.append(Candidate(cfg, cost, memory, fits))
+        moved = int(volumes["bytes_per_epoch"]["max_per_rank"])
+        found.append(Candidate(cfg, cost, memory, fits, moved))
     return sorted(found, key=lambda c: (not c.fits, c.cost.total_s))
 
 
