@@ -72,10 +72,10 @@ def compare(cfg: tuple[str, int, str], link: str, plain: dict[str, Any],
     }
 
 
-def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work: Path
-        ) -> list[Row]:
+def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work: Path,
+        spec: str = GRAPH, hidden: int = 16) -> list[Row]:
     graph = work / "graph.npz"
-    sparsegnn("data", "generate", GRAPH, "--out", str(graph))
+    sparsegnn("data", "generate", spec, "--out", str(graph))
     rows = []
     for link in links:
         with Cluster(HOSTS, link) as c:
@@ -89,6 +89,7 @@ def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work
                 for n, extra in enumerate(([], ["--overlap"])):
                     args = ["train", "--algo", algo, "--comm", comm, "--epochs", str(epochs),
                             "--patience", str(epochs), "--timeout", "120", "--dropout", "0",
+                            "--hidden", str(hidden),
                             "--history", "--json", "--no-progress", *extra]
                     launch = across(c, 1, hosts, args, folder.parent / f"logs-{k}-{n}-{link}",
                                     PORT + 4 * k + 2 * n)
@@ -108,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = make_parser(__doc__ or "", quick_help="1D dense at 100mbit, 3 epochs")
     ap.add_argument("--links", default="100mbit,1gbit")
     ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--graph", default=GRAPH, help="generator spec of the graph")
+    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--configs", default=None,
+                    help="ALGO:C:COMM,... (default: 1D and 1.5D c=2, dense and sparse)")
     args = ap.parse_args(argv)
     ok, why = available()
     if not ok:
@@ -116,16 +121,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sweep_stale()
     links, configs = args.links.split(","), list(CONFIGS)
+    if args.configs:
+        configs = [(a, int(c), m) for a, c, m in
+                   (item.split(":") for item in args.configs.split(","))]
     if args.quick:
         links, configs, args.epochs = ["100mbit"], [CONFIGS[0]], 3
     with tempfile.TemporaryDirectory(prefix="sparsegnn-overlap-") as tmp:
-        rows = run(links, configs, args.epochs, Path(tmp))
+        rows = run(links, configs, args.epochs, Path(tmp), args.graph, args.hidden)
     print_table(rows, ["algo", "replication", "comm", "link", "epoch_plain_s",
                        "epoch_overlap_s", "comm_share_plain", "hidden_fraction", "same_losses"])
     speedups = {f"overlap {r['algo']} c={r['replication']} {r['comm']} {r['link']}":
                 r["epoch_plain_s"] / r["epoch_overlap_s"] for r in rows}
     heavy = [r for r in rows if r["comm_share_plain"] >= 0.3]
-    metrics = {"graph": GRAPH, "hosts": HOSTS, "epochs": args.epochs,
+    metrics = {"graph": args.graph, "hidden": args.hidden, "hosts": HOSTS, "epochs": args.epochs,
                "all_losses_equal": all(r["same_losses"] for r in rows),
                "min_hidden_where_comm_30pct": min((r["hidden_fraction"] for r in heavy),
                                                   default=None)}
