@@ -161,7 +161,8 @@ def test_cli_train_algo_auto_trains_the_fastest_trial(
     assert out["grid"][1] == fastest["replication"]
     assert sum(line.lstrip().startswith("trial ") for line in lines) == 3
     assert main([*argv, "--algo", fastest["algo"], "--replication",
-                 str(fastest["replication"]), "--comm", fastest["comm"]]) == 0
+                 str(fastest["replication"]), "--comm", fastest["comm"],
+                 "--dropout-masks", "block"]) == 0  # auto's default: what it priced
     direct = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert direct["losses"] == out["losses"]
 
@@ -205,3 +206,23 @@ def test_latency_scales_with_the_group_a_collective_runs_in() -> None:
     assert latency_scale(grid_shape("2d", 4), "backward_spmm", 4) == pytest.approx(1 / 3)
     assert latency_scale(grid_shape("1d", 64), "forward_spmm", 4) == 1.0
     assert latency_scale(grid_shape("1d", 4), "forward_spmm", 1) == 1.0
+
+
+@pytest.mark.distributed
+def test_dropout_masks_flag_chooses_whole_graph_or_per_block_masks(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A graph loaded whole draws whole-graph masks unless told otherwise (the same
+    losses as one process); ``--dropout-masks block`` draws per block (other losses)."""
+    argv = ["train", "--dataset", "sbm:nodes=300,blocks=3,degree=6", "--epochs", "3",
+            "--no-progress", "--history", "--json", "--dtype", "float64"]
+
+    def losses(*extra: str) -> list[float]:
+        assert main([*argv, *extra]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["losses"]
+
+    one = losses()
+    ranks = ["--nprocs", "2", "--algo", "1d"]
+    assert losses(*ranks) == pytest.approx(one, rel=1e-9)
+    assert losses(*ranks, "--dropout-masks", "global") == pytest.approx(one, rel=1e-9)
+    assert losses(*ranks, "--dropout-masks", "block") != pytest.approx(one, rel=1e-9)

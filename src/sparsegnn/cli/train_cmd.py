@@ -94,6 +94,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument("--profile", default=None,
                       help="--algo auto: machine profile from `sparsegnn calibrate --out` "
                            "(default: calibrate now, quickly)")
+    dist.add_argument("--dropout-masks", choices=("auto", "global", "block"), default=None,
+                      help="global: every rank draws the whole graph's dropout mask and "
+                           "keeps its rows (the same result as one process, at an n x f "
+                           "draw per layer on every rank); block: each vertex block draws "
+                           "its own (what scales); default: global for a graph loaded whole, "
+                           "block for a partitioned folder and for --algo auto")
     dist.add_argument("--overlap", action="store_true",
                       help="1d/1.5d: overlap communication with computation (dense: each "
                            "block's broadcast with the SpMM of the previous one; sparse: "
@@ -406,7 +412,7 @@ def _distributed(args: argparse.Namespace) -> int:
         args.partition)
     dcfg = DistributedConfig(replication=args.replication, backend=args.backend,
                              timeout_s=args.timeout, partition=partition, comm=args.comm,
-                             overlap=args.overlap)
+                             overlap=args.overlap, dropout_masks=_masks(args, auto))
     job = DistributedJob.for_dataset(
         args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
@@ -448,6 +454,15 @@ def _distributed(args: argparse.Namespace) -> int:
         text += _auto_summary(out["auto"])
     return finish_run(args, _title(run.graph, job.cfg.model, f", {run.shape.describe()}"),
                       out, text)
+
+
+def _masks(args: argparse.Namespace, auto: dict[str, Any] | None) -> Any:
+    """``--dropout-masks``, where not given: per block for ``--algo auto``, whose cost model
+    prices a rank's share of the work (a whole-graph mask on every rank would undo the
+    distribution it chose), else ``auto``."""
+    if args.dropout_masks is not None:
+        return args.dropout_masks
+    return "block" if auto is not None else "auto"
 
 
 def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
