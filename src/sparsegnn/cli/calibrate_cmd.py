@@ -11,6 +11,7 @@ numbers are written to ``--out`` (a JSON profile that ``plan --auto --profile`` 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from sparsegnn.cli.common import add_json_flag, emit, int_range, output_file
@@ -20,7 +21,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("calibrate", help="measure compute and collective costs",
                               description=__doc__)
     p.add_argument("--nprocs", type=int_range(1, 64), default=4,
-                   help="ranks to measure with (the world size you plan for)")
+                   help="ranks to measure with (the world size you plan for; under "
+                        "torchrun its ranks, on every host of the job)")
     p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl on CUDA)")
     p.add_argument("--out", type=output_file, default=None, help="write the profile here")
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
@@ -29,11 +31,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparsegnn.distributed import spawn
+    from sparsegnn.distributed import in_torchrun, spawn
     from sparsegnn.train.calibrate import calibrate_rank
 
-    profile = spawn(calibrate_rank, args.nprocs, (args.quick, args.backend),
-                    wall_timeout_s=1800)[0]
+    if in_torchrun():  # the job's own ranks, across its hosts: measures their links
+        profile = calibrate_rank(args.quick, args.backend)
+        if int(os.environ.get("RANK", "0")) != 0:
+            return 0
+    else:
+        profile = spawn(calibrate_rank, args.nprocs, (args.quick, args.backend),
+                        wall_timeout_s=1800)[0]
     if args.out:
         profile.save(args.out)
     out = profile.to_dict()

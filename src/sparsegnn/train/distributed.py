@@ -431,10 +431,10 @@ class DistributedRun:
 def run_distributed(job: DistributedJob) -> DistributedRun | None:
     """Run ``job`` on ``job.nprocs`` spawned local ranks, or as this process's rank under
     torchrun; rank 0's :class:`DistributedRun` (``None`` on other torchrun ranks)."""
-    shape = grid_shape(job.dcfg.algo, job.nprocs, job.dcfg.replication)
-    if in_torchrun():
+    if in_torchrun():  # the grid is torchrun's world, checked when the ranks build it
         mine = _run_job(job)
         return mine.value if mine.rank == 0 else None
+    shape = grid_shape(job.dcfg.algo, job.nprocs, job.dcfg.replication)
     if is_shard_dir(job.dataset):
         check_manifest(job.dataset, shape, job.cfg.model)
     threads = max(1, (os.cpu_count() or 1) // shape.size)
