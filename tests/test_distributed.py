@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -434,6 +436,21 @@ def test_cli_trains_on_spawned_ranks_and_reports_bytes(capsys):
     assert comm["total_bytes_per_epoch"] == comm["comm_model"]["total_bytes_per_epoch"] > 0
     model = comm["comm_model"]["per_rank"]
     assert [r["sent"] for r in comm["per_rank"]] == [r["sent"] for r in model]
+
+
+@pytest.mark.distributed
+def test_torchrun_trains_a_replicated_grid_on_a_graph_loaded_by_name():
+    """Under torchrun the grid is torchrun's world: ``--algo 1.5d --replication 2`` on a
+    graph given by name must not be checked against ``--nprocs`` (1 by default)."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", "4", "-m", "sparsegnn", "train", "--dataset", GRAPH_SPEC,
+            "--algo", "1.5d", "--replication", "2", "--epochs", "2", "--no-progress",
+            "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["grid"] == [2, 2, 1] and out["world_size"] == 4
 
 
 def test_data_partition_writes_one_file_per_rank(tmp_path, capsys):
