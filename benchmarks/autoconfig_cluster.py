@@ -77,8 +77,10 @@ def steady(out: dict[str, Any]) -> float:
     return statistics.median(seconds)
 
 
-def run_link(link: str, epochs: int, work: Path) -> list[Row]:
-    """Calibrate, train every configuration and ``--algo auto`` over ``link``."""
+def run_link(link: str, epochs: int, work: Path, quick: bool = False
+             ) -> tuple[list[Row], dict[str, Any]]:
+    """Calibrate, train every configuration and ``--algo auto`` over ``link``; the rows
+    and the link's profile (kept in the result, to refit the model from one run)."""
     profile_file = work / f"profile-{link}.json"
     graph = load_any(GRAPH, seed=0)
     common = ["--dataset", GRAPH, "--epochs", str(epochs), "--patience", str(epochs),
@@ -86,7 +88,10 @@ def run_link(link: str, epochs: int, work: Path) -> list[Row]:
               "--no-progress"]
     with Cluster(HOSTS, link) as c:
         launch = Launcher(c, work / f"logs-{link}")
-        launch("calibrate", "--quick", "--out", str(profile_file), "--json")
+        # The full calibration's sizes reach 16 MiB: a token bucket lets small messages
+        # through at line rate (its burst), so small sizes alone overstate the bandwidth.
+        launch("calibrate", *(["--quick"] if quick else []), "--out", str(profile_file),
+               "--json")
         profile = Profile.load(profile_file)
         ranked = auto_plan(PlanGraph.of(graph, "gcn"), HOSTS, profile, PlanConfig(HOSTS))
         measured = []
@@ -115,7 +120,7 @@ def run_link(link: str, epochs: int, work: Path) -> list[Row]:
                      "predicted_memory_bytes": cand.memory_bytes,
                      "measured_peak_rss_bytes": peak if key == chosen else None,
                      "auto_epoch_s": steady(auto) if key == chosen else None})
-    return rows
+    return rows, profile.to_dict()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,10 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     links = ["1gbit"] if args.quick else args.links.split(",")
     epochs = 3 if args.quick else args.epochs
     rows: list[Row] = []
+    profiles = {}
     with tempfile.TemporaryDirectory(prefix="sparsegnn-autoconfig-") as tmp:
         for link in links:
-            rows += run_link(link, epochs, Path(tmp))
+            found, profiles[link] = run_link(link, epochs, Path(tmp), args.quick)
+            rows += found
     speedups, metrics = judge(rows)
+    metrics["profiles"] = profiles
     metrics["graph"], metrics["hosts"] = GRAPH, HOSTS
     metrics["ranking_by_link"] = {
         link: [r["config"][:3] for r in sorted((r for r in rows if r["case"].startswith(link)),

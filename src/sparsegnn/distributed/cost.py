@@ -7,8 +7,10 @@ and a time per byte at the busiest rank (``sparsegnn calibrate`` measures them; 
 profile can also be written by hand). :func:`predict_epoch` prices one training epoch
 of a :class:`~sparsegnn.distributed.planner.Layout`:
 
-* communication per phase: the exact per-rank bytes of the planner (the busiest rank's
-  sent or received, whichever is larger) times the collective's time per byte, plus
+* communication per phase: the exact bytes of the planner (for an all-to-all or
+  all-reduce the busiest rank's sent or received, whichever is larger; for broadcast
+  stages, which run one after the other, all of them, shared among the groups that
+  broadcast at once on different hosts) times the collective's time per byte, plus
   the number of collective calls the algorithm makes times its latency (on 2D/3D with
   the first layer's row all-reduces of partial products and the second gradient sum),
   scaled to the size of the group the calls run in (:func:`latency_scale`);
@@ -85,6 +87,9 @@ class Profile:
     # A rank's resident set before it holds any data (interpreter, torch, the backend's
     # buffers): part of every rank's peak, which a memory limit caps.
     rank_base_bytes: int = 0
+    # Hosts the ranks are spread over (torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE): how
+    # many groups' broadcasts can use separate links at the same time.
+    hosts: int = 1
     # Seconds per value of a dropout mask drawn and applied (random numbers cost far
     # more than an activation's pass: counted apart).
     dropout_s: float = 0.0
@@ -171,6 +176,7 @@ class Profile:
                    dict(raw.get("notes") or {}),
                    int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")),
                    int(seconds(raw.get("rank_base_bytes", 0), "rank_base_bytes")),
+                   max(1, int(seconds(raw.get("hosts", 1), "hosts"))),
                    **optional)
 
 
@@ -262,6 +268,23 @@ def latency_scale(shape: GridShape, phase: str, calibrated_world: int) -> float:
     return min(1.0, (_group_size(shape, phase) - 1) / (calibrated_world - 1))
 
 
+def _priced_bytes(shape: GridShape, phase: str, comm: str, volume: dict[str, int],
+                  hosts: int) -> float:
+    """The bytes a phase's time is proportional to. An all-to-all or all-reduce moves
+    every rank's bytes at once: the busiest rank's. Across hosts, broadcast stages run
+    one after the other, each limited by its root's link: all the phase's bytes, divided
+    among the groups that broadcast at the same time (p / g of them, at most one per
+    host). Pricing the busiest rank's bytes there under-predicted 1D dense on 100 Mbit/s
+    links 3.2x (benchmarks/autoconfig_cluster.py). On one host, whose ranks copy through
+    the same memory, the busiest rank's bytes fit the measured epochs (benchmarks/
+    autoconfig.py) and pricing all of them over-predicted 1D dense 1.9x."""
+    if _phase_collective(shape, phase, comm) != "broadcast" or shape.size == 1 \
+            or hosts == 1:
+        return float(volume["max_per_rank"])
+    groups = shape.size // max(1, _group_size(shape, phase))
+    return volume["total"] / max(1, min(groups, hosts))
+
+
 def rank_nonzeros(shape: GridShape, part: Any, operator: Any) -> np.ndarray:
     """Nonzeros of the tiles each rank multiplies (one entry per rank), vectorised: at
     4096 ranks a 1D grid has 16M tiles."""
@@ -339,7 +362,8 @@ def predict_epoch(
     for phase, volume in plan["phases"].items():
         link = profile.link(_phase_collective(shape, phase, comm))
         ncalls = sum(counts.get(phase, {}).values())
-        comm_s[phase] = link.time(ncalls if shape.size > 1 else 0, volume["max_per_rank"],
+        comm_s[phase] = link.time(ncalls if shape.size > 1 else 0,
+                                  _priced_bytes(shape, phase, comm, volume, profile.hosts),
                                   latency_scale(shape, phase, profile.world_size))
     if shape.row_blocks > 1:  # the gradient sum and three scalar metrics over the blocks
         peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
