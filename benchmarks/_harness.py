@@ -93,6 +93,16 @@ def print_table(rows: Sequence[Row], columns: Sequence[str]) -> None:
     print()
 
 
+def skipped(ok: bool, why: str, as_json: bool) -> bool:
+    """Whether a benchmark that needs network namespaces must skip (``ok``/``why`` from
+    ``tests.cluster.netns.available``); when it must, say why and emit the skip JSON."""
+    if ok:
+        return False
+    print(f"skipped: needs network namespaces here ({why})")
+    emit([], {}, {"skipped": why}, as_json)
+    return True
+
+
 def emit(
     results: list[Row], speedups: dict[str, float], metrics: dict[str, Any], as_json: bool
 ) -> None:

@@ -32,7 +32,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
 from tests.cluster.launch import EXIT_ABORT, PORT, last_json, log_tails, torchrun, wait_all
 from tests.cluster.netns import Cluster, available, sweep_stale
 
-from _harness import Row, emit, make_parser
+from _harness import Row, emit, make_parser, skipped
 from autoconfig import judge
 from sparsegnn.data import load_any
 from sparsegnn.distributed.autoplan import auto_plan
@@ -128,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--links", default="100mbit,1gbit")
     ap.add_argument("--epochs", type=int, default=6)
     args = ap.parse_args(argv)
-    ok, why = available()
-    if not ok:
-        print(f"skipped: needs network namespaces here ({why})")
-        emit([], {}, {"skipped": why}, args.json)
+    if skipped(*available(), args.json):
         return 0
     sweep_stale()
     links = ["1gbit"] if args.quick else args.links.split(",")

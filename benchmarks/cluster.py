@@ -59,7 +59,7 @@ from tests.cluster.faults import (
 from tests.cluster.launch import PORT, accounted_bytes, across, host_folders, last_json
 from tests.cluster.netns import Cluster, available, sweep_stale
 
-from _harness import Row, emit, make_parser, print_table
+from _harness import Row, emit, make_parser, print_table, skipped
 
 LOOPBACK = "loopback"  # the link of a one-host job: every rank talks over lo
 
@@ -289,10 +289,7 @@ def run_faults(setup: Setup, work: Path) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser(__doc__ or "", quick_help="2D at 1 and 2 hosts on a 4096-vertex graph, 1gbit")
     args = ap.parse_args(argv)
-    ok, why = available()
-    if not ok:
-        print(f"skipped: multi-host runs need network namespaces here ({why})")
-        emit([], {}, {"skipped": why}, args.json)
+    if skipped(*available(), args.json):
         return 0
     sweep_stale()
     setup = QUICK if args.quick else FULL

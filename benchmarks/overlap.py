@@ -32,7 +32,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
 from tests.cluster.launch import PORT, across, host_folders, last_json
 from tests.cluster.netns import Cluster, available, sweep_stale
 
-from _harness import Row, emit, make_parser, print_table
+from _harness import Row, emit, make_parser, print_table, skipped
 
 HOSTS = 4
 GRAPH = "sbm:nodes=16384,blocks=16,degree=16,features=64"
@@ -114,10 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default=None,
                     help="ALGO:C:COMM,... (default: 1D and 1.5D c=2, dense and sparse)")
     args = ap.parse_args(argv)
-    ok, why = available()
-    if not ok:
-        print(f"skipped: needs network namespaces here ({why})")
-        emit([], {}, {"skipped": why}, args.json)
+    if skipped(*available(), args.json):
         return 0
     sweep_stale()
     links, configs = args.links.split(","), list(CONFIGS)
