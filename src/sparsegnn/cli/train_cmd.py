@@ -405,7 +405,12 @@ def _minibatch_summary(dataset: str, mb: MinibatchConfig, r: dict[str, Any]) -> 
 def _distributed(args: argparse.Namespace) -> int:
     """Full-graph training on a grid of ranks (``--nprocs``/``--algo``, or torchrun); a
     partitioned folder as ``--dataset`` supplies its own grid when none is given."""
-    from sparsegnn.train.distributed import DistributedConfig, DistributedJob, run_distributed
+    from sparsegnn.train.distributed import (
+        DistributedConfig,
+        DistributedJob,
+        run_distributed,
+        with_plan,
+    )
 
     auto, trials = _choose(args) if args.algo == "auto" else (None, [])
     partition = args.partition if args.partition in (None, *PARTITIONERS) else Path(
@@ -417,10 +422,7 @@ def _distributed(args: argparse.Namespace) -> int:
         args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
     if len(trials) > 1:
-        job = replace(job, trials=tuple(
-            replace(job.dcfg, algo=c.algo, replication=c.replication, comm=c.comm,
-                    partition=None if c.partitioner == "block" else c.partitioner)
-            for c in trials))
+        job = replace(job, trials=tuple(with_plan(job.dcfg, c) for c in trials))
     if args.max_rank_memory is not None:
         from sparsegnn.distributed.shard import is_shard_dir, read_manifest
         from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
@@ -449,7 +451,7 @@ def _distributed(args: argparse.Namespace) -> int:
     if run.reports[0].resumed is not None:
         text += f"\n{run.reports[0].resumed.describe()}"
     if auto is not None:
-        out["auto"] = _auto_report(auto, trials, run)
+        out["auto"] = _auto_report(auto, run)
         out["auto"]["measured_epoch_s"] = out["epoch_time_s"]
         text += _auto_summary(out["auto"])
     return finish_run(args, _title(run.graph, job.cfg.model, f", {run.shape.describe()}"),
@@ -501,20 +503,16 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
         [c.config for c in trials]
 
 
-def _auto_report(auto: dict[str, Any], trials: list[Any], run: Any) -> dict[str, Any]:
-    """What ``--algo auto`` chose and why: the configuration trained, its prediction,
-    and each trial's predicted and measured epoch."""
-    d = run.dcfg
-    partitioner = "block" if d.partition is None else str(d.partition)
-    won = next(i for i, c in enumerate(trials)
-               if (c.algo, c.replication, c.comm, c.partitioner)
-               == (d.algo, d.replication, d.comm, partitioner))
-    chosen = auto["predicted"][won]
-    measured = {i: t["measured_epoch_s"] for i, t in enumerate(run.trials)}
-    return {**chosen, "candidates": auto["candidates"],
+def _auto_report(auto: dict[str, Any], run: Any) -> dict[str, Any]:
+    """What ``--algo auto`` chose and why: the configuration trained (the fastest trial,
+    as the ranks chose it), its prediction, and each trial's predicted and measured
+    epoch."""
+    measured = [t["measured_epoch_s"] for t in run.trials]  # empty: no trials were run
+    won = min(range(len(measured)), key=measured.__getitem__) if measured else 0
+    return {**auto["predicted"][won], "candidates": auto["candidates"],
             "trials": [{**{k: p[k] for k in ("algo", "replication", "comm", "partitioner",
                                              "epoch_s")},
-                        "trial_epoch_s": measured.get(i)}
+                        "trial_epoch_s": measured[i] if measured else None}
                        for i, p in enumerate(auto["predicted"])]}
 
 

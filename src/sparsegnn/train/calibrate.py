@@ -31,7 +31,7 @@ from sparsegnn.distributed.calibrate import measure_profile
 from sparsegnn.distributed.cost import EpochCost, Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
-from sparsegnn.train.distributed import DistributedConfig, measure_epoch_s
+from sparsegnn.train.distributed import DistributedConfig, measure_epoch_s, with_plan
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import peak_rss_bytes
 
@@ -101,8 +101,4 @@ def steady_epoch_s(session: Session, graph: GraphData, cfg: TrainConfig,
 
 def distributed_config(config: PlanConfig, backend: str) -> DistributedConfig:
     """The training options of a planner configuration, with per-block dropout masks."""
-    return DistributedConfig(
-        algo=config.algo, replication=config.replication,  # type: ignore[arg-type]
-        backend=backend, comm=config.comm,  # type: ignore[arg-type]
-        partition=None if config.partitioner == "block" else config.partitioner,
-        dropout_masks="block")
+    return with_plan(DistributedConfig(backend=backend, dropout_masks="block"), config)

@@ -56,6 +56,7 @@ from sparsegnn.distributed import (
 from sparsegnn.distributed.comm_model import input_slicing, spmm_schedule
 from sparsegnn.distributed.feature_slices import slice_first_layer, use_slice_dropout
 from sparsegnn.distributed.partitioned import check_manifest, load_shard
+from sparsegnn.distributed.planner import PlanConfig
 from sparsegnn.distributed.shard import Shard, is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
 from sparsegnn.distributed.spmm import SummaOperator
@@ -226,6 +227,15 @@ def train_rank(
                         store.resumed if store else None, store.skipped if store else [],
                         waited)
     return model, result, report
+
+
+def with_plan(dcfg: DistributedConfig, config: PlanConfig) -> DistributedConfig:
+    """``dcfg`` with a planner configuration's algorithm, replication, communication and
+    partition (the planner names the contiguous split ``block``; training calls it no
+    partition)."""
+    return replace(dcfg, algo=config.algo, replication=config.replication,
+                   comm=config.comm,  # type: ignore[arg-type]
+                   partition=None if config.partitioner == "block" else config.partitioner)
 
 
 def measure_epoch_s(session: Session, source: Any, cfg: TrainConfig,
