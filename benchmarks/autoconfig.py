@@ -37,8 +37,8 @@ from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan, shortlist
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import gather_objects
-from sparsegnn.train.calibrate import calibrate_rank, distributed_config, steady_epoch_s
-from sparsegnn.train.distributed import choose_by_trial, train_rank
+from sparsegnn.train.calibrate import calibrate_rank, distributed_config
+from sparsegnn.train.distributed import choose_by_trial, fastest_of_rounds, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
 
 Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
@@ -67,12 +67,15 @@ def make_graph(kind: str, nodes: int, width: int, seed: int = 0) -> GraphData:
 
 
 def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig],
-             short: list[PlanConfig]) -> tuple[list[float], int]:
-    """Rank body: train every configuration in turn (the slowest rank's epoch of each),
-    then run ``train --algo auto``'s trials of the shortlist (the winner's index)."""
+             short: list[PlanConfig], rounds: int) -> tuple[list[float], int]:
+    """Rank body: train every configuration in ``rounds`` rounds (each one's slowest-rank
+    epoch, the least of the rounds), then run ``train --algo auto``'s trials of the
+    shortlist (the winner's index)."""
     session = init_session("gloo", timeout_s=600)
     try:
-        measured = [steady_epoch_s(session, graph, cfg, config) for config in todo]
+        measured = fastest_of_rounds(session, graph, cfg,
+                                     [distributed_config(c, session.backend) for c in todo],
+                                     rounds)
         if len(short) < 2:
             return measured, 0
         trials = [distributed_config(c, session.backend) for c in short]
@@ -101,7 +104,8 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
     ranked = auto_plan(PlanGraph.of(graph, "gcn"), p, profile, base,
                        partitioners=tuple(args.partitioners.split(",")))
     short = [c.config for c in shortlist(ranked, args.trials)]
-    measured, won = spawn(_measure, p, (graph, cfg, [c.config for c in ranked], short),
+    measured, won = spawn(_measure, p, (graph, cfg, [c.config for c in ranked], short,
+                                         args.rounds),
                           wall_timeout_s=3600)[0]
     peak = spawn(_peak_rss, p, (graph, cfg, short[won]), wall_timeout_s=3600)[0]
     rows = []
@@ -198,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--widths", default="32,128")
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of every configuration; its epoch is the least of them")
     ap.add_argument("--partitioners", default="block,metis")
     ap.add_argument("--trials", type=int, default=3,
                     help="train --algo auto's --auto-trials (1: the model's choice alone)")
@@ -205,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="P values of the model's scaling table ('' for none)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.nodes, args.graphs, args.ranks, args.widths, args.epochs = 4096, "sbm", "4", \
-            "32", 2
+        args.nodes, args.graphs, args.ranks, args.widths = 4096, "sbm", "4", "32"
+        args.epochs, args.rounds = 2, 1
         args.partitioners, args.table = "block", "4,16,64"
     rows: list[Row] = []
     fitted: dict[str, dict[str, float]] = {}

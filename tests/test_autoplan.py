@@ -175,6 +175,30 @@ def test_cli_train_algo_auto_trains_the_fastest_trial(
     assert direct["losses"] == out["losses"]
 
 
+def test_fastest_of_rounds_rotates_and_keeps_each_ones_least(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every candidate runs once per round, the round's first one rotating (so a burst
+    at a round's start does not always land on the same one), and keeps its least time:
+    a run slowed by someone else's burst does not decide."""
+    from sparsegnn.train import distributed as td
+
+    seen: list[str] = []
+    times = iter([0.5, 0.2, 0.9,   # round 0: a b c
+                  0.3, 0.4, 0.1,   # round 1: b c a
+                  0.8, 0.6, 0.7])  # round 2: c a b
+
+    def fake(session: object, source: object, cfg: object, dcfg: str) -> float:
+        seen.append(dcfg)
+        return next(times)
+
+    monkeypatch.setattr(td, "measure_epoch_s", fake)
+    got = td.fastest_of_rounds(None, None, None, ["a", "b", "c"], rounds=3)  # type: ignore[arg-type]
+    assert seen == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert got == [0.1, 0.2, 0.4]
+    assert td.fastest_of_rounds(None, None, None, [], rounds=2) == []  # type: ignore[arg-type]
+
+
 def test_shortlist_keeps_the_fitting_ones_near_the_fastest(graph: PlanGraph) -> None:
     ranked = auto_plan(graph, 4, profile(), PlanConfig(4))
     best = ranked[0].cost.total_s

@@ -9,7 +9,8 @@ epoch and the model under-predicted every configuration by 2-3x.
 
 So the job then trains every configuration :func:`~sparsegnn.distributed.autoplan.auto_plan`
 admits at its world size, for a few epochs of two generated graphs (small, and 16x
-larger), prices the same configurations with the rates alone, and fits what the rates
+larger; each one's epoch the least of three rounds over all of them), prices the same
+configurations with the rates alone, and fits what the rates
 miss as ``epoch_overhead_s + collective_calls * call_overhead_s + row_values *
 row_overhead_s`` (non-negative least squares): a fixed cost per epoch; one per
 collective call, because the algorithms that make more calls (1D's broadcast per
@@ -31,11 +32,16 @@ from sparsegnn.distributed.calibrate import measure_profile
 from sparsegnn.distributed.cost import EpochCost, Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
-from sparsegnn.train.distributed import DistributedConfig, measure_epoch_s, with_plan
+from sparsegnn.train.distributed import (
+    DistributedConfig,
+    fastest_of_rounds,
+    with_plan,
+)
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import peak_rss_bytes
 
 HIDDEN = 16
+ROUNDS = 3  # each configuration's epoch is the least of this many rounds
 
 
 def calibrate_rank(quick: bool = False, backend: str | None = None,
@@ -87,16 +93,10 @@ def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool
     ranked = auto_plan(PlanGraph.of(graph, "gcn"), session.world_size, rates, base)
     cfg = TrainConfig(hidden=HIDDEN, num_layers=2, dropout=0.5, epochs=3 if quick else 5,
                       patience=100, progress=False)
-    return [(cand.cost, steady_epoch_s(session, graph, cfg, cand.config))
-            for cand in ranked]
-
-
-def steady_epoch_s(session: Session, graph: GraphData, cfg: TrainConfig,
-                   config: PlanConfig) -> float:
-    """:func:`~sparsegnn.train.distributed.measure_epoch_s` of a planner configuration.
-    Dropout masks are drawn per vertex block, as a partitioned run draws them, so a
-    rank's work is its share (the cost model prices that)."""
-    return measure_epoch_s(session, graph, cfg, distributed_config(config, session.backend))
+    measured = fastest_of_rounds(session, graph, cfg,
+                                 [distributed_config(c.config, session.backend)
+                                  for c in ranked], 1 if quick else ROUNDS)
+    return [(cand.cost, m) for cand, m in zip(ranked, measured, strict=True)]
 
 
 def distributed_config(config: PlanConfig, backend: str) -> DistributedConfig:

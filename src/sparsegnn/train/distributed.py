@@ -250,19 +250,37 @@ def measure_epoch_s(session: Session, source: Any, cfg: TrainConfig,
     return max(gather_objects(statistics.median(steady)))
 
 
+def fastest_of_rounds(session: Session, source: Any, cfg: TrainConfig,
+                      candidates: Sequence[DistributedConfig], rounds: int) -> list[float]:
+    """Each candidate's :func:`measure_epoch_s`, the least of ``rounds`` rounds that each
+    train every candidate once (in a rotated order).
+
+    On a shared machine a whole run can be slowed by someone else's burst: single
+    5-epoch runs of the same configuration measured 59 and 104 ms minutes apart. Spread
+    over rounds, a burst hits one round of one candidate, and the least of the rounds is
+    the candidate's own cost (timeit's rule)."""
+    n = len(candidates)
+    best = [float("inf")] * n
+    for r in range(max(1, rounds)):
+        for k in (list(range(n))[r % n:] + list(range(n))[:r % n] if n else []):
+            best[k] = min(best[k], measure_epoch_s(session, source, cfg, candidates[k]))
+    return best
+
+
 def choose_by_trial(session: Session, source: Any, cfg: TrainConfig,
                     candidates: Sequence[DistributedConfig], epochs: int = 3,
-                    ) -> tuple[int, list[float]]:
+                    rounds: int = 2) -> tuple[int, list[float]]:
     """The index of the candidate whose trial epochs ran fastest, and each one's time.
 
     A cost model ranks configurations well when they differ by more than its error;
     between those it predicts within ~30% of each other, a few measured epochs decide
     better than any model (as FFTW's planner and cuDNN's autotuner do). The trials run
-    ``epochs`` epochs each (the first, warm-up, not counted), without checkpoints or
-    progress; all ranks measure the same times, so all choose the same."""
+    ``epochs`` epochs each (the first, warm-up, not counted) in ``rounds`` rounds (see
+    :func:`fastest_of_rounds`), without checkpoints or progress; all ranks measure the
+    same times, so all choose the same."""
     trial = replace(cfg, epochs=max(2, epochs), patience=max(2, epochs), checkpoint=None,
                     resume=False, progress=False, logdir=None)
-    times = [measure_epoch_s(session, source, trial, c) for c in candidates]
+    times = fastest_of_rounds(session, source, trial, candidates, rounds)
     return min(range(len(times)), key=times.__getitem__), times
 
 
