@@ -97,7 +97,7 @@ def _peak_rss(graph: GraphData, cfg: TrainConfig, config: PlanConfig) -> int:
 
 
 def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any) -> list[Row]:
-    graph = make_graph(kind, nodes, width)
+    graph = make_graph(kind, nodes, width, args.seed)
     cfg = TrainConfig(hidden=args.hidden, num_layers=2, dropout=0.5, epochs=args.epochs,
                       patience=args.epochs, progress=False)
     base = PlanConfig(p, hidden=cfg.hidden, num_layers=cfg.num_layers)
@@ -168,7 +168,7 @@ def scaling_table(kind: str, nodes: int, width: int, ranks: list[int],
     bytes and the predicted epoch, next to the measured epoch where this run has one.
     Predicted times use the profile calibrated at that P, else at the largest p
     calibrated here (its rates and fitted overheads carried over unchanged)."""
-    graph = PlanGraph.of(make_graph(kind, nodes, width), "gcn")
+    graph = PlanGraph.of(make_graph(kind, nodes, width, args.seed), "gcn")
     base = PlanConfig(2, hidden=args.hidden, num_layers=2)
     rows = []
     for p in ranks:
@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--widths", default="32,128")
     ap.add_argument("--hidden", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the generated graphs")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of every configuration; its epoch is the least of them")
     ap.add_argument("--partitioners", default="block,metis")
