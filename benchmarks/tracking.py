@@ -3,7 +3,7 @@
 Run: ``python benchmarks/tracking.py [--quick] [--json] [--data DIR] [--epochs N]
 [--conditions NAME,...] [--train-events N] [--test-events N] [--map-events N]
 [--sample-nodes N] [--lr LR] [--lr-final LR] [--checkpoint PATH [--resume]]
-[--plots DIR] [--save-model PATH | --model PATH]``.
+[--plots DIR] [--save-model PATH | --model PATH [--retune]]``.
 
 Four conditions (``--quick``: a smoke run on two small ones): muon guns of 1000 and 5000
 muons per event (pT 0.5-10 GeV, |eta| < 2.5) and Pythia8 ttbar with 50 and 200 pileup
@@ -29,17 +29,23 @@ existed). One reconstruction serves them all:
    ``--lr`` (1e-3), cosine-decayed to ``--lr-final`` (1e-4) over the epochs; one positive
    weight for all conditions (negatives per positive of all training graphs), so one
    score cut means the same odds everywhere.
-4. Walkthrough track building; the score cut, minimum track length and the looser cut
-   that extends chains and merges pieces (none, or 0.5 of the cut) are chosen once, on
-   one training event of each condition pooled (``sparsegnn.tracking.pipeline.tune``).
+4. Triplet track building (``sparsegnn.tracking.reco``: junctions resolved by edge score
+   and helix geometry, tracks crossing too few distinct layers dropped); the score cut,
+   minimum track length, minimum layer count and the looser cut that extends chains and
+   merges pieces (none, or 0.5 of the cut) are chosen once on each condition's
+   validation events (:data:`VALIDATION`: simulated with their own seeds, neither
+   trained on nor held out), every condition weighing the same and choices keeping more
+   conditions at a fake rate <= :data:`MAX_FAKE` winning (``pipeline.tune``).
 
-``--model PATH`` skips 1-4 and evaluates a model saved by ``--save-model`` (its map,
-filter and tuned settings). Each condition's held-out events are reconstructed by that
-pipeline and by ACTS's seeding + CKF, both scored by
+``--model PATH`` skips 1-3 and evaluates a model saved by ``--save-model`` (its map,
+filter and tuned settings); with ``--retune`` step 4 chooses its track building again
+(``--save-model`` then writes the retuned model). Each condition's held-out events are
+reconstructed by that pipeline and by ACTS's seeding + CKF, both scored by
 ``sparsegnn.tracking.metrics.track_metrics`` (double majority; reconstructable = pT >= 1
 GeV (``--min-pt``), >= 3 hits, |eta| < 4). A third row per condition,
-``gnn_plain``, rebuilds the same edge scores with the walkthrough alone (no extension or
-merging): what track building recovers. Seconds per event, one thread each, CSV reading
+``gnn_plain``, rebuilds the same edge scores at the same cut and track length with the
+score-only walkthrough (no geometry, layer requirement, extension or merging): what track
+building recovers. Seconds per event, one thread each, CSV reading
 excluded: GNN = graph construction + filter + scoring + track building; CKF = ACTS's
 timing of space points, seeding, parameter estimation, CKF and ambiguity resolution.
 ``--plots DIR`` writes efficiency vs pT and eta per condition. ``--unseen`` also scores
@@ -115,6 +121,23 @@ FULL = [Condition("gun1000", *[TrackingDataset("gun1000", 1000, 0, 96, 16, 3, 11
 UNSEEN = [Condition("gun3000", *[TrackingDataset("gun3000", 3000, 0, 0, 0, 3, 3171)] * 2),
           Condition("ttbar_pu100",
                     *[TrackingDataset("ttbar_pu100", None, 100, 0, 0, 3, 121)] * 2)]
+# Validation events of each condition (2 each, seeds apart from every training, map and
+# test seed): what step 4 tunes track building on. Pileup 200's are the 2 "test" events of
+# the training set's dataset, which the held-out set replaced.
+VALIDATION = {"gun1000": TrackingDataset("gun1000_val", 1000, 0, 0, 0, 2, 1011),
+              "gun5000": TrackingDataset("gun5000_val", 5000, 0, 0, 0, 2, 6171),
+              "ttbar_pu50": TrackingDataset("ttbar_pu50_val", None, 50, 0, 0, 2, 1021),
+              "ttbar_pu200": TTBAR_PU200}
+# Issue 23's fake-rate target; step 4 prefers choices meeting it in more conditions.
+MAX_FAKE = 0.02
+# Step 4's choices (pipeline.tune): score cuts, track lengths, looser cut, layer counts.
+# No looser cut: extending chains by score alone added fakes at every condition on the
+# validation events (pileup 200: fake rate 0.13 -> 0.38 at cut 0.2; docs/tracking.md);
+# the triplets' low cut, geometry choosing at junctions, takes its place.
+TUNE_CUTS = (0.1, 0.2, 0.3, 0.4, 0.5)
+TUNE_LENGTHS = (5, 6, 7)
+TUNE_LOOSE = (None,)
+TUNE_LAYERS = (5, 6, 7)
 QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] * 2),
          Condition("ttbar_pu5", *[TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)] * 2)]
 
@@ -170,14 +193,30 @@ def trained(args: argparse.Namespace, conditions: list[Condition], targets: Targ
     reco.model, report = train([g for gs in pruned.values() for g in gs], cfg,
                                checkpoint=args.checkpoint, resume=args.resume)
     train_seconds = time.perf_counter() - start
-    reco = tune(reco, [evs[0] for evs in train_events.values()],
-                [gs[0] for gs in pruned.values()], loose=(None, 0.5))
+    reco = tuned_building(reco, args, conditions)
     if args.save_model:
         reco.save(args.save_model, report)
     return reco, {"epochs": args.epochs, "train_seconds": train_seconds,
                   "filter_seconds": filter_seconds, "train_events": len(mixed),
                   "sample_nodes": args.sample_nodes, "lr": args.lr, "lr_final": args.lr_final,
                   "final_loss": report.epochs[-1].loss if report.epochs else None}
+
+
+def tuned_building(reco: Reconstruction, args: argparse.Namespace,
+                   conditions: list[Condition]) -> Reconstruction:
+    """Step 4: triplet track building tuned on each condition's validation events (the
+    training events of a condition without any: ``--quick``), conditions weighing the
+    same, choices meeting :data:`MAX_FAKE` in more conditions first."""
+    events, groups = [], []
+    for c in conditions:
+        found = VALIDATION.get(c.name)
+        split = "train" if found is None else "test"
+        evs = read_events(events_dir(args.data, found or c.train, split), args.tune_events)
+        events += evs
+        groups += [c.name] * len(evs)
+    reco = reco.with_config(method="triplets")
+    return tune(reco, events, cuts=TUNE_CUTS, lengths=TUNE_LENGTHS, loose=TUNE_LOOSE,
+                layers=TUNE_LAYERS, groups=groups, max_fake=args.max_fake or None)
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -189,7 +228,11 @@ def bench(args: argparse.Namespace) -> list[Row]:
     targets = TargetConfig(min_pt=args.min_pt)
     if args.model:
         reco = Reconstruction.from_model(args.model, targets=targets)
-        shared: dict = {"model": str(args.model)}
+        shared: dict = {"model": str(args.model), "retuned": args.retune}
+        if args.retune:
+            reco = tuned_building(reco, args, conditions)
+            if args.save_model:
+                reco.save(args.save_model, {"retuned_from": str(args.model)})
     else:
         reco, shared = trained(args, conditions, targets)
     shared = {**shared, "map_events": args.map_events, "min_pt": args.min_pt}
@@ -201,7 +244,9 @@ def bench(args: argparse.Namespace) -> list[Row]:
         run = evaluate_events(reco, test)
         figures = gnn_figures(reco, run)
         seconds = figures.pop("seconds_per_event")
-        extra = {**shared, **figures, "extend_cut": reco.config.extend_cut,
+        extra = {**shared, **figures, "method": reco.config.method,
+                 "min_layers": reco.config.min_layers, "max_fake": args.max_fake,
+                 "extend_cut": reco.config.extend_cut,
                  "merge_cut": reco.config.merge_cut}
         rows.append(tracking_row(c.test, "gnn", test, run.tracks, seconds, extra))
         rows.append(tracking_row(c.test, "gnn_plain", test, plain_walkthrough(reco, test, run),
@@ -239,6 +284,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--model", type=Path, default=None,
                    help="evaluate this --save-model file instead of training (its map, "
                         "filter and tuned settings; --map-events is then only recorded)")
+    p.add_argument("--retune", action="store_true",
+                   help="with --model: choose its track building again on the validation "
+                        "events (step 4), conditions weighing the same")
+    p.add_argument("--max-fake", type=float, default=MAX_FAKE,
+                   help=f"step 4 prefers choices at or below this fake rate in more "
+                        f"conditions (default {MAX_FAKE}; 0: efficiency minus fake rate only)")
+    p.add_argument("--tune-events", type=int, default=None,
+                   help="at most this many validation events per condition (default: all)")
     p.add_argument("--unseen", action="store_true",
                    help="also score gun 3000 and ttbar pileup 100, configurations absent "
                         "from training (3 held-out events each, simulated when missing)")

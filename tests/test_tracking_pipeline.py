@@ -11,7 +11,7 @@ import pytest
 
 from sparsegnn.cli.main import main
 from sparsegnn.data.paths import BUNDLED
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
 from sparsegnn.tracking.infer import load_model, load_track_model, predict, save_model
@@ -81,6 +81,28 @@ def test_tune_picks_the_best_pair_on_training_events(trained) -> None:
                  for ev, s in zip(train_events[:2], scores, strict=True)])
     assert m.efficiency - m.fake_rate >= best
 
+
+def test_tune_weighs_each_group_the_same(trained) -> None:
+    reco, train_events, _ = trained
+    events = train_events[:3]
+    names = ["a", "a", "b"]
+    reco = reco.with_config(method="triplets")
+    tuned = tune(reco, events, cuts=(0.3, 0.7), lengths=(2, 5), layers=(1, 5), groups=names)
+    scores = [reco.score(reco.graph(ev)) for ev in events]
+
+    def quality(cfg: RecoConfig) -> float:
+        trial = reco.with_config(cut=cfg.cut, min_track_hits=cfg.min_track_hits,
+                                 min_layers=cfg.min_layers)
+        per = [track_metrics(ev, trial.build(s, ev))[0]
+               for ev, s in zip(events, scores, strict=True)]
+        a, b = combine(per[:2]), combine(per[2:])
+        return ((a.efficiency - a.fake_rate) + (b.efficiency - b.fake_rate)) / 2
+
+    best = max(quality(RecoConfig(cut=c, min_track_hits=n, min_layers=k))
+               for c in (0.3, 0.7) for n in (2, 5) for k in (1, 5))
+    assert quality(tuned.config) == best and tuned.config.method == "triplets"
+    with pytest.raises(InvalidValueError, match="groups"):
+        tune(reco, events, groups=["a"])
 
 def test_model_file_carries_its_reconstruction(trained, tmp_path: Path) -> None:
     reco, _, events = trained

@@ -1,11 +1,12 @@
-"""Walkthrough with a looser second cut: chain extension and the merging of pieces."""
+"""Walkthrough with a looser second cut (chain extension, merging of pieces); triplet
+track building by helix geometry; the distinct-layer requirement."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sparsegnn.tracking.reco import EdgeScores, build_tracks
+from sparsegnn.tracking.reco import EdgeScores, HitGeometry, build_tracks
 from sparsegnn.tracking.settings import RecoConfig
 
 
@@ -65,3 +66,49 @@ def test_extension_and_merging_need_the_walkthrough() -> None:
     with pytest.raises(ValueError, match="needs the walkthrough"):
         RecoConfig(extend_cut=0.2).checked()
     assert RecoConfig(method="walkthrough", extend_cut=0.2, merge_cut=0.3).checked()
+
+
+def crossing_lines() -> tuple[EdgeScores, HitGeometry]:
+    """Two straight tracks out of the beam line, A (hits 0-3, phi 0) and B (hits 4-7,
+    phi 0.1), at r = 30, 60, 90, 120 mm and z = r; the crossing edges A2 -> B3 and
+    B2 -> A3 score higher than the true A2 -> A3 and B2 -> B3."""
+    r = 30.0 * np.arange(1, 5)
+    phi = np.repeat([0.0, 0.1], 4)
+    rr = np.tile(r, 2)
+    positions = np.stack([rr * np.cos(phi), rr * np.sin(phi), rr], axis=1)
+    edges = [(0, 1, 0.8), (1, 2, 0.6), (2, 3, 0.8), (4, 5, 0.8), (5, 6, 0.6), (6, 7, 0.8),
+             (1, 6, 0.9), (5, 2, 0.9)]
+    return scored(edges, 8), HitGeometry(positions, np.tile(np.arange(4), 2))
+
+
+def test_triplets_follow_the_helix_where_the_score_points_elsewhere() -> None:
+    s, geometry = crossing_lines()
+    # by score alone each track turns onto the other at the crossing
+    assert groups(build_tracks(s, 0.5, "walkthrough").hit_track) == [[0, 1, 6, 7], [2, 3, 4, 5]]
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry).hit_track) == \
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_min_layers_drops_tracks_of_hit_pairs_on_few_layers() -> None:
+    # track 0-5 has two hits on each of 3 layers (overlapping modules), track 6-9 four layers
+    s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.9), (3, 4, 0.9), (4, 5, 0.9),
+                (6, 7, 0.9), (7, 8, 0.9), (8, 9, 0.9)], 10)
+    positions = np.zeros((10, 3))
+    geometry = HitGeometry(positions, np.array([0, 0, 1, 1, 2, 2, 0, 1, 2, 3]))
+    assert groups(build_tracks(s, 0.5, geometry=geometry, min_layers=3).hit_track) == \
+        [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9]]
+    assert groups(build_tracks(s, 0.5, geometry=geometry, min_layers=4).hit_track) == \
+        [[6, 7, 8, 9]]
+    with pytest.raises(ValueError, match="need the hits' geometry"):
+        build_tracks(s, 0.5, min_layers=4)
+    with pytest.raises(ValueError, match="need the hits' geometry"):
+        build_tracks(s, 0.5, "triplets")
+
+
+def test_triplet_settings_are_checked() -> None:
+    assert RecoConfig(method="triplets", extend_cut=0.2, min_layers=6).checked()
+    with pytest.raises(ValueError, match="min_layers"):
+        RecoConfig(min_layers=0).checked()
+    with pytest.raises(ValueError, match="max_misfit"):
+        RecoConfig(method="triplets", max_misfit=0.0).checked()
+    assert RecoConfig.from_dict({"method": "triplets", "min_layers": 6}).min_layers == 6

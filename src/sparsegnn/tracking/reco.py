@@ -14,6 +14,18 @@ recover them (``extend_cut``): chain ends take free hits through edges down to t
 cut, one hit per end per round (never joining two chains); then pieces whose outer end and
 inner start an edge of at least ``merge_cut`` joins are merged into one track (the
 duplicates and fragments of one particle that the walkthrough split at a junction).
+
+At pileup 200 the edge classifier's best way out of a hit is a true edge only ~87% of the
+time, so choosing by score alone at junctions strings hits of several particles together.
+The ``triplets`` method chooses by geometry as well: it scores every pair of kept edges
+that meet at a hit (a triplet of hits) by how far it bends from a helix out of the beam
+line (the triplet's xy curvature against that of the circle through the beam line and
+its first two hits; the change of polar angle between its two segments), drops
+triplets beyond ``max_misfit``, and keeps triplets greedily by the lower of their two edge
+scores minus the misfit, each hit the middle of at most one and every hit keeping one way
+in and one way out. Fakes that survive are mostly strings of overlap-module hit pairs of
+different particles (two hits per layer): ``min_layers`` drops tracks crossing fewer
+distinct layers, the requirement a Kalman filter's hole count makes.
 """
 
 from __future__ import annotations
@@ -31,6 +43,16 @@ MIN_TRACK_HITS = 1
 # Rounds of extension: a chain grows by at most one hit at each end per round, and
 # tracks have fewer hits than this.
 _EXTEND_ROUNDS = 30
+# Triplet geometry (``method="triplets"``). Spreads of true triplets of target particles
+# (pT > 1 GeV) measured on pileup-200 validation events: the difference between a
+# triplet's xy curvature and the beam-line circle's is under 7e-5 / mm for 90% of them;
+# the change of polar angle under 0.02 rad for ~90%. A segment shorter than
+# _MIN_SEGMENT_MM (two overlapping modules of one layer) measures neither: no misfit.
+_CURVATURE_SPREAD = 1e-4  # 1 / mm
+_THETA_SPREAD = 0.02  # rad
+_MIN_SEGMENT_MM = 15.0
+TRIPLET_MISFIT = 4.0  # default max_misfit: squared spreads, summed
+METHODS = ("components", "walkthrough", "triplets")
 
 
 @dataclass(frozen=True)
@@ -41,6 +63,22 @@ class EdgeScores:
     edge_index: np.ndarray  # [2, E] int64
     scores: np.ndarray  # [E] float in [0, 1]
     num_nodes: int
+
+
+@dataclass(frozen=True)
+class HitGeometry:
+    """Where each hit is (``positions`` ``[N, 3]`` x, y, z in mm) and the layer it is on
+    (``layer`` ``[N]``, one id per detector layer): what geometric track building and the
+    distinct-layer requirement need beside the edge scores."""
+
+    positions: np.ndarray
+    layer: np.ndarray
+
+    @classmethod
+    def from_event(cls, event: object) -> HitGeometry:
+        """An :class:`~sparsegnn.tracking.events.Event`'s hits (layer: volume and layer)."""
+        positions = np.stack([event.x, event.y, event.z], axis=1).astype(np.float64)
+        return cls(positions, np.asarray(event.volume, np.int64) * 1000 + event.layer)
 
 
 @dataclass(frozen=True)
@@ -68,8 +106,10 @@ class Tracks:
 
 def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components",
                  min_hits: int = MIN_TRACK_HITS, extend_cut: float | None = None,
-                 merge_cut: float | None = None) -> Tracks:
-    """Tracks from the edges scored >= ``cut``; ``method`` is 'components' or 'walkthrough'.
+                 merge_cut: float | None = None, geometry: HitGeometry | None = None,
+                 min_layers: int = 1, max_misfit: float = TRIPLET_MISFIT) -> Tracks:
+    """Tracks from the edges scored >= ``cut``; ``method`` is 'components', 'walkthrough'
+    or 'triplets' (the walkthrough choosing by helix geometry too, module docstring).
 
     Tracks of fewer than ``min_hits`` hits are dropped (their hits go back to no track):
     the length requirement every tracker applies (ACTS's CKF keeps tracks of >= 6
@@ -77,29 +117,127 @@ def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components
     a missing edge, and the double-majority matching counts a fragment holding less than
     half of its particle's hits as a fake. The walkthrough then extends chains through
     edges >= ``extend_cut`` and merges pieces joined by an edge >= ``merge_cut`` (module
-    docstring); both ``None``: neither.
+    docstring); both ``None``: neither (the triplets method extends and merges alike).
+    Tracks crossing fewer than ``min_layers`` distinct layers are dropped too; the
+    triplets method and ``min_layers`` > 1 need the hits' ``geometry``.
     """
-    if min_hits < 1:
-        raise ValueError(f"min_hits must be >= 1, got {min_hits}")
-    if method not in ("components", "walkthrough"):
-        raise ValueError(
-            f"unknown track-building method {method!r}; use 'components' or 'walkthrough'"
-        )
-    if method == "components" and (extend_cut is not None or merge_cut is not None):
-        raise ValueError("extend_cut and merge_cut need method='walkthrough'")
+    _check_build(method, min_hits, extend_cut, merge_cut, geometry, min_layers)
     keep = scores.scores >= cut
     if method == "components":
         src, dst = scores.edge_index[:, keep]
-        return Tracks(scores.name, _label_components(src, dst, scores.num_nodes, min_hits))
+        labels = _label_components(src, dst, scores.num_nodes, min_hits)
+        return Tracks(scores.name, _with_layers(labels, geometry, min_layers))
     src, dst = scores.edge_index
     chosen = np.zeros(keep.size, dtype=bool)
-    chosen[keep] = _chains(src[keep], dst[keep], scores.scores[keep], scores.num_nodes)
+    if method == "walkthrough":
+        chosen[keep] = _chains(src[keep], dst[keep], scores.scores[keep], scores.num_nodes)
+    else:
+        chosen[keep] = _triplet_chains(src[keep], dst[keep], scores.scores[keep],
+                                       geometry.positions, scores.num_nodes, max_misfit)
     if extend_cut is not None:
         chosen |= _extension(scores, chosen, extend_cut)
     if merge_cut is not None:
         chosen |= _merges(scores, chosen, merge_cut)
     src, dst = src[chosen], dst[chosen]
-    return Tracks(scores.name, _label_components(src, dst, scores.num_nodes, min_hits))
+    labels = _label_components(src, dst, scores.num_nodes, min_hits)
+    return Tracks(scores.name, _with_layers(labels, geometry, min_layers))
+
+
+def _check_build(method: str, min_hits: int, extend_cut: float | None,
+                 merge_cut: float | None, geometry: HitGeometry | None,
+                 min_layers: int) -> None:
+    """Refuse a combination of :func:`build_tracks` options that cannot be honoured."""
+    if min_hits < 1 or min_layers < 1:
+        raise ValueError(f"min_hits and min_layers must be >= 1, got {min_hits}, {min_layers}")
+    if method not in METHODS:
+        raise ValueError(f"unknown track-building method {method!r}; use one of {METHODS}")
+    if method == "components" and (extend_cut is not None or merge_cut is not None):
+        raise ValueError("extend_cut and merge_cut need method='walkthrough' or 'triplets'")
+    if geometry is None and (method == "triplets" or min_layers > 1):
+        raise ValueError("method='triplets' and min_layers > 1 need the hits' geometry")
+
+
+def _with_layers(labels: np.ndarray, geometry: HitGeometry | None, min_layers: int
+                 ) -> np.ndarray:
+    """``labels`` without the tracks crossing fewer than ``min_layers`` distinct layers
+    (their hits go back to no track), renumbered 0.. in order of first hit."""
+    if min_layers <= 1 or geometry is None:
+        return labels
+    on = np.flatnonzero(labels >= 0)
+    _, layer = np.unique(geometry.layer[on], return_inverse=True)
+    pairs = np.unique(labels[on] * (int(layer.max(initial=0)) + 1) + layer)
+    crossed = np.bincount(pairs // (int(layer.max(initial=0)) + 1),
+                          minlength=int(labels.max(initial=-1)) + 1)
+    out = np.full(labels.size, -1, dtype=np.int64)
+    keep = on[crossed[labels[on]] >= min_layers]
+    out[keep] = np.unique(labels[keep], return_inverse=True)[1]
+    return out
+
+
+def _triplet_chains(src: np.ndarray, dst: np.ndarray, score: np.ndarray,
+                    positions: np.ndarray, n: int, max_misfit: float) -> np.ndarray:
+    """Mask of edges kept by greedy triplet selection (module docstring): a triplet a-b-c
+    is taken when b is the middle of no taken triplet and it leaves every hit at most one
+    way in and one way out. Sequential (a triplet's admission depends on every better
+    one), in plain Python over the candidates: ~0.1 s for a pileup-200 event."""
+    first, second = _edge_pairs(src, dst, n)
+    a, b, c = src[first], dst[first], dst[second]
+    misfit = _triplet_misfit(positions, a, b, c)
+    ok = misfit <= max_misfit
+    rank = np.minimum(score[first], score[second])[ok] - misfit[ok]
+    order = np.argsort(-rank, kind="stable")
+    out_of, in_of = [-1] * n, [-1] * n
+    middle = [False] * n
+    for i, j, k in zip(a[ok][order].tolist(), b[ok][order].tolist(), c[ok][order].tolist(),
+                       strict=True):
+        if (middle[j] or out_of[i] not in (-1, j) or in_of[j] not in (-1, i)
+                or out_of[j] not in (-1, k) or in_of[k] not in (-1, j)):
+            continue
+        middle[j] = True
+        out_of[i], in_of[j], out_of[j], in_of[k] = j, i, k, j
+    return np.asarray(out_of, dtype=np.int64)[src] == dst
+
+
+def _edge_pairs(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of edges ``(e1, e2)`` with ``dst[e1] == src[e2]`` (a path of two edges)."""
+    into = np.argsort(dst, kind="stable")
+    out = np.argsort(src, kind="stable")
+    n_in = np.bincount(dst, minlength=n)
+    n_out = np.bincount(src, minlength=n)
+    hits = np.flatnonzero((n_in > 0) & (n_out > 0))
+    per_hit = n_in[hits] * n_out[hits]
+    hit = np.repeat(hits, per_hit)
+    k = np.arange(int(per_hit.sum())) - np.repeat(np.cumsum(per_hit) - per_hit, per_hit)
+    width = n_out[hit]
+    in_start = np.cumsum(n_in) - n_in
+    out_start = np.cumsum(n_out) - n_out
+    return into[in_start[hit] + k // width], out[out_start[hit] + k % width]
+
+
+def _triplet_misfit(positions: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray
+                    ) -> np.ndarray:
+    """Squared, spread-normalised departure of triplets a-b-c from a helix out of the beam
+    line: xy curvature of a-b-c against the circle through (0, 0), a and b; polar angle
+    of a-b against b-c. Triplets with a segment under _MIN_SEGMENT_MM score 0."""
+    pa, pb, pc = positions[a], positions[b], positions[c]
+    beam = np.zeros_like(pa)
+    bend = _curvature(pa, pb, pc) - _curvature(beam, pa, pb)
+    r_a, r_b, r_c = (np.hypot(p[:, 0], p[:, 1]) for p in (pa, pb, pc))
+    turn = (np.arctan2(r_b - r_a, pb[:, 2] - pa[:, 2])
+            - np.arctan2(r_c - r_b, pc[:, 2] - pb[:, 2]))
+    measurable = ((np.linalg.norm(pb - pa, axis=1) > _MIN_SEGMENT_MM)
+                  & (np.linalg.norm(pc - pb, axis=1) > _MIN_SEGMENT_MM))
+    misfit = (bend / _CURVATURE_SPREAD) ** 2 + (turn / _THETA_SPREAD) ** 2
+    return np.where(measurable, misfit, 0.0)
+
+
+def _curvature(p: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Signed xy curvature (1 / mm) of the circle through p, q, w (0 for a straight line)."""
+    u, v, t = q - p, w - q, w - p
+    cross = u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0]
+    lengths = np.sqrt((u[:, 0] ** 2 + u[:, 1] ** 2) * (v[:, 0] ** 2 + v[:, 1] ** 2)
+                      * (t[:, 0] ** 2 + t[:, 1] ** 2))
+    return np.divide(2 * cross, lengths, out=np.zeros_like(cross), where=lengths > 0)
 
 
 def _extension(scores: EdgeScores, chosen: np.ndarray, extend_cut: float) -> np.ndarray:

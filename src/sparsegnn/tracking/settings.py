@@ -16,11 +16,10 @@ from typing import Any
 
 from sparsegnn.errors import DataFormatError
 from sparsegnn.tracking.graph import NO_CUTS, DoubletCuts
-from sparsegnn.tracking.reco import MIN_TRACK_HITS
+from sparsegnn.tracking.reco import METHODS, MIN_TRACK_HITS, TRIPLET_MISFIT
 
 GRAPH_KINDS = ("module-map", "truth")
 MAP_LEVELS = ("module", "layer")
-METHODS = ("components", "walkthrough")
 # Doublet cuts chosen on pileup-50 ttbar training events (docs/tracking.md): pT >~ 0.5 GeV,
 # |z0| < 200 mm, pairs under 10 mm apart in r (overlapping modules) skip the slope cuts.
 TTBAR_CUTS = DoubletCuts(dphi=0.08, phi_slope=0.0006, z0=200.0, min_dr=10.0)
@@ -42,9 +41,13 @@ class RecoConfig:
     cut: float = 0.5
     method: str = "components"
     min_track_hits: int = MIN_TRACK_HITS
-    # walkthrough only: extend chains / merge pieces through edges down to these scores
+    # walkthrough/triplets only: extend chains / merge pieces through edges down to these
     extend_cut: float | None = None
     merge_cut: float | None = None
+    # tracks crossing fewer distinct layers are dropped (1: no requirement)
+    min_layers: int = 1
+    # triplets only: the largest geometric misfit of a triplet kept (reco.TRIPLET_MISFIT)
+    max_misfit: float = TRIPLET_MISFIT
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON, or a ``weights_only`` checkpoint)."""
@@ -77,13 +80,16 @@ class RecoConfig:
                                      ("method", self.method, METHODS)):
             if value not in allowed:
                 raise ValueError(f"{name} {value!r} is not one of {allowed}")
-        if not 0.0 <= self.cut <= 1.0 or self.min_track_hits < 1:
-            raise ValueError(f"cut {self.cut} outside [0, 1] or min_track_hits "
-                             f"{self.min_track_hits} below 1")
+        if not 0.0 <= self.cut <= 1.0 or self.min_track_hits < 1 or self.min_layers < 1:
+            raise ValueError(f"cut {self.cut} outside [0, 1], or min_track_hits "
+                             f"{self.min_track_hits} or min_layers {self.min_layers} below 1")
+        if not self.max_misfit > 0.0:
+            raise ValueError(f"max_misfit {self.max_misfit} must be positive")
         for name in ("extend_cut", "merge_cut"):
             value = getattr(self, name)
-            if value is not None and (self.method != "walkthrough" or not 0.0 <= value <= 1.0):
-                raise ValueError(f"{name} {value} needs the walkthrough and a value in [0, 1]")
+            if value is not None and (self.method == "components" or not 0.0 <= value <= 1.0):
+                raise ValueError(f"{name} {value} needs the walkthrough or triplets and a "
+                                 "value in [0, 1]")
         return self
 
     def overridden(self, **given: Any) -> RecoConfig:
