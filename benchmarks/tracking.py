@@ -134,8 +134,8 @@ MAX_FAKE = 0.02
 # No looser cut: extending chains by score alone added fakes at every condition on the
 # validation events (pileup 200: fake rate 0.13 -> 0.38 at cut 0.2; docs/tracking.md);
 # the triplets' low cut, geometry choosing at junctions, takes its place.
-TUNE_CUTS = (0.1, 0.2, 0.3, 0.4, 0.5)
-TUNE_LENGTHS = (5, 6, 7)
+TUNE_CUTS = (0.1, 0.2, 0.3, 0.5)
+TUNE_LENGTHS = (5, 7)
 TUNE_LOOSE = (None,)
 TUNE_LAYERS = (5, 6, 7)
 QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] * 2),

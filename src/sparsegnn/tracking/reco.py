@@ -43,15 +43,18 @@ MIN_TRACK_HITS = 1
 # Rounds of extension: a chain grows by at most one hit at each end per round, and
 # tracks have fewer hits than this.
 _EXTEND_ROUNDS = 30
-# Triplet geometry (``method="triplets"``). Spreads of true triplets of target particles
-# (pT > 1 GeV) measured on pileup-200 validation events: the difference between a
-# triplet's xy curvature and the beam-line circle's is under 7e-5 / mm for 90% of them;
-# the change of polar angle under 0.02 rad for ~90%. A segment shorter than
-# _MIN_SEGMENT_MM (two overlapping modules of one layer) measures neither: no misfit.
-_CURVATURE_SPREAD = 1e-4  # 1 / mm
-_THETA_SPREAD = 0.02  # rad
+# Triplet geometry (``method="triplets"``). True triplets of target particles (pT > 1
+# GeV) on pileup-200 validation events: curvature against the beam-line circle's differs
+# by < 7e-5 / mm for 90%, polar angle turns < 0.016 rad for 90%. The spreads and the cut
+# below are the best of a small grid (spreads 3e-5-1e-4 and 0.007-0.02, cut 4-36) on
+# validation events of the four conditions, weighed equally (docs/tracking.md): tight
+# spreads rank the candidates at a junction, a loose cut keeps scattered true ones.
+# A segment shorter than _MIN_SEGMENT_MM (two overlapping modules of one layer) measures
+# no direction: the triplet's other segment is compared with its chord instead.
+_CURVATURE_SPREAD = 5e-5  # 1 / mm
+_THETA_SPREAD = 0.01  # rad
 _MIN_SEGMENT_MM = 15.0
-TRIPLET_MISFIT = 4.0  # default max_misfit: squared spreads, summed
+TRIPLET_MISFIT = 16.0  # default max_misfit: squared spreads, summed
 METHODS = ("components", "walkthrough", "triplets")
 
 
@@ -218,17 +221,21 @@ def _triplet_misfit(positions: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.n
                     ) -> np.ndarray:
     """Squared, spread-normalised departure of triplets a-b-c from a helix out of the beam
     line: xy curvature of a-b-c against the circle through (0, 0), a and b; polar angle
-    of a-b against b-c. Triplets with a segment under _MIN_SEGMENT_MM score 0."""
+    of a-b against b-c. A segment under _MIN_SEGMENT_MM is replaced by the chord a-c
+    (a-b against a-c, or a-c against b-c); both short: misfit 0."""
     pa, pb, pc = positions[a], positions[b], positions[c]
     beam = np.zeros_like(pa)
-    bend = _curvature(pa, pb, pc) - _curvature(beam, pa, pb)
+    k_abc, k_ab = _curvature(pa, pb, pc), _curvature(beam, pa, pb)
+    k_ac, k_bc = _curvature(beam, pa, pc), _curvature(beam, pb, pc)
     r_a, r_b, r_c = (np.hypot(p[:, 0], p[:, 1]) for p in (pa, pb, pc))
-    turn = (np.arctan2(r_b - r_a, pb[:, 2] - pa[:, 2])
-            - np.arctan2(r_c - r_b, pc[:, 2] - pb[:, 2]))
-    measurable = ((np.linalg.norm(pb - pa, axis=1) > _MIN_SEGMENT_MM)
-                  & (np.linalg.norm(pc - pb, axis=1) > _MIN_SEGMENT_MM))
-    misfit = (bend / _CURVATURE_SPREAD) ** 2 + (turn / _THETA_SPREAD) ** 2
-    return np.where(measurable, misfit, 0.0)
+    t_ab = np.arctan2(r_b - r_a, pb[:, 2] - pa[:, 2])
+    t_bc = np.arctan2(r_c - r_b, pc[:, 2] - pb[:, 2])
+    t_ac = np.arctan2(r_c - r_a, pc[:, 2] - pa[:, 2])
+    first = np.linalg.norm(pb - pa, axis=1) > _MIN_SEGMENT_MM
+    second = np.linalg.norm(pc - pb, axis=1) > _MIN_SEGMENT_MM
+    bend = np.select([first & second, first, second], [k_abc - k_ab, k_ab - k_ac, k_ac - k_bc])
+    turn = np.select([first & second, first, second], [t_ab - t_bc, t_ab - t_ac, t_ac - t_bc])
+    return (bend / _CURVATURE_SPREAD) ** 2 + (turn / _THETA_SPREAD) ** 2
 
 
 def _curvature(p: np.ndarray, q: np.ndarray, w: np.ndarray) -> np.ndarray:
