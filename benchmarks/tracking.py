@@ -244,7 +244,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
         run = evaluate_events(reco, test)
         figures = gnn_figures(reco, run)
         seconds = figures.pop("seconds_per_event")
-        extra = {**shared, **figures, "method": reco.config.method,
+        extra = {**shared, **figures, "building": reco.config.method,
                  "min_layers": reco.config.min_layers, "max_fake": args.max_fake,
                  "extend_cut": reco.config.extend_cut,
                  "merge_cut": reco.config.merge_cut}
