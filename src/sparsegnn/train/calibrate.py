@@ -8,8 +8,8 @@ they take. Measured on this machine before this step, that was most of a small g
 epoch and the model under-predicted every configuration by 2-3x.
 
 So the job then trains every configuration :func:`~sparsegnn.distributed.autoplan.auto_plan`
-admits at its world size, for a few epochs of two generated graphs (small, and 16x
-larger; each one's epoch the least of three rounds over all of them), prices the same
+admits at its world size, for a few epochs of two generated graphs (512p and 2048p
+vertices; each one's epoch the least of three rounds over all of them), prices the same
 configurations with the rates alone, and fits what the rates
 miss as ``epoch_overhead_s + collective_calls * call_overhead_s + row_values *
 row_overhead_s`` (non-negative least squares): a fixed cost per epoch; one per
@@ -68,16 +68,19 @@ def fit_overheads(session: Session, rates: Profile, quick: bool = False) -> Prof
     """``rates`` with ``epoch_overhead_s`` and ``call_overhead_s`` fitted on real epochs
     of every configuration the job's world size admits (see the module docstring)."""
     p = session.world_size
-    small = max(512, 128 * p)
+    # 512p and 2048p vertices. A smaller graph's epoch is all fixed cost and its noise
+    # pulled the per-row coefficient up (81-269 ns at p = 4 over runs; fitted without it,
+    # 92-164 ns, and every held-out configuration within 25%).
+    sizes = (max(2048, 512 * p), max(8192, 2048 * p))
     points: list[tuple[EpochCost, float]] = []
-    for nodes in (small, small * 16):
+    for nodes in sizes:
         points += _epochs(session, rates, sbm(nodes, 4, 8, num_features=32, seed=0), quick)
     drivers = np.array([[1.0, cost.calls, cost.row_values] for cost, _ in points])
     missed = np.array([measured - cost.total_s for cost, measured in points])
     scale = drivers.max(axis=0)  # columns of like size, for a well-conditioned solve
     coef = nnls(drivers / scale, missed)[0] / scale
     notes = {**rates.notes, "overhead_fit": {
-        "configurations": len(points), "graph_vertices": [small, small * 16],
+        "configurations": len(points), "graph_vertices": list(sizes),
         # What the fit saw, to check it or refit it offline: the rates' prediction
         # (compute, communication), the drivers and the measured epoch, seconds.
         "points": [[c.compute_s, sum(c.comm_s.values()), c.calls, c.row_values, m]
