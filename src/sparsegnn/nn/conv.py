@@ -20,6 +20,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from sparsegnn.nn.dropout import MaskKind, bias_relu_dropout
 from sparsegnn.nn.operator import Operator, as_operator
 from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix
 
@@ -39,19 +40,52 @@ def _add_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return out if bias is None else out + bias.to(out.dtype)
 
 
+def _owned(out: torch.Tensor, producer: object) -> bool:
+    """Whether ``out``, made by ``producer`` (an operator or a linear map), is ours to
+    overwrite: our SpMM's and ``nn.Linear``'s outputs are fresh tensors autograd does
+    not keep; a distributed trainer's replacements may return views or keep them."""
+    known = isinstance(producer, CSRMatrix | nn.Linear)
+    return known and not out._is_view()
+
+
+def _epilogue(
+    module: nn.Module, out: torch.Tensor, bias: torch.Tensor | None,
+    relu_dropout: float | None, mask: MaskKind, owned: bool,
+) -> torch.Tensor:
+    """The layer's output from its pre-activation ``out``: ``out + bias``, or with
+    ``relu_dropout=p`` the hidden layer's ``dropout(relu(out + bias), p)`` fused in one
+    pass (:func:`~sparsegnn.nn.dropout.bias_relu_dropout`), which overwrites ``out``.
+
+    ``owned``: ``out`` is a fresh tensor nothing else holds (our SpMM's or a ``linear``'s
+    output). Any other operator's product (a distributed one may return a view, or keep
+    its output for backward) is copied first, so the fused pass never writes into it.
+    """
+    if relu_dropout is None:
+        return _add_bias(out, bias)
+    return bias_relu_dropout(out if owned else out.clone(), bias, relu_dropout,
+                             module.training, mask)
+
+
 class GCNConv(nn.Module):
     r"""Kipf & Welling's graph convolution, ``Z = Â (H W) + b``.
 
     ``Â = D^-1/2 (A + I) D^-1/2`` is expected precomputed (``sparsegnn.sparse.gcn_norm``);
     an ``edge_index`` is normalised on the fly and, with ``cached=True``, only once.
     The dense product runs on the narrower side of the SpMM: ``Â (H W)`` when the layer
-    shrinks the width, ``(Â H) W`` when it grows it, which is the cheaper order.
+    shrinks the width, ``(Â H) W`` when it keeps or grows it, which is the cheaper order.
+    At equal widths aggregating first is never dearer and, on a first layer (raw
+    features need no gradient), saves the backward SpMM: ``W``'s gradient is
+    ``(Â H)^T G``, from the saved ``Â H``, where ``Â (H W)`` needs ``Â^T G``.
 
     Args:
         in_channels: input feature width.
         out_channels: output feature width.
         bias: add a learnable bias.
         cached: cache the operator built from an ``edge_index`` (transductive use).
+
+    ``forward(x, adj, relu_dropout=p)`` returns ``dropout(relu(conv(x)), p)`` computed
+    in one pass over the output (what the models do between layers); ``mask`` picks the
+    dropout mask (:data:`~sparsegnn.nn.dropout.MaskKind`).
 
     Shapes:
         x ``[n_in, in_channels]``, operator ``[n_out, n_in]`` -> ``[n_out, out_channels]``.
@@ -75,18 +109,22 @@ class GCNConv(nn.Module):
 
     @property
     def transforms_first(self) -> bool:
-        """Whether :meth:`forward` applies the linear map before the SpMM (the layer does
-        not widen); a distributed trainer needs to know which side of the SpMM sees the
+        """Whether :meth:`forward` applies the linear map before the SpMM (the layer
+        narrows); a distributed trainer needs to know which side of the SpMM sees the
         raw input."""
-        return self.out_channels <= self.in_channels
+        return self.out_channels < self.in_channels
 
-    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, adj: Operator | torch.Tensor, *,
+        relu_dropout: float | None = None, mask: MaskKind = "bernoulli",
+    ) -> torch.Tensor:
         op = self._operator(x, adj)
         if self.transforms_first:
             out = op.matmul(_linear(self.lin, x))
         else:
             out = _linear(self.lin, op.matmul(x))
-        return _add_bias(out, self.bias)
+        owned = _owned(out, op if self.transforms_first else self.lin)
+        return _epilogue(self, out, self.bias, relu_dropout, mask, owned)
 
     def _operator(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> Operator:
         if not isinstance(adj, torch.Tensor):
@@ -148,7 +186,12 @@ class SAGEConv(nn.Module):
         narrower side of the SpMM); ``lin_root`` always acts on the raw input."""
         return self.aggr != "max" and self.out_channels < self.in_channels
 
-    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, adj: Operator | torch.Tensor, *,
+        relu_dropout: float | None = None, mask: MaskKind = "bernoulli",
+    ) -> torch.Tensor:
+        """The layer; ``relu_dropout``/``mask`` fuse the hidden layers' ReLU and dropout
+        into its output (as :meth:`GCNConv.forward`)."""
         op = as_operator(adj, x.shape[0], "mean" if self.aggr == "mean" else "sum", x.dtype)
         if self.aggr == "max":
             out = _linear(self.lin_neigh, _max_aggregate(op, x))
@@ -159,7 +202,9 @@ class SAGEConv(nn.Module):
             out = _linear(self.lin_neigh, op.matmul(x))
         if self.lin_root is not None:
             out = out + _linear(self.lin_root, x[: op.shape[0]])
-        return _add_bias(out, self.bias)
+        owned = self.lin_root is not None or _owned(
+            out, op if self.transforms_first else self.lin_neigh)
+        return _epilogue(self, out, self.bias, relu_dropout, mask, owned)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
