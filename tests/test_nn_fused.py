@@ -163,3 +163,22 @@ def test_fused_epilogue_never_writes_into_another_operators_product(kind):
     assert torch.equal(op.last, dense @ layer.lin_neigh(x) if kind == "sage"
                        else dense @ layer.lin(x))
     assert out.data_ptr() != op.last.data_ptr()
+
+
+@pytest.mark.parametrize(("fin", "fout", "products"), [(8, 8, 1), (8, 12, 1), (8, 4, 2)])
+def test_first_layer_runs_the_backward_spmm_only_when_it_maps_first(monkeypatch, fin, fout,
+                                                                    products):
+    """Raw features need no gradient: a layer that aggregates first (equal or wider output)
+    multiplies by A once per step; one that maps first needs A^T G for W's gradient."""
+    from sparsegnn.nn import GCNConv
+    from sparsegnn.sparse import ops
+
+    calls = []
+    real = ops._mm
+    monkeypatch.setattr(ops, "_mm", lambda a, x: calls.append(x.shape[1]) or real(a, x))
+    g = sbm(60, 2, 5.0, num_features=fin, seed=3)
+    op = gcn_norm(CSRMatrix.from_edge_index(g.edge_index, g.num_nodes))
+    conv = GCNConv(fin, fout)
+    conv(g.x, op).square().sum().backward()
+    assert len(calls) == products
+    assert conv.lin.weight.grad is not None
