@@ -7,6 +7,12 @@ Sampling: minibatches per second of node-wise sampling (fan-outs 15,10,5, batch 
 ``NeighborLoader``. Training: seeds per second of 3-layer GraphSAGE, ours (our sampler,
 prefetching loader and layers) against PyG's ``GraphSAGE`` fed by ``NeighborLoader``.
 
+Before/after (``--before REV``): every sampler of ``--samplers`` (node-wise, LADIES,
+ShaDow) at every bulk size k, today's code against the sampling package as it was at git
+revision REV (loaded from ``git show`` beside today's, on the same sparse core), on the
+same seeds and streams, interleaved over ``--rounds`` rounds, best round kept. The first
+bulk of each pair is checked to be identical, so the rows compare equal work.
+
 ``NeighborLoader`` needs pyg-lib or torch-sparse. When neither imports, the benchmark
 says so in its output and measures the peer side with a straightforward vectorised
 pure-torch sampler instead (one random sort per frontier; PyG's model, which runs
@@ -18,10 +24,12 @@ the extension wheels.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -37,6 +45,12 @@ from sparsegnn.sampling.loader import MinibatchLoader
 from sparsegnn.sparse import CSRMatrix
 
 FANOUTS = (15, 10, 5)
+# The other samplers' sizes in the before/after comparison: LADIES draws 512 vertices per
+# layer (half a batch), ShaDow takes two node-wise hops before extracting the subgraph.
+LADIES_SIZES = (512, 512)
+SHADOW_FANOUTS = (10, 5)
+SAMPLERS = ("sage", "ladies", "shadow")
+SIZES = {"sage": FANOUTS, "ladies": LADIES_SIZES, "shadow": SHADOW_FANOUTS}
 
 
 @dataclass
@@ -57,7 +71,12 @@ def make_graph(scale: int, features: int, classes: int) -> Setup:
 
 # ---------------------------------------------------------------------- ours
 def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> Rate:
-    sampler = NodeWiseSampler(s.adj, FANOUTS)
+    return rate_of(bulk_runner(NodeWiseSampler(s.adj, FANOUTS), s, k, batches, batch_size))
+
+
+def bulk_runner(sampler: Any, s: Setup, k: int, batches: int, batch_size: int
+                ) -> Callable[[], int]:
+    """Sample ``batches`` minibatches ``k`` per call; returns how many were sampled."""
     seeds = [s.seeds[i * batch_size : (i + 1) * batch_size] for i in range(batches)]
 
     def run() -> int:
@@ -66,7 +85,7 @@ def ours_sampling(s: Setup, k: int, batches: int, batch_size: int) -> Rate:
             sampler.sample([seeds[i] for i in idx], [batch_generator(0, 0, i) for i in idx])
         return batches
 
-    return rate_of(run)
+    return run
 
 
 def ours_training(s: Setup, steps: int, batch_size: int, hidden: int) -> Rate:
@@ -87,6 +106,92 @@ def ours_training(s: Setup, steps: int, batch_size: int, hidden: int) -> Rate:
         return seen
 
     return rate_of(run)
+
+
+# ---------------------------------------------------------------------- before / after
+def load_revision(rev: str) -> ModuleType:
+    """``sparsegnn.sampling.samplers`` as it was at git revision ``rev``, beside today's.
+
+    Its ``frontier`` is loaded from the same revision and bound in place of today's
+    while the old ``samplers`` executes (it imports the frontier by absolute name);
+    everything else (the CSR core, streams) is today's, so only the sampling kernels
+    differ between the two sides.
+    """
+    root = Path(__file__).resolve().parents[1]
+    frontier_name = "sparsegnn.sampling.frontier"
+    today = sys.modules[frontier_name]
+    loaded: dict[str, ModuleType] = {}
+    try:
+        for name in ("frontier", "samplers"):
+            source = subprocess.run(
+                ["git", "-C", str(root), "show", f"{rev}:src/sparsegnn/sampling/{name}.py"],
+                capture_output=True, text=True, check=True,
+            ).stdout
+            module = ModuleType(f"sparsegnn_sampling_at_{rev}_{name}")
+            sys.modules[module.__name__] = module  # dataclasses look their module up there
+            if name == "samplers":
+                sys.modules[frontier_name] = loaded["frontier"]
+            exec(compile(source, f"{rev}:src/sparsegnn/sampling/{name}.py", "exec"),
+                 module.__dict__)
+            loaded[name] = module
+    finally:
+        sys.modules[frontier_name] = today
+    return loaded["samplers"]
+
+
+def make_sampler(namespace: Any, kind: str, adj: CSRMatrix) -> Any:
+    """One of the compared samplers, built from ``namespace`` (today's or a revision's)."""
+    if kind == "sage":
+        return namespace.NodeWiseSampler(adj, FANOUTS)
+    if kind == "ladies":
+        return namespace.LadiesSampler(adj, LADIES_SIZES)
+    return namespace.ShadowSampler(adj, SHADOW_FANOUTS)
+
+
+def same_minibatches(a: list[Any], b: list[Any], layers: int) -> bool:
+    """Whether two lists of minibatches hold the same vertices and the same operators."""
+    def same(x: Any, y: Any) -> bool:
+        if not torch.equal(x.node_ids, y.node_ids):
+            return False
+        return all(p.shape == q.shape and torch.equal(p.crow, q.crow)
+                   and torch.equal(p.col, q.col) and torch.equal(p.val, q.val)
+                   for p, q in zip(x.operators(layers), y.operators(layers), strict=True))
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+
+
+def before_after(s: Setup, args: argparse.Namespace, old: ModuleType, size: dict[str, Any]
+                 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Today's samplers against revision ``args.before``'s, interleaved, best round kept."""
+    rows, speedups = [], {}
+    current = sys.modules["sparsegnn.sampling"]
+    for kind in args.samplers:
+        batches = args.batches if kind == "sage" else args.extraction_batches
+        layers = 1 if kind == "shadow" else len(SIZES[kind])
+        after_s, before_s = make_sampler(current, kind, s.adj), make_sampler(old, kind, s.adj)
+        for k in args.bulk:
+            k = min(k, batches)
+            idx = range(k)
+            seeds = [s.seeds[i * args.batch_size : (i + 1) * args.batch_size] for i in idx]
+            identical = same_minibatches(
+                after_s.sample(seeds, [batch_generator(0, 0, i) for i in idx]),
+                before_s.sample(seeds, [batch_generator(0, 0, i) for i in idx]), layers)
+            best = {"before": Rate(0.0, 0.0), "after": Rate(0.0, 0.0)}
+            for _ in range(args.rounds):
+                for side, sampler in (("before", before_s), ("after", after_s)):
+                    r = rate_of(bulk_runner(sampler, s, k, batches, args.batch_size))
+                    best[side] = Rate(max(best[side].wall, r.wall), max(best[side].cpu, r.cpu))
+            for side in ("before", "after"):
+                rows.append({"what": "sampling_before_after", "sampler": kind, "k": k,
+                             "side": side, "revision": args.before if side == "before"
+                             else "working tree", "ours": f"{kind} k={k} ({side})",
+                             "peer": "", "minibatches_per_s": best[side].wall,
+                             "minibatches_per_cpu_s": best[side].cpu, "batches": batches,
+                             "rounds": args.rounds, "identical_minibatches": identical,
+                             **size, "fanouts": list(SIZES[kind])})
+            name = f"{size['graph'].replace(':', '')}/{kind}_k{k}_vs_{args.before}"
+            speedups[name + "_cpu"] = best["after"].cpu / best["before"].cpu
+            speedups[name] = best["after"].wall / best["before"].wall
+    return rows, speedups
 
 
 # ---------------------------------------------------------------------- peers
@@ -230,6 +335,10 @@ def bench_graph(scale: int, args: argparse.Namespace, status: str | None
                          "hidden": args.hidden, "features": args.features, **size})
         speedups[f"rmat{scale}/training"] = ours_t.wall / peer_t.wall
         speedups[f"rmat{scale}/training_cpu"] = ours_t.cpu / peer_t.cpu
+    if args.before:
+        ba_rows, ba_speedups = before_after(s, args, load_revision(args.before), size)
+        rows += ba_rows
+        speedups.update(ba_speedups)
     return rows, speedups
 
 
@@ -241,7 +350,12 @@ def summary(rows: list[dict[str, Any]], status: str | None) -> str:
         )
     for r in rows:
         label = r["ours"] or r["peer"]
-        if r["what"] == "sampling":
+        if r["what"] == "sampling_before_after":
+            lines.append(f"{r['graph']} {r['sampler']:<7} k={r['k']:<3} {r['side']:<6} "
+                         f"({r['revision']}) {r['minibatches_per_s']:8.2f} minibatches/s "
+                         f"({r['minibatches_per_cpu_s']:.2f} per CPU s)"
+                         + ("" if r["identical_minibatches"] else "  NOT IDENTICAL"))
+        elif r["what"] == "sampling":
             lines.append(f"{r['graph']} sampling  {label:<45} {r['minibatches_per_s']:8.2f} "
                          f"minibatches/s ({r['minibatches_per_cpu_s']:.2f} per CPU s)")
         else:
@@ -264,11 +378,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (0: torch's default; PyG's sampler uses one)")
+    p.add_argument("--before", default=None, metavar="REV",
+                   help="also measure every sampler against the git revision REV's samplers")
+    p.add_argument("--samplers", default=",".join(SAMPLERS),
+                   help="samplers of the before/after comparison (sage, ladies, shadow)")
+    p.add_argument("--extraction-batches", type=int, default=16,
+                   help="minibatches per before/after measurement of LADIES and ShaDow")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved before/after rounds (the best is kept)")
     args = p.parse_args(argv)
     if args.quick:
         args.scales, args.bulk, args.batches, args.train_steps = "14", "1,4", 8, 2
+        args.extraction_batches, args.rounds = 4, 1
     args.scales = [int(x) for x in args.scales.split(",")]
     args.bulk = [int(x) for x in args.bulk.split(",")]
+    args.samplers = [x for x in args.samplers.split(",") if x]
+    unknown = set(args.samplers) - set(SAMPLERS)
+    if unknown:
+        p.error(f"unknown samplers {sorted(unknown)}; choose from {', '.join(SAMPLERS)}")
     return args
 
 

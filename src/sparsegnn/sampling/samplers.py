@@ -25,11 +25,16 @@ import torch
 from sparsegnn.errors import InvalidValueError, ShapeError
 from sparsegnn.sampling.frontier import (
     Stacked,
+    distinct_columns,
     draw,
     exclusive_cumsum,
     extend,
-    local_columns,
+    gather_rows,
+    induced_block,
+    induced_columns,
+    smallest_per_batch,
     smallest_per_segment,
+    sort_values,
     split_block,
     stacked_block,
 )
@@ -154,7 +159,7 @@ class LocalTopology:
         return self.adj.col[pos], self.adj.val[pos]
 
     def rows(self, rows: torch.Tensor) -> CSRMatrix:
-        return self.adj.select_rows(rows)
+        return gather_rows(self.adj, rows, self._unit)
 
 
 class Sampler:
@@ -299,12 +304,13 @@ def _nodewise_hop(
     frontier, local = extend(targets, cols, ptr[targets.ptr], topo.shape[0])
     grid = torch.full_like(offsets, torch.iinfo(torch.long).max)
     grid.view(-1)[slots] = local
-    grid, order = torch.sort(grid, dim=1)
     width = int(frontier.counts.max()) if frontier.k else 0
     shape = (offsets.shape[0], max(width, 1))
     if topo.unit_values:  # the mean of unit entries: 1 / count each, as row_norm computes
+        grid = sort_values(grid)  # no permutation needed: every value is the same
         mean = (1.0 / counts.to(topo.dtype)).repeat_interleave(counts)
         return frontier, CSRMatrix(ptr, grid.view(-1)[slots], mean, shape)
+    grid, order = torch.sort(grid, dim=1)
     values = torch.zeros(offsets.shape, dtype=vals.dtype, device=vals.device)
     values.view(-1)[slots] = vals
     values = torch.gather(values, 1, order)
@@ -379,8 +385,7 @@ def _ladies_candidates(
     The probability of column v in minibatch b is its squared norm in ``Q_b A`` over the
     squared Frobenius norm of ``Q_b A``.
     """
-    rows = p.row_indices()
-    cand, inv = torch.unique(targets.batch_of[rows] * n + p.col, return_inverse=True)
+    cand, inv = distinct_columns(p.col, p.crow[targets.ptr], n)
     weight = torch.zeros(cand.numel(), dtype=torch.float64, device=p.device)
     weight.index_add_(0, inv, p.val.double() ** 2)
     cand_batch = cand // n
@@ -425,7 +430,7 @@ class LadiesSampler(Sampler):
             cand_batch = cand // n
             counts = torch.bincount(cand_batch, minlength=targets.k)
             keys = draw(generators, counts, "exponential", self.adj.device).double() / prob
-            chosen = smallest_per_segment(keys, cand_batch, size)
+            chosen = smallest_per_batch(keys, exclusive_cumsum(counts), size)
             edge = chosen[inv]
             rows = p.row_indices()[edge]
             per_batch = torch.bincount(targets.batch_of[rows], minlength=targets.k)
@@ -457,10 +462,8 @@ class ShadowSampler(Sampler):
             offsets = _nodewise_draw(self.topology, visited, fanout, generators, None)
             visited = _nodewise_hop(self.topology, visited, offsets)[0]
         p = self.topology.rows(visited.ids)
-        rows = p.row_indices()
-        local, found = local_columns(visited, visited.batch_of[rows], p.col, n)
-        width = int(visited.counts.max()) if visited.k else 0
-        block = stacked_block(rows[found], local[found], p.val[found], visited.ids.numel(), width)
+        local = induced_columns(p, visited, n)
+        block = induced_block(p, visited, local, self.topology.unit_values)
         adjs = split_block(block, visited.ptr, visited.ptr)
         return [
             SampledSubgraph(s, ids, a)
