@@ -9,8 +9,9 @@ p local ranks. Reported per configuration: predicted and measured epoch time (th
 slowest rank's median); per case: the best measured configuration, the auto choice's
 measured time relative to it, and the default's (1D, dense, block). The auto choice is
 what ``train --algo auto`` trains: of the configurations predicted within 1.5x of the
-fastest (at most ``--trials``), the one fastest in a separate run of three trial
-epochs each; the model's own first choice is reported beside it. A fresh job then trains
+fastest (at most ``--trials``), the trials' winner in a separate run of three trial
+epochs each (the fastest, if more than 10% faster than the model's first choice); the
+model's own first choice is reported beside it. A fresh job then trains
 the auto choice alone and reports its ranks' peak resident set against the predicted
 per-rank memory that ``--max-rank-memory`` is checked against. Dropout masks are
 drawn per vertex block, as a partitioned run draws them, so a rank's work is its share.

@@ -85,12 +85,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="spawn this many local ranks")
     dist.add_argument("--algo", choices=(*ALGORITHMS, "auto"), default=None,
                       help="auto: of the configurations `plan --auto` predicts fastest "
-                           "(algorithm, replication, comm and partition), the one that "
-                           "runs fastest in a few trial epochs (--auto-trials)")
+                           "(algorithm, replication, comm and partition), the model's "
+                           "first choice unless another ran >10% faster in a few trial "
+                           "epochs (--auto-trials)")
     dist.add_argument("--auto-trials", type=int_range(1), default=3, metavar="K",
                       help="--algo auto: try up to K configurations predicted within 1.5x "
-                           "of the fastest for a few epochs each, then train the fastest "
-                           "measured (1: trust the model alone)")
+                           "of the fastest for a few epochs each; train the fastest "
+                           "measured if it beat the model's first choice by >10% "
+                           "(1: trust the model alone)")
     dist.add_argument("--profile", default=None,
                       help="--algo auto: machine profile from `sparsegnn calibrate --out` "
                            "(default: calibrate now, quickly)")
@@ -504,11 +506,13 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
 
 
 def _auto_report(auto: dict[str, Any], run: Any) -> dict[str, Any]:
-    """What ``--algo auto`` chose and why: the configuration trained (the fastest trial,
+    """What ``--algo auto`` chose and why: the configuration trained (the trials' winner,
     as the ranks chose it), its prediction, and each trial's predicted and measured
     epoch."""
+    from sparsegnn.train.distributed import trial_winner
+
     measured = [t["measured_epoch_s"] for t in run.trials]  # empty: no trials were run
-    won = min(range(len(measured)), key=measured.__getitem__) if measured else 0
+    won = trial_winner(measured)
     return {**auto["predicted"][won], "candidates": auto["candidates"],
             "trials": [{**{k: p[k] for k in ("algo", "replication", "comm", "partitioner",
                                              "epoch_s")},
