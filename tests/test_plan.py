@@ -164,3 +164,23 @@ def test_plan_cli_plots(tmp_path, capsys):
     argv = ["plan", "--graph", SPEC, "--parts", "4", "--comm", "dense", "--plot", str(png)]
     assert main(argv) == 0
     assert png.stat().st_size > 0 and "MiB" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+@pytest.mark.parametrize(("in_dim", "hidden"), [(16, 16), (32, 16), (16, 32)])
+def test_spmm_schedule_multiplies_where_the_layers_do(model: str, in_dim: int,
+                                                      hidden: int) -> None:
+    """The byte model's schedule follows each layer's ``transforms_first``: a first layer
+    that aggregates raw features multiplies at the input width with no backward SpMM;
+    one that maps first multiplies at its output width and needs one."""
+    from types import SimpleNamespace
+
+    from sparsegnn.distributed.comm_model import spmm_schedule
+    from sparsegnn.nn.conv import GCNConv, SAGEConv
+
+    layer = (GCNConv if model == "gcn" else SAGEConv)(in_dim, hidden)
+    cfg = SimpleNamespace(model=model, hidden=hidden, num_layers=2)
+    calls = spmm_schedule(cfg, in_dim, 4)
+    backward = [c for c in calls if c.phase == "backward_spmm"]
+    assert calls[0].width == (hidden if layer.transforms_first else in_dim)
+    assert len(backward) == (2 if layer.transforms_first else 1)

@@ -89,14 +89,15 @@ def spmm_schedule(
 ) -> list[SpmmCall]:
     """The distributed SpMMs of one epoch (training forward, evaluation forward, backward).
 
-    Mirrors the layers: GCNConv multiplies the narrower side (``out <= in``: after its
-    linear map), SAGEConv likewise when ``out < in``; only the first layer's SpMM on raw
-    features needs no backward pass. ``sliced``: the grid cuts the input features by
-    columns (2D/3D), so a first layer aggregating raw features multiplies column slices.
+    Mirrors the layers (their ``transforms_first``): GCNConv and SAGEConv multiply after
+    their linear map when it narrows (``out < in``), else before it; only the first
+    layer's SpMM on raw features needs no backward pass. ``sliced``: the grid cuts the
+    input features by columns (2D/3D), so a first layer aggregating raw features
+    multiplies column slices.
     """
     forward, backward = [], []
     for layer, (a, b) in enumerate(itertools.pairwise(_widths(cfg, in_dim, out_dim))):
-        shrink = b <= a if cfg.model == "gcn" else b < a
+        shrink = b < a
         width = b if shrink else a
         forward.append(SpmmCall(width, "forward_spmm", sliced and layer == 0 and not shrink))
         if shrink or layer > 0:
