@@ -92,6 +92,11 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     missed = scored["missed_particles"]
     assert missed["missed"] == scored["num_reconstructable"] - scored["num_matched"]
     assert missed["missed"] == sum(v for k, v in missed.items() if k != "missed")
+    argv = ["track", "evaluate", "--events", str(SAMPLE), "--graphs", str(graphs), "--model",
+            str(model), "--method", "triplets", "--min-track-hits", "3", "--device", "cpu"]
+    loose = run_json(capsys, *argv)
+    strict = run_json(capsys, *argv, "--min-layers", "6")  # fewer tracks survive
+    assert 0 < strict["num_tracks"] < loose["num_tracks"]
     sampled = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--graphs",
                        str(graphs), "--model", str(model), "--max-sample-nodes", "500",
                        "--device", "cpu")

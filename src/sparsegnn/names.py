@@ -1,4 +1,5 @@
-"""The names users choose among (algorithms, partitioners, seed orders), defined once.
+"""The names users choose among (algorithms, partitioners, seed orders, track building),
+defined once.
 
 A module without imports, so the command line can offer these choices in ``--help``
 without loading torch; the library modules that implement each choice import their
@@ -13,3 +14,4 @@ Algorithm = Literal["1d", "1.5d", "2d", "3d"]
 ALGORITHMS: tuple[Algorithm, ...] = ("1d", "1.5d", "2d", "3d")
 PARTITIONERS = ("block", "random", "metis", "kahip", "balanced")
 SEED_ORDERS = ("random", "phi")
+TRACK_METHODS = ("components", "walkthrough", "triplets")  # track building from edge scores

@@ -33,7 +33,7 @@ from sparsegnn.cli.common import (
     resolve_device,
 )
 from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.names import SEED_ORDERS
+from sparsegnn.names import SEED_ORDERS, TRACK_METHODS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,13 +111,17 @@ def _graph_flags(p: argparse.ArgumentParser, default: str) -> None:
 def _reco_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scoring and track building (default: the model's settings)")
     g.add_argument("--cut", type=float_range(0.0, 1.0), help="edge score cut (default 0.5)")
-    g.add_argument("--method", choices=("components", "walkthrough"),
-                   help="track building (default components)")
+    g.add_argument("--method", choices=TRACK_METHODS,
+                   help="track building (default components; triplets: junctions resolved "
+                        "by edge score and helix geometry)")
     g.add_argument("--min-track-hits", type=int_range(1), default=None, help="drop shorter "
                    "tracks (default: keep all; 5 drops most fragments, which count as fakes)")
     g.add_argument("--max-sample-nodes", type=int_range(1), default=None,
                    help="score ShaDow subgraphs of at most this many hits instead of whole "
                         "events: bounded memory, many times slower (default: whole events)")
+    g.add_argument("--min-layers", type=int_range(1), default=None,
+                   help="drop tracks crossing fewer distinct layers (default: the model's, "
+                        "else 1)")
     g.add_argument("--extend-cut", type=float_range(0.0, 1.0), default=None,
                    help="walkthrough: extend chain ends with free hits through edges down "
                         "to this score (default: no extension)")
@@ -146,7 +150,7 @@ def _reconstruction(args: argparse.Namespace, base: Any, events: list[Any], mode
     given = {k: getattr(args, k.replace("-", "_"), None)
              for k in ("graph", "map_level", "min_dr", "cut", "method", "min_track_hits",
                        "window_margin", "window_count_margin", "window_min_count",
-                       "extend_cut", "merge_cut")}
+                       "extend_cut", "merge_cut", "min_layers")}
     given |= {c.replace("-", "_"): getattr(args, c.replace("-", "_")) for c, _ in _CUT_FLAGS}
     reco = reco.with_config(**given, sample_nodes=getattr(args, "max_sample_nodes", None))
     if edge_filter is not None:

@@ -36,6 +36,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from sparsegnn.names import TRACK_METHODS
+
 # The default minimum track length, for every caller (library, command line, benchmarks):
 # keep every track of two or more hits. Dense events want more (5-7; the rule in
 # sparsegnn.tracking.pipeline.tune chooses it on training events).
@@ -55,7 +57,7 @@ _CURVATURE_SPREAD = 5e-5  # 1 / mm
 _THETA_SPREAD = 0.01  # rad
 _MIN_SEGMENT_MM = 15.0
 TRIPLET_MISFIT = 16.0  # default max_misfit: squared spreads, summed
-METHODS = ("components", "walkthrough", "triplets")
+METHODS = TRACK_METHODS
 
 
 @dataclass(frozen=True)
