@@ -86,12 +86,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     dist.add_argument("--algo", choices=(*ALGORITHMS, "auto"), default=None,
                       help="auto: of the configurations `plan --auto` predicts fastest "
                            "(algorithm, replication, comm and partition), the model's "
-                           "first choice unless another ran >10% faster in a few trial "
+                           "first choice unless another ran >10%% faster in a few trial "
                            "epochs (--auto-trials)")
     dist.add_argument("--auto-trials", type=int_range(1), default=3, metavar="K",
                       help="--algo auto: try up to K configurations predicted within 1.5x "
                            "of the fastest for a few epochs each; train the fastest "
-                           "measured if it beat the model's first choice by >10% "
+                           "measured if it beat the model's first choice by >10%% "
                            "(1: trust the model alone)")
     dist.add_argument("--profile", default=None,
                       help="--algo auto: machine profile from `sparsegnn calibrate --out` "
