@@ -262,7 +262,7 @@ def fastest_of_rounds(session: Session, source: Any, cfg: TrainConfig,
     n = len(candidates)
     best = [float("inf")] * n
     for r in range(max(1, rounds)):
-        for k in (list(range(n))[r % n:] + list(range(n))[:r % n] if n else []):
+        for k in ((r + i) % n for i in range(n)):
             best[k] = min(best[k], measure_epoch_s(session, source, cfg, candidates[k]))
     return best
 
