@@ -14,7 +14,6 @@ from sparsegnn.sampling import ShadowSampler, batch_generator, frontier
 from sparsegnn.sampling.frontier import (
     Stacked,
     distinct_columns,
-    gather_rows,
     induced_block,
     induced_columns,
     smallest_per_batch,
@@ -49,10 +48,18 @@ CASES = [(50, 400, [7, 0, 20, 1]), (300, 5000, [120, 64, 3]), (40, 0, [5, 5])]
 
 @pytest.mark.parametrize("unit", [True, False])
 @pytest.mark.parametrize(("n", "nnz", "sizes"), CASES)
-def test_gather_rows_equals_select_rows(n: int, nnz: int, sizes: list[int], unit: bool) -> None:
+def test_select_rows_equals_the_arange_reference(n: int, nnz: int, sizes: list[int],
+                                                 unit: bool) -> None:
+    """Row extraction by one step cumsum (and ones filled in for a pattern) equals the
+    arange + repeat_interleave it replaced."""
     adj = random_matrix(n, nnz, seed=n, unit=unit)
     rows = torch.cat([random_stack(n, sizes, seed=1).ids, torch.tensor([0, 0, n - 1])])
-    same_csr(gather_rows(adj, rows, unit), adj.select_rows(rows))
+    starts = adj.crow[rows]
+    counts = adj.crow[rows + 1] - starts
+    crow = frontier.exclusive_cumsum(counts)
+    take = torch.arange(int(crow[-1])) + torch.repeat_interleave(starts - crow[:-1], counts)
+    reference = CSRMatrix(crow, adj.col[take], adj.val[take], (rows.numel(), n))
+    same_csr(adj.select_rows(rows, ones=unit), reference)
 
 
 @pytest.mark.parametrize(("n", "nnz", "sizes"), CASES)
@@ -92,7 +99,7 @@ def test_induced_block_equals_the_sorted_extraction(
         monkeypatch.setattr(frontier, "_INT32_KEYS", 0)
     adj = random_matrix(n, nnz, seed=n + 2, unit=unit)
     visited = random_stack(n, sizes, seed=3)
-    p = gather_rows(adj, visited.ids, unit)
+    p = adj.select_rows(visited.ids, ones=unit)
     block = induced_block(p, visited, induced_columns(p, visited, n), unit)
     same_csr(block, reference_induced(p, visited, n))
     assert int((induced_columns(p, visited, n) >= 0).sum()) == block.nnz

@@ -9,7 +9,7 @@ No step loops over vertices in Python; the only loops run over the k minibatches
 
 Extraction (``Q A`` for LADIES and ShaDow, ``Q A Q^T`` for ShaDow's induced subgraph) is
 a sparse product with selection matrices, so it needs no general SpGEMM: rows are
-copied (:func:`gather_rows`) and columns are looked up in a per-minibatch dense map
+copied (``CSRMatrix.select_rows``) and columns are looked up in a per-minibatch dense map
 (:func:`distinct_columns`, :func:`induced_columns`). Those maps replace sorts of every
 entry of ``Q A``, which is what the profile showed LADIES and ShaDow spending their time
 on (docs/sampling.md, "Kernels").
@@ -185,32 +185,6 @@ def extend(
     counts = torch.tensor([x.numel() for x in ids], dtype=torch.long, device=device)
     f_ptr = exclusive_cumsum(counts.view(-1, 2).sum(1))
     return Stacked(torch.cat(ids) if ids else cand[:0], f_ptr), local
-
-
-def gather_rows(adj: CSRMatrix, rows: torch.Tensor, unit: bool) -> CSRMatrix:
-    """``A[rows]``, equal to ``adj.select_rows(rows)``, with fewer passes over the entries.
-
-    The selected entries' positions in A are runs of consecutive integers, one per row.
-    A single cumsum over a step array (1 inside a run, a jump at each run's start)
-    writes them, where ``select_rows`` spends an arange, a repeat_interleave and an add.
-    For a unit-valued A (``unit``) the values are filled with ones instead of gathered.
-    """
-    starts = adj.crow[rows]
-    counts = adj.crow[rows + 1] - starts
-    crow = exclusive_cumsum(counts)
-    total = int(crow[-1])
-    shape = (rows.numel(), adj.shape[1])
-    if total == 0:
-        return CSRMatrix(crow, adj.col[:0], adj.val[:0], shape)
-    nonempty = counts > 0
-    first, begin = crow[:-1][nonempty], starts[nonempty]
-    step = torch.ones(total, dtype=torch.long, device=adj.device)
-    # From the last entry of one run (begin + count - 1) to the first of the next.
-    step[first[1:]] = begin[1:] - (begin[:-1] + counts[nonempty][:-1]) + 1
-    step[0] = begin[0]
-    take = torch.cumsum(step, 0)
-    val = torch.ones(total, dtype=adj.dtype, device=adj.device) if unit else adj.val[take]
-    return CSRMatrix(crow, adj.col[take], val, shape)
 
 
 def distinct_columns(

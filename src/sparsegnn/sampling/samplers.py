@@ -29,7 +29,6 @@ from sparsegnn.sampling.frontier import (
     draw,
     exclusive_cumsum,
     extend,
-    gather_rows,
     induced_block,
     induced_columns,
     smallest_per_batch,
@@ -159,7 +158,7 @@ class LocalTopology:
         return self.adj.col[pos], self.adj.val[pos]
 
     def rows(self, rows: torch.Tensor) -> CSRMatrix:
-        return gather_rows(self.adj, rows, self._unit)
+        return self.adj.select_rows(rows, ones=self._unit)
 
 
 class Sampler:

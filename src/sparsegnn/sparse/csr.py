@@ -390,17 +390,19 @@ class CSRMatrix:
         return self._t
 
     # ------------------------------------------------------------------ extraction
-    def select_rows(self, rows: torch.Tensor) -> CSRMatrix:
-        """``A[rows, :]`` in the order given (rows may repeat): the sampler's ``Q A``."""
+    def select_rows(self, rows: torch.Tensor, ones: bool = False) -> CSRMatrix:
+        """``A[rows, :]`` in the order given (rows may repeat): the sampler's ``Q A``.
+        ``ones``: A's values are all 1 (a pattern), so they are filled, not gathered."""
         rows = torch.as_tensor(rows, device=self.device).long()
         _check_bounds(rows, self.shape[0], "row")
-        starts, ends = self.crow[rows], self.crow[rows + 1]
-        counts = ends - starts
+        starts = self.crow[rows]
+        counts = self.crow[rows + 1] - starts
         crow = torch.zeros(rows.numel() + 1, dtype=torch.long, device=self.device)
         torch.cumsum(counts, 0, out=crow[1:])
-        offsets = torch.repeat_interleave(starts - crow[:-1], counts)
-        take = torch.arange(int(crow[-1]), device=self.device) + offsets
-        return CSRMatrix(crow, self.col[take], self.val[take], (rows.numel(), self.shape[1]))
+        take = _run_positions(starts, counts, crow)
+        val = torch.ones(take.numel(), dtype=self.dtype, device=self.device) if ones \
+            else self.val[take]
+        return CSRMatrix(crow, self.col[take], val, (rows.numel(), self.shape[1]))
 
     def select_cols(self, cols: torch.Tensor) -> CSRMatrix:
         """``A[:, cols]`` with columns renumbered to positions in ``cols`` (unique ids)."""
@@ -439,6 +441,25 @@ class CSRMatrix:
 
 
 # ---------------------------------------------------------------------- helpers
+def _run_positions(starts: torch.Tensor, counts: torch.Tensor, crow: torch.Tensor
+                   ) -> torch.Tensor:
+    """The positions ``starts[i], ..., starts[i] + counts[i] - 1`` of every run, in order
+    (``crow``: the exclusive cumsum of ``counts``). One cumsum over a step array (1
+    inside a run, the jump to the next run at its first entry) writes them: fewer passes
+    than an arange plus a repeat_interleave of offsets, which the samplers' row
+    extraction measured."""
+    total = int(crow[-1])
+    if total == 0:
+        return torch.zeros(0, dtype=torch.long, device=starts.device)
+    nonempty = counts > 0
+    first, begin, length = crow[:-1][nonempty], starts[nonempty], counts[nonempty]
+    step = torch.ones(total, dtype=torch.long, device=starts.device)
+    # From the last entry of one run (begin + length - 1) to the first of the next.
+    step[first[1:]] = begin[1:] - (begin[:-1] + length[:-1]) + 1
+    step[0] = begin[0]
+    return torch.cumsum(step, 0)
+
+
 def _rows_to_crow(sorted_rows: torch.Tensor, n_rows: int) -> torch.Tensor:
     counts = torch.bincount(sorted_rows, minlength=n_rows)
     crow = torch.zeros(n_rows + 1, dtype=torch.long, device=sorted_rows.device)
