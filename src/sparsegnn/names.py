@@ -1,4 +1,5 @@
-"""The names users choose among (algorithms, partitioners, seed orders, track building),
+"""The names users choose among (algorithms, partitioners, seed orders, track building,
+dropout masks),
 defined once.
 
 A module without imports, so the command line can offer these choices in ``--help``
@@ -15,3 +16,7 @@ ALGORITHMS: tuple[Algorithm, ...] = ("1d", "1.5d", "2d", "3d")
 PARTITIONERS = ("block", "random", "metis", "kahip", "balanced")
 SEED_ORDERS = ("random", "phi")
 TRACK_METHODS = ("components", "walkthrough", "triplets")  # track building from edge scores
+
+# How a model's dropout masks are drawn (see sparsegnn.nn.dropout).
+MaskKind = Literal["bernoulli", "bytes"]
+MASK_KINDS: tuple[MaskKind, ...] = ("bernoulli", "bytes")

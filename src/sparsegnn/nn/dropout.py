@@ -14,9 +14,9 @@ is rounded to a multiple of 2^-16 and the kept values are scaled by the inverse 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
+
+from sparsegnn.names import MASK_KINDS, MaskKind
 
 _LANES = 1 << 16  # 16-bit lanes: the drop probability is kept to a multiple of 2^-16
 
@@ -70,15 +70,14 @@ def fast_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
 # arithmetic); in place on the layer's output and in cache-sized row chunks, the epilogue
 # reads and writes the activation once and keeps nothing but its output for backward.
 
-MaskKind = Literal["bernoulli", "bytes"]
-"""How the keep-mask is drawn. ``bernoulli``: one Bernoulli draw per element from torch's
-generator, the very draws ``F.dropout`` makes (same seed, same shape: the same mask),
-which distributed ranks reproduce. ``bytes``: one random byte per element compared
-with a threshold (eight elements per 64-bit draw, about 25x cheaper on the CPU); the drop
-probability is rounded to a multiple of 1/256 (0.5 is exact) and the kept values are
-scaled by the inverse of the *rounded* keep probability, so the layer stays unbiased."""
-
-MASK_KINDS: tuple[MaskKind, ...] = ("bernoulli", "bytes")
+#
+# How the keep-mask is drawn (``MaskKind``). ``bernoulli``: one Bernoulli draw per element
+# from torch's generator, the very draws ``F.dropout`` makes (same seed, same shape: the
+# same mask), which distributed ranks reproduce. ``bytes``: one random byte per element
+# compared with a threshold (eight elements per 64-bit draw, about 25x cheaper on the
+# CPU); the drop probability is rounded to a multiple of 1/256 (0.5 is exact) and the
+# kept values are scaled by the inverse of the *rounded* keep probability, so the layer
+# stays unbiased.
 
 # Elements per chunk: the chunk of the activation, its float mask and its random bytes
 # (1.1 MiB in float32) stay in a 2 MiB L2, and 2^18 x 128 takes 256 chunks of Python.

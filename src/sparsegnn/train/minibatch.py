@@ -167,7 +167,8 @@ def fit_minibatch(
     device = torch.device(device)
     seed_everything(cfg.seed)
     model = GraphSAGE(
-        data.num_features, cfg.hidden, int(data.y.max()) + 1, cfg.num_layers, cfg.dropout
+        data.num_features, cfg.hidden, int(data.y.max()) + 1, cfg.num_layers, cfg.dropout,
+        dropout_mask=cfg.dropout_mask,
     )
     model = model.to(device=device, dtype=cfg.torch_dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
