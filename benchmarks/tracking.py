@@ -32,10 +32,12 @@ existed). One reconstruction serves them all:
 4. Triplet track building (``sparsegnn.tracking.reco``: junctions resolved by edge score
    and helix geometry, tracks crossing too few distinct layers dropped); the score cut,
    minimum track length, minimum layer count and the looser cut that extends chains and
-   merges pieces (none, or 0.5 of the cut) are chosen once on each condition's
-   validation events (:data:`VALIDATION`: simulated with their own seeds, neither
-   trained on nor held out), every condition weighing the same and choices keeping more
-   conditions at a fake rate <= :data:`MAX_FAKE` winning (``pipeline.tune``).
+   merges pieces (none, or 0.5 of the cut) are chosen once, with chains cut where they
+   bend by a misfit over 36 and their pieces linked along the helix through every edge
+   (fixed: :data:`TUNE_KINKS`, :data:`TUNE_LINKS`), on each condition's validation events
+   (:data:`VALIDATION`: simulated with their own seeds, neither trained on nor held
+   out), every condition weighing the same and choices keeping more conditions at a
+   fake rate <= :data:`MAX_FAKE` winning (``pipeline.tune``).
 
 ``--model PATH`` skips 1-3 and evaluates a model saved by ``--save-model`` (its map,
 filter and tuned settings); with ``--retune`` step 4 chooses its track building again
@@ -138,6 +140,12 @@ TUNE_CUTS = (0.1, 0.2, 0.3, 0.5)
 TUNE_LENGTHS = (5, 7)
 TUNE_LOOSE = (None,)
 TUNE_LAYERS = (5, 6, 7)
+# The triplets' chain cutting and geometric linking (reco.build_tracks max_kink,
+# link_cut), fixed rather than tuned (each doubles the tuning time): chosen on the same
+# validation events with the model of out/s23 (docs/tracking.md: pileup 200 at cut 0.1,
+# >= 7 layers, efficiency / fake rate 0.875 / 0.051 -> 0.905 / 0.011; no condition worse).
+TUNE_LINKS = (0.0,)
+TUNE_KINKS = (36.0,)
 QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] * 2),
          Condition("ttbar_pu5", *[TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)] * 2)]
 
@@ -216,7 +224,8 @@ def tuned_building(reco: Reconstruction, args: argparse.Namespace,
         groups += [c.name] * len(evs)
     reco = reco.with_config(method="triplets")
     return tune(reco, events, cuts=TUNE_CUTS, lengths=TUNE_LENGTHS, loose=TUNE_LOOSE,
-                layers=TUNE_LAYERS, groups=groups, max_fake=args.max_fake or None)
+                layers=TUNE_LAYERS, groups=groups, max_fake=args.max_fake or None,
+                links=TUNE_LINKS, kinks=TUNE_KINKS)
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -247,7 +256,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
         extra = {**shared, **figures, "building": reco.config.method,
                  "min_layers": reco.config.min_layers, "max_fake": args.max_fake,
                  "extend_cut": reco.config.extend_cut,
-                 "merge_cut": reco.config.merge_cut}
+                 "merge_cut": reco.config.merge_cut, "link_cut": reco.config.link_cut,
+                 "max_kink": reco.config.max_kink}
         rows.append(tracking_row(c.test, "gnn", test, run.tracks, seconds, extra))
         rows.append(tracking_row(c.test, "gnn_plain", test, plain_walkthrough(reco, test, run),
                                  seconds, {}))

@@ -119,7 +119,8 @@ class Reconstruction:
         cfg = self.config
         geometry = None if event is None else HitGeometry.from_event(event)
         return build_tracks(scores, cfg.cut, cfg.method, cfg.min_track_hits, cfg.extend_cut,
-                            cfg.merge_cut, geometry, cfg.min_layers, cfg.max_misfit)
+                            cfg.merge_cut, geometry, cfg.min_layers, cfg.max_misfit,
+                            cfg.link_cut, cfg.max_kink)
 
     def run(self, event: Event, graph: HitGraph | None = None) -> EventReco:
         """Every stage on ``event`` (from ``graph`` when given, else building it)."""
@@ -146,12 +147,15 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
          cuts: Sequence[float] = CUT_CHOICES,
          lengths: Sequence[int] = MIN_TRACK_HITS_CHOICES,
          loose: Sequence[float | None] = (None,), layers: Sequence[int] = (1,),
-         groups: Sequence[str] | None = None, max_fake: float | None = None
+         groups: Sequence[str] | None = None, max_fake: float | None = None,
+         links: Sequence[float | None] = (None,), kinks: Sequence[float | None] = (None,)
          ) -> Reconstruction:
     """``reco`` with the edge-score cut, minimum track length and layer count that do best
     on ``events`` (training or validation events: the test events stay unseen); each of
     ``loose`` (a fraction of the cut, or ``None``) is tried as the extend and merge cut
-    (:func:`~sparsegnn.tracking.reco.build_tracks`).
+    (:func:`~sparsegnn.tracking.reco.build_tracks`), and each of ``links`` as the
+    triplets' geometric linking cut (``None``: no linking), and of ``kinks`` as their
+    largest bend (``max_kink``; ``None``: chains are not cut).
 
     Best is the highest efficiency minus fake rate, averaged over ``groups`` (the
     condition of each event; default: one group). Pooling particles instead lets the
@@ -163,7 +167,8 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
     Positives are up-weighted by the negatives per positive in the loss, which pushes
     scores up, so 0.5 is not the natural cut. The TrackML score would barely see fakes
     (it weighs hits, and a fragment holds few), hence efficiency minus fake rate. Ties go
-    to the first choice in (cut, length, loose, layers) order. Each event is scored once.
+    to the first choice in (cut, length, loose, layers, links, kinks) order. Each event
+    is scored once.
     """
     graphs = [reco.graph(ev) for ev in events] if graphs is None else list(graphs)
     scores = [reco.score(g) for g in graphs]
@@ -171,14 +176,16 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
     if len(names) != len(events):
         raise InvalidValueError(f"{len(names)} groups for {len(events)} events")
 
-    def chosen(cut: float, length: int, fraction: float | None, min_layers: int
-               ) -> Reconstruction:
+    def chosen(cut: float, length: int, fraction: float | None, min_layers: int,
+               link: float | None, kink: float | None) -> Reconstruction:
         looser = None if fraction is None else fraction * cut
         config = replace(reco.config, cut=cut, min_track_hits=length, extend_cut=looser,
-                         merge_cut=looser, min_layers=min_layers)
+                         merge_cut=looser, min_layers=min_layers, link_cut=link,
+                         max_kink=kink)
         return replace(reco, config=config.checked())
 
-    def quality(choice: tuple[float, int, float | None, int]) -> tuple[int, float]:
+    def quality(choice: tuple[float, int, float | None, int, float | None, float | None]
+                ) -> tuple[int, float]:
         trial = chosen(*choice)
         per_group: dict[str, list[TrackMetrics]] = {}
         for ev, s, name in zip(events, scores, names, strict=True):
@@ -188,8 +195,8 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
         over = 0 if max_fake is None else sum(m.fake_rate > max_fake for m in pooled)
         return -over, float(np.mean([m.efficiency - m.fake_rate for m in pooled]))
 
-    return chosen(*max(((c, n, f, k) for c in cuts for n in lengths for f in loose
-                        for k in layers), key=quality))
+    return chosen(*max(((c, n, f, k, w, b) for c in cuts for n in lengths for f in loose
+                        for k in layers for w in links for b in kinks), key=quality))
 
 
 @dataclass(frozen=True)

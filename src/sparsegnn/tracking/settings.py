@@ -48,6 +48,11 @@ class RecoConfig:
     min_layers: int = 1
     # triplets only: the largest geometric misfit of a triplet kept (reco.TRIPLET_MISFIT)
     max_misfit: float = TRIPLET_MISFIT
+    # triplets only: join pieces / attach free hits through edges down to this score
+    # where the helix geometry agrees (reco.build_tracks; None: no linking)
+    link_cut: float | None = None
+    # triplets only: cut chains where they bend by a triplet misfit above this (None: never)
+    max_kink: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON, or a ``weights_only`` checkpoint)."""
@@ -85,6 +90,11 @@ class RecoConfig:
                              f"{self.min_track_hits} or min_layers {self.min_layers} below 1")
         if not self.max_misfit > 0.0:
             raise ValueError(f"max_misfit {self.max_misfit} must be positive")
+        if self.link_cut is not None and (self.method != "triplets"
+                                          or not 0.0 <= self.link_cut <= 1.0):
+            raise ValueError(f"link_cut {self.link_cut} needs the triplets and a value in [0, 1]")
+        if self.max_kink is not None and (self.method != "triplets" or not self.max_kink > 0):
+            raise ValueError(f"max_kink {self.max_kink} needs the triplets and a positive value")
         for name in ("extend_cut", "merge_cut"):
             value = getattr(self, name)
             if value is not None and (self.method == "components" or not 0.0 <= value <= 1.0):

@@ -1,0 +1,127 @@
+"""Geometric linking after the triplets (``build_tracks(link_cut=...)``): pieces of one
+helix split by a weak edge are joined and free hits on it attached, whatever the edge's
+score; hits off the helix are not, whatever theirs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparsegnn.tracking.reco import EdgeScores, HitGeometry, build_tracks
+from sparsegnn.tracking.settings import RecoConfig
+
+
+def scored(edges: list[tuple[int, int, float]], n: int) -> EdgeScores:
+    src, dst, score = zip(*edges, strict=True)
+    return EdgeScores("toy", np.array([src, dst], dtype=np.int64), np.array(score), n)
+
+
+def groups(hit_track: np.ndarray) -> list[list[int]]:
+    """Tracks as sorted hit lists (labels are arbitrary)."""
+    out: dict[int, list[int]] = {}
+    for hit, label in enumerate(hit_track.tolist()):
+        if label >= 0:
+            out.setdefault(label, []).append(hit)
+    return sorted(out.values())
+
+
+def line(phis: list[float], radii: list[float]) -> HitGeometry:
+    """Hits at the given azimuths and radii (mm), z = r: straight tracks out of the beam
+    line (misfit 0) when their azimuth is constant; one layer per radius."""
+    r, phi = np.asarray(radii), np.asarray(phis)
+    positions = np.stack([r * np.cos(phi), r * np.sin(phi), r], axis=1)
+    return HitGeometry(positions, np.round(r).astype(np.int64))
+
+
+def six_hits_and_a_stray() -> tuple[EdgeScores, HitGeometry]:
+    """A straight track 0-5 (r = 30..180 mm) whose edge 2 -> 3 scored 0.01, and hit 6 at
+    r = 120 mm but 0.05 rad away in azimuth, which 2 -> 6 reaches with a high score but
+    no way on."""
+    geometry = line([0.0] * 6 + [0.05], [30, 60, 90, 120, 150, 180, 120])
+    s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.01), (3, 4, 0.9), (4, 5, 0.9),
+                (2, 6, 0.4)], 7)
+    return s, geometry
+
+
+def test_linking_joins_the_pieces_a_weak_edge_split() -> None:
+    s, geometry = six_hits_and_a_stray()
+    plain = build_tracks(s, 0.5, "triplets", geometry=geometry)
+    assert groups(plain.hit_track) == [[0, 1, 2], [3, 4, 5]]
+    linked = build_tracks(s, 0.5, "triplets", geometry=geometry, link_cut=0.0)
+    assert groups(linked.hit_track) == [[0, 1, 2, 3, 4, 5]]
+    # the weak edge is below a link cut of 0.05: the pieces stay apart, and the stray
+    # hit, though better scored, bends away from the helix and is not attached either
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
+                               link_cut=0.05).hit_track) == [[0, 1, 2], [3, 4, 5]]
+    # a layer requirement counts the joined track: only the linked one survives 6 layers
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
+                               link_cut=0.0).hit_track) == [[0, 1, 2, 3, 4, 5]]
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
+                               min_layers=6).hit_track) == []
+
+
+def test_linking_attaches_free_hits_on_the_helix_over_rounds() -> None:
+    # chain 0-1-2 kept; 3 and 4 continue the line through weak edges, one per round;
+    # 5 (0.05 rad off) is offered to the chain's end by a better edge and loses to 3
+    geometry = line([0.0] * 5 + [0.05], [30, 60, 90, 120, 150, 120])
+    s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.2), (3, 4, 0.1), (2, 5, 0.3)], 6)
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
+                               link_cut=0.0).hit_track) == [[0, 1, 2, 3, 4]]
+
+
+def test_a_stray_hit_alone_is_refused_unless_the_misfit_limit_allows_it() -> None:
+    geometry = line([0.0] * 3 + [0.05], [30, 60, 90, 120])
+    s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.3)], 4)
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
+                               link_cut=0.0).hit_track) == [[0, 1, 2]]
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, link_cut=0.0,
+                               max_misfit=1e12).hit_track) == [[0, 1, 2, 3]]
+
+
+def test_a_free_hit_between_two_pieces_joins_one_side_per_round() -> None:
+    # pieces 0-1-2 and 4-5-6 of one line; free hit 3 between them is reached from both
+    # sides: one round takes one side, the next joins the rest, all on the helix
+    geometry = line([0.0] * 7, [30, 60, 90, 120, 150, 180, 210])
+    s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.2), (3, 4, 0.3), (4, 5, 0.9),
+                (5, 6, 0.9)], 7)
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry).hit_track) == \
+        [[0, 1, 2], [4, 5, 6]]
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
+                               link_cut=0.0).hit_track) == [[0, 1, 2, 3, 4, 5, 6]]
+
+
+def test_link_cut_needs_the_triplets() -> None:
+    s, geometry = six_hits_and_a_stray()
+    with pytest.raises(ValueError, match="need method='triplets'"):
+        build_tracks(s, 0.5, "walkthrough", geometry=geometry, link_cut=0.0)
+    with pytest.raises(ValueError, match="link_cut"):
+        RecoConfig(method="walkthrough", link_cut=0.0).checked()
+    with pytest.raises(ValueError, match="link_cut"):
+        RecoConfig(method="triplets", link_cut=1.5).checked()
+    config = RecoConfig(method="triplets", link_cut=0.0).checked()
+    assert RecoConfig.from_dict(config.to_dict()).link_cut == 0.0
+    assert RecoConfig.from_dict({"method": "triplets"}).link_cut is None  # older files
+
+
+def test_max_kink_cuts_a_chain_where_it_turns_onto_another_particle() -> None:
+    # hits 0-2 rise at 45 degrees, hits 2-4 at 18 degrees (all at phi 0): the triplets
+    # 0-1-2 and 2-3-4 each fit a helix, 1-2-3 turns by 0.46 rad and is never kept; hit 2
+    # is the end of both kept triplets, so the chain runs through a bend no triplet
+    # checked (a particle turning onto another)
+    geometry = line([0.0] * 5, [30, 60, 90, 120, 150])
+    z = np.array([30.0, 60.0, 90.0, 180.0, 270.0])
+    bent = HitGeometry(np.column_stack([geometry.positions[:, :2], z]), geometry.layer)
+    s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.8), (3, 4, 0.8)], 5)
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=bent).hit_track) == \
+        [[0, 1, 2, 3, 4]]
+    # cut there, dropping the weaker edge 2 -> 3: the pieces 0-1-2 and 3-4
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=bent,
+                               max_kink=36.0).hit_track) == [[0, 1, 2], [3, 4]]
+    # linking cannot rejoin them through the bend either
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=bent, max_kink=36.0,
+                               link_cut=0.0).hit_track) == [[0, 1, 2], [3, 4]]
+    # a chain that bends nowhere is left whole
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
+                               max_kink=36.0).hit_track) == [[0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="max_kink"):
+        RecoConfig(method="triplets", max_kink=0.0).checked()
