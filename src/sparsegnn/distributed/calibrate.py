@@ -12,10 +12,22 @@ which a single-process measurement would miss). Rank 0's numbers become the
   the caches) at two densities and several widths, solved per width for the time per
   nonzero-column and per output row-column;
 * a dense matmul (time per multiply-add), a dropout (time per value, its random mask
-  included) and an activation's pass (time per value);
+  included: the mask kind the models train with, ``TrainConfig().dropout_mask``) and an
+  activation's pass (time per value);
 * each collective of :class:`~sparsegnn.distributed.comm.Communicator` at several sizes,
   fitted as ``latency + bytes * time_per_byte`` against the bytes the busiest rank sends
-  or receives in our accounting (the same measure the planner predicts).
+  or receives in our accounting (the same measure the planner predicts);
+* across hosts, also the broadcast as the algorithms use it (:func:`measure_broadcast_rounds`):
+  per group size, every member the root in turn, back to back, all groups at once, a
+  table of seconds per call by message size. On shaped links one straight line through
+  isolated broadcasts of 1 KiB-16 MiB cannot price an epoch's: gloo's broadcast is a
+  store-and-forward binomial tree (at 4 ranks the root sends the message twice, one
+  receiver forwards it once), and a link's token bucket and the socket buffers let
+  messages below about 1 MiB through faster than the link rate, more so when the
+  stages' roots rotate and each link idles between its turns. Measured on 4 hosts at
+  100 Mbit/s (80 ns/B): 42 ns per accounted byte for back-to-back 256 KiB broadcasts,
+  55-67 ns for isolated 1-4 MiB ones, 83 ns at 16 MiB; the line's slope came out at
+  23-42 ns/B depending on the run.
 """
 
 from __future__ import annotations
@@ -30,18 +42,24 @@ import torch
 from scipy.optimize import nnls
 from torch.nn import functional as F
 
-from sparsegnn.distributed.comm import Communicator, Group
+from sparsegnn.distributed.comm import Communicator, Group, new_group
 from sparsegnn.distributed.cost import LinkCost, Profile
 from sparsegnn.distributed.session import Session, barrier
+from sparsegnn.names import MaskKind
+from sparsegnn.nn.dropout import dropout
 from sparsegnn.sparse import CSRMatrix
 
 WIDTHS = (8, 32, 128)
 DEGREES = (4, 32)
+# Message sizes (bytes per member) of the broadcast rounds: the stage messages of the
+# graphs one trains across hosts (a 16k-vertex graph's 1D stage at width 16 is 256 KiB).
+ROUND_SIZES = (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
+QUICK_ROUND_SIZES = (1 << 14, 1 << 18, 1 << 20)
 
 
-def _best(fn: Callable[[], object], repeats: int, sync: Callable[[], None],
-          settle: Callable[[], None] | None = None) -> float:
-    """The fastest of ``repeats`` timed runs (after one warm-up), ranks in step.
+def _timings(fn: Callable[[], object], repeats: int, sync: Callable[[], None],
+             settle: Callable[[], None] | None = None) -> list[float]:
+    """``repeats`` timed runs (after one warm-up), ranks in step.
 
     ``settle`` (a barrier) runs inside the timed region: a collective's root returns
     once its sends are queued, long before a shaped link has delivered them (a 16 MiB
@@ -56,7 +74,19 @@ def _best(fn: Callable[[], object], repeats: int, sync: Callable[[], None],
         if settle is not None:
             settle()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return times
+
+
+def _best(fn: Callable[[], object], repeats: int, sync: Callable[[], None],
+          settle: Callable[[], None] | None = None) -> float:
+    """The fastest of :func:`_timings` (compute rates: the others' noise filtered out)."""
+    return min(_timings(fn, repeats, sync, settle))
+
+
+def _median(fn: Callable[[], object], repeats: int, sync: Callable[[], None],
+            settle: Callable[[], None] | None = None) -> float:
+    """The median of :func:`_timings`."""
+    return float(np.median(_timings(fn, repeats, sync, settle)))
 
 
 def _random_graph(n: int, degree: int, seed: int) -> CSRMatrix:
@@ -81,13 +111,23 @@ def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[i
     return per_nnz, float(np.mean(per_row))
 
 
-def measure_dense(n: int, repeats: int, sync: Callable[[], None]
-                  ) -> tuple[float, float, float]:
+def default_mask() -> MaskKind:
+    """The dropout mask the models train with unless told otherwise: what to time."""
+    from sparsegnn.train.fullgraph import TrainConfig  # train imports this package
+
+    return TrainConfig().dropout_mask
+
+
+def measure_dense(n: int, repeats: int, sync: Callable[[], None],
+                  mask: MaskKind | None = None) -> tuple[float, float, float]:
     """Seconds per multiply-add of a matmul, per value of a dropout (mask drawn and
-    applied, as the models' ``F.dropout``) and per value of an activation's pass."""
+    applied by the models' own :func:`~sparsegnn.nn.dropout.dropout` with ``mask``,
+    default the training default: the kinds' draws differ several-fold in cost) and per
+    value of an activation's pass."""
+    kind = default_mask() if mask is None else mask
     x, w = torch.randn(n, 128), torch.randn(128, 128)
     gemm = _best(lambda: x @ w, repeats, sync) / (n * 128 * 128)
-    drop = _best(lambda: F.dropout(x, 0.5, training=True), repeats, sync) / x.numel()
+    drop = _best(lambda: dropout(x, 0.5, True, kind), repeats, sync) / x.numel()
     elem = _best(lambda: F.relu(x), repeats, sync) / x.numel()
     return gemm, drop, elem
 
@@ -116,6 +156,62 @@ def measure_collectives(
                            seconds))
         out[name] = _fit(points)
     return out
+
+
+def round_turns(size: int) -> int:
+    """Turns of every member's broadcast timed together for messages of ``size`` bytes:
+    about 1 MiB per member in all (at least one turn, at most six), so that a timing
+    spans many calls, yet the largest sizes take seconds, not minutes, on 100 Mbit/s."""
+    return max(1, min(6, (1 << 20) // max(1, size)))
+
+
+def round_groups(world: int) -> list[int]:
+    """Group sizes the algorithms broadcast in at ``world`` ranks (1D/1.5D replicas of
+    p/c ranks, 2D/3D process rows of q): every divisor of the world from 2."""
+    return [g for g in range(2, world + 1) if world % g == 0]
+
+
+def measure_broadcast_rounds(
+    comm: Communicator, rank: int, world: int, sizes: list[int], repeats: int,
+) -> dict[int, list[tuple[float, float]]]:
+    """Per group size g: ``(bytes a call's root sends, seconds per call)`` at each message
+    size of ``sizes``, the way an epoch's stages run: the world cut into p/g groups of
+    consecutive ranks broadcasting at the same time, each member the root in turn, back
+    to back for several turns (:func:`round_turns`: an epoch makes 24 such calls at
+    p = 4), timed until every rank has finished (a barrier included), per call; the
+    median of ``repeats`` timings.
+
+    Why not isolated broadcasts: a stage's cost depends on what the calls around it do.
+    A root returns once its sends are queued and goes on to the next stage while the
+    tree still forwards; a shaped link's token bucket refills while the link idles
+    between its turns. 24 back-to-back 256 KiB broadcasts at 4 ranks over 100 Mbit/s
+    took 31-36 ms each; one after a pause 27 ms, one right after another from the same
+    root 43 ms, a single turn of the 4 roots 30-42 ms. Why the median: across hosts the
+    spread is the network's (TCP, the token buckets), which the epochs see too, not
+    other processes' noise that the fastest run filters out."""
+    table: dict[int, list[tuple[float, float]]] = {}
+    for g in round_groups(world):
+        members = [tuple(range(start, start + g)) for start in range(0, world, g)]
+        # Every rank creates every group, in the same order (torch requires it).
+        handles = [None if g == world else new_group(list(m)) for m in members]
+        mine = rank // g
+        group = Group(members[mine], rank - mine * g, handles[mine])
+        points = []
+        for size in sizes:
+            x = torch.zeros(max(1, size // 4))
+
+            turns = round_turns(size)
+
+            def rounds(x: torch.Tensor = x, group: Group = group, turns: int = turns
+                       ) -> None:
+                for _ in range(turns):
+                    for root in range(group.size):
+                        comm.broadcast(x, root, group)
+
+            seconds = _median(rounds, repeats, barrier, settle=barrier) / (g * turns)
+            points.append((float(x.numel() * x.element_size() * (g - 1)), seconds))
+        table[g] = points
+    return table
 
 
 def _collective(comm: Communicator, group: Group, name: str, values: int
@@ -151,22 +247,32 @@ def _fit(points: list[tuple[float, float]]) -> LinkCost:
     return LinkCost(float(coef[0]), float(coef[1]))
 
 
-def measure_profile(session: Session, quick: bool = False) -> Profile:
-    """This rank's part of a calibration job's measurements (every rank calls it)."""
+def measure_profile(session: Session, quick: bool = False,
+                    mask: MaskKind | None = None) -> Profile:
+    """This rank's part of a calibration job's measurements (every rank calls it);
+    ``mask``: the dropout mask to time (default: the models' training default)."""
     n = 1 << (13 if quick else 16)
     repeats = 2 if quick else 3
+    kind = default_mask() if mask is None else mask
     per_nnz, per_row = measure_spmm(n, repeats, barrier)
-    gemm, drop, elem = measure_dense(n, repeats, barrier)
+    gemm, drop, elem = measure_dense(n, repeats, barrier, kind)
     group = Group(tuple(range(session.world_size)), session.rank)
     sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
     hosts = _hosts(session.world_size)
-    links = measure_collectives(Communicator(), group, sizes, repeats, hosts) \
+    comm = Communicator()
+    links = measure_collectives(comm, group, sizes, repeats, hosts) \
         if session.world_size > 1 else {"broadcast": LinkCost(0.0, 0.0)}
+    # On one host the straight-line fit prices the measured epochs (benchmarks/
+    # autoconfig.py); the rounds are for links between hosts.
+    rounds = measure_broadcast_rounds(
+        comm, session.rank, session.world_size,
+        list(QUICK_ROUND_SIZES if quick else ROUND_SIZES), repeats) if hosts > 1 else {}
     rusage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return Profile(session.backend, session.world_size, per_nnz, per_row, gemm, elem,
-                   links, {"graph_vertices": n, "collective_sizes": sizes},
+                   links, {"graph_vertices": n, "collective_sizes": sizes,
+                           "dropout_mask": kind},
                    max(0, rusage - session.start_rss_bytes), session.start_rss_bytes,
-                   hosts, dropout_s=drop)
+                   hosts, dropout_s=drop, broadcast_rounds=rounds)
 
 
 def _hosts(world: int) -> int:

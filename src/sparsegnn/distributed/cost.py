@@ -13,7 +13,11 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
   broadcast at once on different hosts) times the collective's time per byte, plus
   the number of collective calls the algorithm makes times its latency (on 2D/3D with
   the first layer's row all-reduces of partial products and the second gradient sum),
-  scaled to the size of the group the calls run in (:func:`latency_scale`);
+  scaled to the size of the group the calls run in (:func:`latency_scale`). Where the
+  profile holds broadcast rounds for the phase's group size (measured across hosts),
+  the stages are instead priced per call at their mean message size from that table
+  (:func:`broadcast_rounds_seconds`): on shaped links the time per byte depends on the
+  message size, so one straight line mispriced stages 43-48% either way;
 * compute at the busiest rank: for every SpMM of the epoch, the nonzeros of the tiles
   the rank multiplies times the width (exact, from the tile nonzero table) and the
   output rows times the width; the layers' dense maps on its rows; elementwise work
@@ -93,6 +97,10 @@ class Profile:
     # Seconds per value of a dropout mask drawn and applied (random numbers cost far
     # more than an activation's pass: counted apart).
     dropout_s: float = 0.0
+    # Broadcasts as the algorithms' stages make them, per group size: (bytes a call's
+    # root sends, seconds per call) pairs (calibrate.measure_broadcast_rounds); empty
+    # where not measured (one host: the collectives' straight lines price those).
+    broadcast_rounds: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     # What the terms above miss, fitted on real epochs: per epoch, per collective call
     # and per value of the busiest rank's rows (rows x the layers' output widths).
     epoch_overhead_s: float = 0.0
@@ -120,10 +128,29 @@ class Profile:
     def link(self, collective: str) -> LinkCost:
         return self.collectives.get(collective) or self.collectives["broadcast"]
 
+    def broadcast_call_s(self, group: int, nbytes: float) -> float | None:
+        """Seconds of one stage broadcast in a group of ``group`` ranks whose root sends
+        ``nbytes``, from the measured rounds (None: none for that group size). Linear
+        between measured sizes, the smallest's time below them (latency-bound), the last
+        segment's slope beyond them."""
+        points = sorted(self.broadcast_rounds.get(group) or [])
+        if not points:
+            return None
+        sizes = [b for b, _ in points]
+        # A larger message never costs less: noise in the small, latency-bound sizes
+        # (a 16 KiB round measured slower than a 64 KiB one) is not a price.
+        times = np.maximum.accumulate([t for _, t in points]).tolist()
+        if nbytes <= sizes[-1] or len(points) == 1:
+            return float(np.interp(nbytes, sizes, times))
+        slope = (times[-1] - times[-2]) / max(sizes[-1] - sizes[-2], 1e-30)
+        return times[-1] + (nbytes - sizes[-1]) * max(slope, 0.0)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["format"] = PROFILE_FORMAT
         out["spmm_nnz_s"] = {str(k): v for k, v in self.spmm_nnz_s.items()}
+        out["broadcast_rounds"] = {str(g): [list(pt) for pt in pts]
+                                   for g, pts in self.broadcast_rounds.items()}
         return out
 
     def save(self, path: str | Path) -> Path:
@@ -170,6 +197,15 @@ class Profile:
         optional = {key: seconds(raw.get(key, 0.0), key)
                     for key in ("dropout_s", "epoch_overhead_s", "call_overhead_s",
                                 "row_overhead_s")}
+        rounds = {}
+        for key, pts in (raw.get("broadcast_rounds") or {}).items():
+            group = int(key)
+            if group < 2 or not pts:
+                raise ValueError(f"broadcast_rounds[{key}]: a group of >= 2 ranks with "
+                                 "at least one [bytes, seconds] point")
+            rounds[group] = [(seconds(b, f"broadcast_rounds[{key}] bytes"),
+                              seconds(t, f"broadcast_rounds[{key}] seconds"))
+                             for b, t in pts]
         return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
                    seconds(raw["gemm_s"], "gemm_s"),
                    seconds(raw["elementwise_s"], "elementwise_s"), links,
@@ -177,7 +213,7 @@ class Profile:
                    int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")),
                    int(seconds(raw.get("rank_base_bytes", 0), "rank_base_bytes")),
                    max(1, int(seconds(raw.get("hosts", 1), "hosts"))),
-                   **optional)
+                   broadcast_rounds=rounds, **optional)
 
 
 @dataclass
@@ -285,6 +321,60 @@ def _priced_bytes(shape: GridShape, phase: str, comm: str, volume: dict[str, int
     return volume["total"] / max(1, min(groups, hosts))
 
 
+def broadcast_rounds_seconds(
+    shape: GridShape, part: Any, phase: str, comm: str, volume: dict[str, int],
+    counts: dict[str, int], calls: list[SpmmCall], value_bytes: int, profile: Profile,
+) -> float | None:
+    """A stage-broadcast phase priced from the profile's broadcast rounds of its group
+    size g, or None where it holds none (or the phase broadcasts nothing).
+
+    The rounds were measured as the stages run (all p/g groups at once, roots in turn),
+    so a group's calls cost the table's seconds at the group's mean bytes per call: the
+    phase's bytes less the SpMMs' replica (1.5D) or fiber (3D) all-reduce, shared among
+    the p/g groups, over its broadcasts (a 2D/3D all-gather is g of them). That
+    all-reduce is priced as the other all-reduces, at the busiest rank's bytes."""
+    g = _group_size(shape, phase)
+    if shape.size == 1 or _phase_collective(shape, phase, comm) != "broadcast" \
+            or phase not in ("forward_spmm", "backward_spmm") \
+            or g not in profile.broadcast_rounds:
+        return None
+    broadcasts = counts.get("broadcast", 0) + g * counts.get("all_gather", 0)
+    if broadcasts == 0:
+        return None
+    reduce_total, reduce_max, reduce_group = _spmm_reduce_bytes(shape, part, calls,
+                                                                value_bytes)
+    per_group = max(0.0, volume["total"] - reduce_total) / (shape.size // g)
+    per_call = profile.broadcast_call_s(g, per_group / broadcasts)
+    assert per_call is not None  # g is in the table
+    seconds = broadcasts * per_call
+    if counts.get("all_reduce", 0) and reduce_group > 1:
+        scale = 1.0 if profile.world_size <= 1 else \
+            min(1.0, (reduce_group - 1) / (profile.world_size - 1))
+        seconds += profile.link("all_reduce").time(counts["all_reduce"], reduce_max, scale)
+    return seconds
+
+
+def _spmm_reduce_bytes(shape: GridShape, part: Any, calls: list[SpmmCall],
+                       value_bytes: int) -> tuple[int, int, int]:
+    """The all-reduce inside ``calls``' SpMMs (1.5D: over the c replicas of a row block's
+    output; 2D/3D: over the fiber of l layers): bytes sent summed over the ranks, the
+    busiest rank's, and the size of the group it runs in (what
+    :mod:`~sparsegnn.distributed.comm_model` counts into the phase with the broadcasts)."""
+    group = shape.cols if shape.algo in ("1d", "1.5d") else shape.layers
+    if group <= 1:
+        return 0, 0, group
+    per_rank = []
+    for rank in range(shape.size):
+        i, j, _ = shape.coords(rank)
+        rows = part.size(i)
+        per_rank.append(sum(
+            (group - 1) * rows * value_bytes
+            * (call.width if shape.algo in ("1d", "1.5d")
+               else split_sizes(call.width, shape.cols)[j])
+            for call in calls))
+    return sum(per_rank), max(per_rank), group
+
+
 def rank_nonzeros(shape: GridShape, part: Any, operator: Any) -> np.ndarray:
     """Nonzeros of the tiles each rank multiplies (one entry per rank), vectorised: at
     4096 ranks a 1D grid has 16M tiles."""
@@ -360,6 +450,12 @@ def predict_epoch(
         if shape.size > 1 else 0
     comm_s = {}
     for phase, volume in plan["phases"].items():
+        rounds = broadcast_rounds_seconds(
+            shape, layout.part, phase, comm, volume, counts.get(phase, {}),
+            [c for c in calls if c.phase == phase], plan.get("value_bytes", 4), profile)
+        if rounds is not None:
+            comm_s[phase] = rounds
+            continue
         link = profile.link(_phase_collective(shape, phase, comm))
         ncalls = sum(counts.get(phase, {}).values())
         comm_s[phase] = link.time(ncalls if shape.size > 1 else 0,
