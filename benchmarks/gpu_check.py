@@ -2,7 +2,7 @@
 
 Correctness (float64 CPU references): SpMM and both of its gradients on random
 matrices with empty rows at several widths, ``gcn_norm``, a reordered operator, and one
-GCN forward/backward with identical weights, ``fast_dropout``'s drop rate and gradient,
+GCN forward/backward with identical weights, the byte dropout mask's drop rate and gradient,
 and reduced precision (issue 26.3): float16/bfloat16 SpMM with float32 accumulation
 and its gradients, and a GCN on float16 features against float32.
 Timings (2^18-vertex graphs as in
@@ -43,7 +43,7 @@ from _harness import (
     try_pyg_spmm,
 )
 from sparsegnn.nn import GCN
-from sparsegnn.nn.dropout import fast_dropout
+from sparsegnn.nn.dropout import dropout
 from sparsegnn.sparse import CSRMatrix, gcn_norm, spmm
 from sparsegnn.sparse.reorder import Reordered, reorder
 
@@ -146,15 +146,16 @@ def near(a: torch.Tensor, b: torch.Tensor, rel: float, what: str, failures: list
 
 
 def check_dropout(dev: torch.device, failures: list[str]) -> None:
-    """``fast_dropout`` on the device: drop rate near p, gradient is the mask, scaled."""
+    """The byte mask (the models' default) on the device: drop rate near p, gradient is
+    the mask, scaled."""
     x = (torch.rand(1000, 64, device=dev) + 1.0).requires_grad_()
-    y = fast_dropout(x, 0.5)
+    y = dropout(x, 0.5, True, "bytes")
     y.backward(torch.ones_like(y))
     rate = float((y == 0).float().mean())
     if abs(rate - 0.5) > 0.01:
-        failures.append(f"fast_dropout: drop rate {rate}, expected 0.5")
+        failures.append(f"bytes dropout: drop rate {rate}, expected 0.5")
     assert x.grad is not None
-    close(x.grad, (y != 0).float() * 2.0, "fast_dropout grad", failures)
+    close(x.grad, (y != 0).float() * 2.0, "bytes dropout grad", failures)
 
 
 def check_gcn(adj: CSRMatrix, dev: torch.device, failures: list[str]) -> None:

@@ -202,14 +202,15 @@ def test_slice_dropout_draws_per_slice_and_keeps_the_stream_shared(graph):
     assert torch.equal(first, again)
 
 
-def test_a_row_sum_map_applies_its_slice_and_redraws_the_mask_in_backward():
+@pytest.mark.parametrize("kind", ["bernoulli", "bytes"])
+def test_a_row_sum_map_applies_its_slice_and_redraws_the_mask_in_backward(kind):
     """A first-layer map on feature columns 2:5 with per-block dropout applied inside it
     (only the raw slice and the seed are kept) equals dropout then the map on those
     columns, gradients included; the weight's other columns get zero gradient."""
     torch.manual_seed(0)
     linear = torch.nn.Linear(6, 4, bias=False, dtype=torch.float64)
     row_map = RowSumLinear(linear, (2, 5), Communicator(), Group((0,), 0))
-    row_map.dropout = dropout = SliceDropout(0.5, 1)
+    row_map.dropout = dropout = SliceDropout(0.5, 1, kind)
     dropout.seed = 7
     x = torch.randn(50, 3, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(50, 4, dtype=torch.float64)

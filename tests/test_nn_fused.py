@@ -7,10 +7,12 @@ import torch
 from torch.nn import functional as F
 
 from sparsegnn.data.generators import sbm
+from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import GCN, GraphSAGE
 from sparsegnn.nn import dropout as dropout_module
 from sparsegnn.nn.dropout import bias_relu_dropout, dropout
 from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
+from sparsegnn.train.fullgraph import TrainConfig, build_model
 
 
 @pytest.fixture(autouse=True)
@@ -90,17 +92,6 @@ def test_bytes_mask_rate_and_unbiased_scale(p, kept):
     assert torch.equal(y.unique(), torch.tensor([0.0, 1 / kept], dtype=torch.float32))
 
 
-def test_bytes_mask_lanes_uncorrelated():
-    """Eight byte lanes of each 64-bit draw drop independently (correlation within 5 se)."""
-    torch.manual_seed(11)
-    n = 1 << 17
-    keep = (dropout(torch.ones(n, 8), 0.5, mask="bytes") != 0).double()
-    centred = (keep - 0.5) / 0.5
-    for i in range(8):
-        for j in range(i + 1, 8):
-            assert abs(float((centred[:, i] * centred[:, j]).mean())) < 5 / n**0.5
-
-
 def _reference_forward(model, x, op):
     """The models' forward before fusion: F.dropout, layer, F.relu between layers."""
     for i, layer in enumerate(model.layers):
@@ -118,7 +109,7 @@ def test_models_equal_the_unfused_forward_and_backward(kind):
     op = gcn_norm(a) if kind == "gcn" else row_norm(a)
     torch.manual_seed(0)
     cls = GCN if kind == "gcn" else GraphSAGE
-    model = cls(10, 10, 4, num_layers=3, dropout=0.5).double()
+    model = cls(10, 10, 4, num_layers=3, dropout=0.5, dropout_mask="bernoulli").double()
     x = g.x.double()
     torch.manual_seed(4)
     want = _reference_forward(model, x, op)
@@ -182,3 +173,16 @@ def test_first_layer_runs_the_backward_spmm_only_when_it_maps_first(monkeypatch,
     conv(g.x, op).square().sum().backward()
     assert len(calls) == products
     assert conv.lin.weight.grad is not None
+
+
+@pytest.mark.parametrize("kind", ["bernoulli", "bytes"])
+def test_train_config_mask_reaches_the_model(kind):
+    cfg = TrainConfig(model="sage", dropout_mask=kind)
+    assert build_model(cfg, 5, 3).dropout_mask == kind
+
+
+def test_models_and_training_default_to_the_byte_mask():
+    assert GCN(4, 4, 2).dropout_mask == "bytes"
+    assert TrainConfig().dropout_mask == "bytes"
+    with pytest.raises(InvalidValueError, match="dropout_mask"):
+        TrainConfig(dropout_mask="bits")  # type: ignore[arg-type]

@@ -20,3 +20,6 @@ TRACK_METHODS = ("components", "walkthrough", "triplets")  # track building from
 # How a model's dropout masks are drawn (see sparsegnn.nn.dropout).
 MaskKind = Literal["bernoulli", "bytes"]
 MASK_KINDS: tuple[MaskKind, ...] = ("bernoulli", "bytes")
+# The models' default: the byte mask, the one that makes the GCN epoch cheap (a Bernoulli
+# draw per element was ~40% of it) at unchanged accuracy (docs/results.md, issue 26).
+DEFAULT_MASK: MaskKind = "bytes"

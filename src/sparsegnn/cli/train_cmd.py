@@ -28,7 +28,7 @@ from sparsegnn.cli.common import (
     output_file,
     resolve_device,
 )
-from sparsegnn.names import ALGORITHMS, MASK_KINDS, PARTITIONERS
+from sparsegnn.names import ALGORITHMS, DEFAULT_MASK, MASK_KINDS, PARTITIONERS
 
 if TYPE_CHECKING:
     from sparsegnn.data import GraphData
@@ -53,9 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=int_range(1), default=None,
                    help="default: 2 full-graph, 3 minibatch")
     p.add_argument("--dropout", type=float_range(0.0, 1.0, hi_open=True), default=0.5)
-    p.add_argument("--dropout-mask", choices=MASK_KINDS, default="bernoulli",
-                   help="bernoulli: F.dropout's very draws; bytes: one random byte per "
-                   "element, a mask about 25x cheaper to draw")
+    p.add_argument("--dropout-mask", choices=MASK_KINDS, default=DEFAULT_MASK,
+                   help="bytes (default): one random byte per element, a mask about 25x "
+                   "cheaper to draw; bernoulli: F.dropout's very draws")
     p.add_argument("--lr", type=float_range(0.0, lo_open=True), default=0.01)
     p.add_argument("--weight-decay", type=float_range(0.0), default=5e-4)
     p.add_argument("--epochs", type=int_range(1), default=200)

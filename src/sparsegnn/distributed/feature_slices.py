@@ -48,6 +48,9 @@ from torch.nn import functional as F
 from sparsegnn.distributed.comm import Communicator, Group
 from sparsegnn.distributed.spmm import DistributedOperator, SummaOperator
 from sparsegnn.distributed.task import group_sum
+from sparsegnn.names import DEFAULT_MASK, MaskKind
+from sparsegnn.nn.dropout import dropout as drop
+from sparsegnn.nn.dropout import dropout_noise
 
 # Seeds drawn for a slice's dropout generator lie below this (torch's seeds are 64-bit;
 # the slice index is added to the draw).
@@ -56,7 +59,7 @@ _SEED_RANGE = 2**62
 
 class SliceDropout:
     """Per-block dropout of this rank's feature slice ``slice_index`` (the 2D/3D first
-    layer's input), ``p`` the drop probability.
+    layer's input), ``p`` the drop probability, ``kind`` the mask (the model's).
 
     :meth:`pre_hook` runs before the first layer. It draws one seed from the torch stream
     every rank of the block shares (all consume the same draw) and adds the slice index,
@@ -66,16 +69,15 @@ class SliceDropout:
     for the current forward pass).
     """
 
-    def __init__(self, p: float, slice_index: int) -> None:
-        self.p, self.slice_index = p, slice_index
-        self.scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
+    def __init__(self, p: float, slice_index: int, kind: MaskKind = DEFAULT_MASK) -> None:
+        self.p, self.slice_index, self.kind = p, slice_index, kind
         self.seed: int | None = None
 
     def mask(self, like: torch.Tensor, seed: int) -> torch.Tensor:
         """The scaled keep-mask of ``like``'s shape drawn from ``seed`` (the same seed gives
         the same mask)."""
         gen = torch.Generator(device=like.device).manual_seed(seed)
-        return torch.empty_like(like).bernoulli_(1.0 - self.p, generator=gen).mul_(self.scale)
+        return dropout_noise(like, self.p, self.kind, gen)
 
     def pre_hook(self, layer: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         self.seed = None
@@ -169,8 +171,9 @@ def use_slice_dropout(model: nn.Module, slice_index: int) -> None:
     if p == 0.0:
         return
     model.dropout = 0.0
+    kind = getattr(model, "dropout_mask", DEFAULT_MASK)
     first = model.layers[0]
-    dropout = SliceDropout(p, slice_index)
+    dropout = SliceDropout(p, slice_index, kind)
     first.register_forward_pre_hook(dropout.pre_hook)
     for child in first.children():
         if isinstance(child, RowSumLinear):
@@ -179,7 +182,7 @@ def use_slice_dropout(model: nn.Module, slice_index: int) -> None:
     def rest(layer: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         if not layer.training:
             return None
-        return (F.dropout(args[0], p, True), *args[1:])
+        return (drop(args[0], p, True, kind), *args[1:])
 
     for layer in model.layers[1:]:
         layer.register_forward_pre_hook(rest)

@@ -20,6 +20,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from sparsegnn.names import DEFAULT_MASK
 from sparsegnn.nn.dropout import MaskKind, bias_relu_dropout
 from sparsegnn.nn.operator import Operator, as_operator
 from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix
@@ -116,7 +117,7 @@ class GCNConv(nn.Module):
 
     def forward(
         self, x: torch.Tensor, adj: Operator | torch.Tensor, *,
-        relu_dropout: float | None = None, mask: MaskKind = "bernoulli",
+        relu_dropout: float | None = None, mask: MaskKind = DEFAULT_MASK,
     ) -> torch.Tensor:
         op = self._operator(x, adj)
         if self.transforms_first:
@@ -188,7 +189,7 @@ class SAGEConv(nn.Module):
 
     def forward(
         self, x: torch.Tensor, adj: Operator | torch.Tensor, *,
-        relu_dropout: float | None = None, mask: MaskKind = "bernoulli",
+        relu_dropout: float | None = None, mask: MaskKind = DEFAULT_MASK,
     ) -> torch.Tensor:
         """The layer; ``relu_dropout``/``mask`` fuse the hidden layers' ReLU and dropout
         into its output (as :meth:`GCNConv.forward`)."""

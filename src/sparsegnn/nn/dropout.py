@@ -1,15 +1,13 @@
 """Dropout for the models, fused with a hidden layer's bias and ReLU, and a cheaper mask.
 
 :func:`dropout` and :func:`bias_relu_dropout` are what ``GCN``/``GraphSAGE`` run (see
-their section below). :func:`fast_dropout` is the earlier stand-alone drop-in, kept for
-its callers:
+the section below for why they are fused and how each mask is drawn).
 
-Why its mask: torch's CPU dropout draws one Bernoulli sample per element through its
-Mersenne-Twister generator, which measured about 40% of a full-graph GCN epoch. Here
-one int64 draw is split into four 16-bit lanes, each compared with a threshold, so the
-generator runs a quarter as often and the mask is a 1-byte bool. The drop probability
-is rounded to a multiple of 2^-16 and the kept values are scaled by the inverse of the
-*rounded* keep probability, so the layer stays unbiased in expectation.
+Why a second mask: torch's CPU dropout draws one Bernoulli sample per element through
+its Mersenne-Twister generator, which measured about 40% of a full-graph GCN epoch.
+The ``bytes`` mask (the models' default) compares each byte of a 64-bit draw with a
+threshold, so the generator runs an eighth as often; ``bernoulli`` stays for runs that
+must reproduce ``F.dropout``'s draws.
 """
 
 from __future__ import annotations
@@ -18,58 +16,12 @@ import torch
 
 from sparsegnn.names import MASK_KINDS, MaskKind
 
-_LANES = 1 << 16  # 16-bit lanes: the drop probability is kept to a multiple of 2^-16
-
-
-def _keep_mask(shape: torch.Size, device: torch.device, drop_lanes: int) -> torch.Tensor:
-    """A bool mask that is True with probability ``1 - drop_lanes / 2^16`` per element."""
-    numel = shape.numel()
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64, device=device)
-    words.random_(-(1 << 63), (1 << 63) - 1)  # all 64 bits random (to is exclusive)
-    lanes = words.view(torch.int16)[:numel].view(shape)
-    return lanes >= drop_lanes - _LANES // 2
-
-
-class _FastDropout(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, drop_lanes: int) -> torch.Tensor:  # type: ignore[override]
-        keep = _keep_mask(x.shape, x.device, drop_lanes)
-        scale = _LANES / (_LANES - drop_lanes)
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return x.mul(keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None
-
-
-def fast_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
-    """Inverted dropout like ``F.dropout`` with a cheaper mask (see the module doc).
-
-    Draws from torch's default generator, so ``torch.manual_seed`` makes it repeatable.
-    """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    if not training or p == 0.0:
-        return x
-    drop_lanes = round(p * _LANES)
-    if drop_lanes >= _LANES:
-        return torch.zeros_like(x)
-    if drop_lanes == 0:
-        return x
-    return _FastDropout.apply(x.contiguous(), drop_lanes)
-
-
-# ---------------------------------------------------------------------- the models' dropout
 # What the models use (``GCN``/``GraphSAGE``): the input's dropout and, fused into each
 # hidden layer's output, bias + ReLU + dropout. Why fused: on a 2^18 x 128 activation every
 # separate elementwise op costs a fresh 128 MiB tensor, and on Linux a fresh block of that
 # size comes back from the kernel page by page (~45 ms per tensor measured, more than the
 # arithmetic); in place on the layer's output and in cache-sized row chunks, the epilogue
 # reads and writes the activation once and keeps nothing but its output for backward.
-
 #
 # How the keep-mask is drawn (``MaskKind``). ``bernoulli``: one Bernoulli draw per element
 # from torch's generator, the very draws ``F.dropout`` makes (same seed, same shape: the
@@ -108,7 +60,8 @@ def _row_chunks(x: torch.Tensor) -> list[slice]:
     return [slice(s, s + step) for s in range(0, rows, step)]
 
 
-def _fill_noise(buf: torch.Tensor, keep: float, kind: MaskKind) -> torch.Tensor:
+def _fill_noise(buf: torch.Tensor, keep: float, kind: MaskKind,
+                generator: torch.Generator | None = None) -> torch.Tensor:
     """Fill ``buf`` with ``1 / keep`` where an element is kept and 0 where it is dropped.
 
     ``bernoulli`` calls ``bernoulli_(keep)`` and divides by ``keep`` exactly as
@@ -116,14 +69,27 @@ def _fill_noise(buf: torch.Tensor, keep: float, kind: MaskKind) -> torch.Tensor:
     values are ``F.dropout``'s (tests/test_nn_fused.py checks the equality).
     """
     if kind == "bernoulli":
-        buf.bernoulli_(keep)
+        buf.bernoulli_(keep, generator=generator)
     else:
         n = buf.numel()
         words = torch.empty((n + 7) // 8, dtype=torch.int64, device=buf.device)
-        words.random_(-(1 << 63), (1 << 63) - 1)  # all 64 bits (plain random_() has 63)
+        # all 64 bits random (plain random_() gives 63; ``to`` is exclusive)
+        words.random_(-(1 << 63), (1 << 63) - 1, generator=generator)
         threshold = _BYTE_LEVELS - round(keep * _BYTE_LEVELS)
         torch.ge(words.view(torch.uint8)[:n].view(buf.shape), threshold, out=buf)
     return buf.div_(keep)
+
+
+def dropout_noise(like: torch.Tensor, p: float, mask: MaskKind,
+                  generator: torch.Generator) -> torch.Tensor:
+    """A fresh tensor shaped as ``like``: ``1 / keep`` where kept, 0 where dropped, drawn
+    from ``generator``.
+
+    For callers that must draw the same mask twice (a seeded generator, forward and
+    backward) instead of keeping it: the per-block dropout of 2D/3D feature slices.
+    """
+    _check_p(p)
+    return _fill_noise(torch.empty_like(like), _keep_probability(p, mask), mask, generator)
 
 
 def _scale(keep: float, dtype: torch.dtype) -> float:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from sparsegnn.names import DEFAULT_MASK
 from sparsegnn.nn.conv import Aggr, GCNConv, SAGEConv
 from sparsegnn.nn.dropout import MASK_KINDS, MaskKind, dropout
 from sparsegnn.nn.operator import Operator
@@ -43,17 +44,17 @@ class _Stack(nn.Module):
     float32 whatever the storage precision.
 
     The input's dropout is :func:`~sparsegnn.nn.dropout.dropout` and each hidden layer
-    computes ``dropout(relu(.))`` fused into its output (``relu_dropout``): the same
-    values and random draws as ``F.dropout`` and ``F.relu`` with the default
-    ``dropout_mask="bernoulli"``, in fewer passes and with less memory held for
-    backward; ``"bytes"`` draws a cheaper mask (:data:`~sparsegnn.nn.dropout.MaskKind`).
+    computes ``dropout(relu(.))`` fused into its output (``relu_dropout``), in fewer
+    passes and with less memory held for backward. The default ``dropout_mask="bytes"``
+    draws one random byte per element; ``"bernoulli"`` gives the very values and random
+    draws of ``F.dropout`` and ``F.relu`` (:data:`~sparsegnn.nn.dropout.MaskKind`).
     Layers are called as modules, so forward pre-hooks on them (a distributed trainer
     applying its own masks with the model's ``dropout`` set to 0) see each layer's input.
     """
 
     layers: nn.ModuleList
 
-    def __init__(self, dropout: float, dropout_mask: MaskKind = "bernoulli"):
+    def __init__(self, dropout: float, dropout_mask: MaskKind = DEFAULT_MASK):
         super().__init__()
         if dropout_mask not in MASK_KINDS:
             raise ValueError(f"dropout_mask must be one of {MASK_KINDS}, got {dropout_mask!r}")
@@ -88,7 +89,7 @@ class GCN(_Stack):
         num_layers: int = 2,
         dropout: float = 0.5,
         cached: bool = False,
-        dropout_mask: MaskKind = "bernoulli",
+        dropout_mask: MaskKind = DEFAULT_MASK,
     ):
         super().__init__(dropout, dropout_mask)
         w = _widths(in_channels, hidden, out_channels, num_layers)
@@ -106,7 +107,7 @@ class GraphSAGE(_Stack):
         num_layers: int = 3,
         dropout: float = 0.5,
         aggr: Aggr = "mean",
-        dropout_mask: MaskKind = "bernoulli",
+        dropout_mask: MaskKind = DEFAULT_MASK,
     ):
         super().__init__(dropout, dropout_mask)
         w = _widths(in_channels, hidden, out_channels, num_layers)

@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import (
@@ -60,7 +59,8 @@ from sparsegnn.distributed.planner import PlanConfig
 from sparsegnn.distributed.shard import Shard, is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
 from sparsegnn.distributed.spmm import SummaOperator
-from sparsegnn.names import PARTITIONERS, Algorithm
+from sparsegnn.names import DEFAULT_MASK, PARTITIONERS, Algorithm
+from sparsegnn.nn.dropout import dropout
 from sparsegnn.train.checkpoint import graph_hash
 from sparsegnn.train.dist_checkpoint import DistributedStore, Resumed, file_sha256
 from sparsegnn.train.fullgraph import (
@@ -128,8 +128,8 @@ def use_global_dropout(
     """Make ``model`` apply the whole graph's dropout mask, restricted to this rank's rows.
 
     The model's own dropout is switched off and a pre-hook on each layer draws the mask
-    of the full ``num_nodes x f`` input exactly as a single process would (same call,
-    same shape, same RNG stream, hence the same bits) and keeps ``rows`` (original vertex
+    of the full ``num_nodes x f`` input exactly as a single process would (same kind of
+    mask, same shape, same RNG stream, hence the same bits) and keeps ``rows`` (original vertex
     ids of the local rows, in local order) and, for the first layer, the ``columns`` of
     the input features the rank holds (a slice of them on 2D/3D).
     """
@@ -138,6 +138,7 @@ def use_global_dropout(
     if p == 0.0 or layers is None:
         return
     model.dropout = 0.0
+    kind = getattr(model, "dropout_mask", DEFAULT_MASK)
 
     def hook(layer: nn.Module, args: tuple[Any, ...], cols: slice, width: int | None,
              ) -> tuple[Any, ...] | None:
@@ -145,7 +146,7 @@ def use_global_dropout(
             return None
         x = args[0]
         ones = torch.ones(num_nodes, width or x.shape[1], dtype=x.dtype, device=x.device)
-        return (x * F.dropout(ones, p, True)[rows, cols], *args[1:])
+        return (x * dropout(ones, p, True, kind)[rows, cols], *args[1:])
 
     layers[0].register_forward_pre_hook(
         partial(hook, cols=slice(*columns), width=layers[0].in_channels))
