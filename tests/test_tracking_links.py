@@ -125,3 +125,28 @@ def test_max_kink_cuts_a_chain_where_it_turns_onto_another_particle() -> None:
                                max_kink=36.0).hit_track) == [[0, 1, 2, 3, 4]]
     with pytest.raises(ValueError, match="max_kink"):
         RecoConfig(method="triplets", max_kink=0.0).checked()
+
+
+def test_second_pass_builds_from_the_hits_the_first_left() -> None:
+    # track A 0-1-2-3-4 (phi 0) passes the first pass; track B 5-9 (phi 0.2) has every
+    # edge under the cut, so the first pass leaves its hits on no track
+    geometry = line([0.0] * 5 + [0.2] * 5, [30, 60, 90, 120, 150] * 2)
+    a = [(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.9), (3, 4, 0.9)]
+    b = [(5, 6, 0.05), (6, 7, 0.05), (7, 8, 0.05), (8, 9, 0.05)]
+    # a stray edge from B's hit 7 onto A's hit 3 scores well: the second pass must not
+    # take a hit the first pass's track holds
+    s = scored(a + b + [(7, 3, 0.5)], 10)
+    first = build_tracks(s, 0.3, "triplets", min_hits=5, geometry=geometry)
+    assert groups(first.hit_track) == [[0, 1, 2, 3, 4]]
+    both = build_tracks(s, 0.3, "triplets", min_hits=5, geometry=geometry,
+                        second_misfit=36.0)
+    assert groups(both.hit_track) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    assert both.num_tracks == 2
+    # the second pass meets the same length requirement
+    short = scored(a + b[:2], 10)
+    assert groups(build_tracks(short, 0.3, "triplets", min_hits=5, geometry=geometry,
+                               second_misfit=36.0).hit_track) == [[0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="second_misfit"):
+        build_tracks(s, 0.3, "walkthrough", second_misfit=36.0)
+    with pytest.raises(ValueError, match="second_misfit"):
+        RecoConfig(method="walkthrough", second_misfit=36.0).checked()

@@ -120,7 +120,7 @@ class Reconstruction:
         geometry = None if event is None else HitGeometry.from_event(event)
         return build_tracks(scores, cfg.cut, cfg.method, cfg.min_track_hits, cfg.extend_cut,
                             cfg.merge_cut, geometry, cfg.min_layers, cfg.max_misfit,
-                            cfg.link_cut, cfg.max_kink)
+                            cfg.link_cut, cfg.max_kink, cfg.second_misfit)
 
     def run(self, event: Event, graph: HitGraph | None = None) -> EventReco:
         """Every stage on ``event`` (from ``graph`` when given, else building it)."""
@@ -148,14 +148,15 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
          lengths: Sequence[int] = MIN_TRACK_HITS_CHOICES,
          loose: Sequence[float | None] = (None,), layers: Sequence[int] = (1,),
          groups: Sequence[str] | None = None, max_fake: float | None = None,
-         links: Sequence[float | None] = (None,), kinks: Sequence[float | None] = (None,)
-         ) -> Reconstruction:
+         links: Sequence[float | None] = (None,), kinks: Sequence[float | None] = (None,),
+         seconds: Sequence[float | None] = (None,)) -> Reconstruction:
     """``reco`` with the edge-score cut, minimum track length and layer count that do best
     on ``events`` (training or validation events: the test events stay unseen); each of
     ``loose`` (a fraction of the cut, or ``None``) is tried as the extend and merge cut
     (:func:`~sparsegnn.tracking.reco.build_tracks`), and each of ``links`` as the
     triplets' geometric linking cut (``None``: no linking), and of ``kinks`` as their
-    largest bend (``max_kink``; ``None``: chains are not cut).
+    largest bend (``max_kink``; ``None``: chains are not cut), and of ``seconds`` as the
+    misfit of their second pass (``second_misfit``; ``None``: none).
 
     Best is the highest efficiency minus fake rate, averaged over ``groups`` (the
     condition of each event; default: one group). Pooling particles instead lets the
@@ -167,8 +168,8 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
     Positives are up-weighted by the negatives per positive in the loss, which pushes
     scores up, so 0.5 is not the natural cut. The TrackML score would barely see fakes
     (it weighs hits, and a fragment holds few), hence efficiency minus fake rate. Ties go
-    to the first choice in (cut, length, loose, layers, links, kinks) order. Each event
-    is scored once.
+    to the first choice in (cut, length, loose, layers, links, kinks, seconds) order.
+    Each event is scored once.
     """
     graphs = [reco.graph(ev) for ev in events] if graphs is None else list(graphs)
     scores = [reco.score(g) for g in graphs]
@@ -177,15 +178,15 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
         raise InvalidValueError(f"{len(names)} groups for {len(events)} events")
 
     def chosen(cut: float, length: int, fraction: float | None, min_layers: int,
-               link: float | None, kink: float | None) -> Reconstruction:
+               link: float | None, kink: float | None, second: float | None
+               ) -> Reconstruction:
         looser = None if fraction is None else fraction * cut
         config = replace(reco.config, cut=cut, min_track_hits=length, extend_cut=looser,
                          merge_cut=looser, min_layers=min_layers, link_cut=link,
-                         max_kink=kink)
+                         max_kink=kink, second_misfit=second)
         return replace(reco, config=config.checked())
 
-    def quality(choice: tuple[float, int, float | None, int, float | None, float | None]
-                ) -> tuple[int, float]:
+    def quality(choice: tuple) -> tuple[int, float]:
         trial = chosen(*choice)
         per_group: dict[str, list[TrackMetrics]] = {}
         for ev, s, name in zip(events, scores, names, strict=True):
@@ -195,8 +196,9 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
         over = 0 if max_fake is None else sum(m.fake_rate > max_fake for m in pooled)
         return -over, float(np.mean([m.efficiency - m.fake_rate for m in pooled]))
 
-    return chosen(*max(((c, n, f, k, w, b) for c in cuts for n in lengths for f in loose
-                        for k in layers for w in links for b in kinks), key=quality))
+    return chosen(*max(((c, n, f, k, w, b, m) for c in cuts for n in lengths for f in loose
+                        for k in layers for w in links for b in kinks for m in seconds),
+                       key=quality))
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,14 @@ onto another at an unchecked hit (median worst misfit along a fake 643, along a 
 track 5). ``max_kink`` cuts every chain where its triplet misfit exceeds that, dropping
 the weaker of the two edges, before linking (which checks all it joins) may continue the
 pieces along the helix.
+
+A second, looser pass (``second_misfit``) then recovers what the first left: over the hits
+on no track after the length requirements (pieces too short, and hits no chain took),
+it builds triplet chains again through every edge between them, whatever its score (the
+score still ranks), with triplets and links up to ``second_misfit``, and keeps what meets
+the same requirements. The first pass's tracks keep their hits, so the second cannot
+break them: the iterative tracking of ACTS and CMS (a strict pass, then looser ones on
+the hits left over) rather than resolving shared hits afterwards.
 """
 
 from __future__ import annotations
@@ -129,7 +137,8 @@ def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components
                  min_hits: int = MIN_TRACK_HITS, extend_cut: float | None = None,
                  merge_cut: float | None = None, geometry: HitGeometry | None = None,
                  min_layers: int = 1, max_misfit: float = TRIPLET_MISFIT,
-                 link_cut: float | None = None, max_kink: float | None = None) -> Tracks:
+                 link_cut: float | None = None, max_kink: float | None = None,
+                 second_misfit: float | None = None) -> Tracks:
     """Tracks from the edges scored >= ``cut``; ``method`` is 'components', 'walkthrough'
     or 'triplets' (the walkthrough choosing by helix geometry too, module docstring).
 
@@ -144,11 +153,13 @@ def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components
     triplets method and ``min_layers`` > 1 need the hits' ``geometry``. ``link_cut``
     (triplets only) joins pieces and attaches free hits through edges down to that score
     where the helix geometry agrees (module docstring), before the length requirements;
-    ``max_kink`` (triplets only) first cuts chains where they bend more than that.
+    ``max_kink`` (triplets only) first cuts chains where they bend more than that;
+    ``second_misfit`` (triplets only) adds a second pass over the hits left on no track.
     """
     _check_build(method, min_hits, extend_cut, merge_cut, geometry, min_layers)
-    if (link_cut is not None or max_kink is not None) and method != "triplets":
-        raise ValueError("link_cut and max_kink need method='triplets'")
+    if method != "triplets" and not (link_cut is None and max_kink is None
+                                     and second_misfit is None):
+        raise ValueError("link_cut, max_kink and second_misfit need method='triplets'")
     keep = scores.scores >= cut
     if method == "components":
         src, dst = scores.edge_index[:, keep]
@@ -169,9 +180,36 @@ def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components
         chosen |= _merges(scores, chosen, merge_cut)
     if link_cut is not None:
         chosen |= _links(scores, chosen, geometry.positions, link_cut, max_misfit)
-    src, dst = src[chosen], dst[chosen]
-    labels = _label_components(src, dst, scores.num_nodes, min_hits)
-    return Tracks(scores.name, _with_layers(labels, geometry, min_layers))
+    labels = _with_layers(_label_components(src[chosen], dst[chosen], scores.num_nodes,
+                                            min_hits), geometry, min_layers)
+    if second_misfit is not None:
+        more = _second_pass(scores, labels < 0, geometry.positions, second_misfit, max_kink,
+                            link_cut)
+        more = _with_layers(_label_components(src[more], dst[more], scores.num_nodes,
+                                              min_hits), geometry, min_layers)
+        labels = np.where(labels >= 0, labels,
+                          np.where(more >= 0, more + labels.max(initial=-1) + 1, -1))
+    return Tracks(scores.name, labels)
+
+
+def _second_pass(scores: EdgeScores, free: np.ndarray, positions: np.ndarray,
+                 max_misfit: float, max_kink: float | None, link_cut: float | None
+                 ) -> np.ndarray:
+    """Mask of the edges the second pass chains (module docstring): triplets through every
+    edge between two ``free`` hits up to ``max_misfit``, cut at kinks and linked (through
+    edges between free hits only) as the first pass was."""
+    src, dst = scores.edge_index
+    usable = free[src] & free[dst]
+    rest = EdgeScores(scores.name, scores.edge_index, np.where(usable, scores.scores, -1.0),
+                      scores.num_nodes)
+    chosen = np.zeros(usable.size, dtype=bool)
+    chosen[usable] = _triplet_chains(src[usable], dst[usable], scores.scores[usable],
+                                     positions, scores.num_nodes, max_misfit)
+    if max_kink is not None:
+        chosen &= ~_kinks(rest, chosen, positions, max_kink)
+    if link_cut is not None:
+        chosen |= _links(rest, chosen, positions, link_cut, max_misfit)
+    return chosen
 
 
 def _check_build(method: str, min_hits: int, extend_cut: float | None,

@@ -53,6 +53,9 @@ class RecoConfig:
     link_cut: float | None = None
     # triplets only: cut chains where they bend by a triplet misfit above this (None: never)
     max_kink: float | None = None
+    # triplets only: a second pass over the hits left on no track, triplets and links up
+    # to this misfit through every edge between them (None: no second pass)
+    second_misfit: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON, or a ``weights_only`` checkpoint)."""
@@ -95,6 +98,10 @@ class RecoConfig:
             raise ValueError(f"link_cut {self.link_cut} needs the triplets and a value in [0, 1]")
         if self.max_kink is not None and (self.method != "triplets" or not self.max_kink > 0):
             raise ValueError(f"max_kink {self.max_kink} needs the triplets and a positive value")
+        if self.second_misfit is not None and (self.method != "triplets"
+                                               or not self.second_misfit > 0):
+            raise ValueError(f"second_misfit {self.second_misfit} needs the triplets and a "
+                             "positive value")
         for name in ("extend_cut", "merge_cut"):
             value = getattr(self, name)
             if value is not None and (self.method == "components" or not 0.0 <= value <= 1.0):
