@@ -150,3 +150,12 @@ def test_second_pass_builds_from_the_hits_the_first_left() -> None:
         build_tracks(s, 0.3, "walkthrough", second_misfit=36.0)
     with pytest.raises(ValueError, match="second_misfit"):
         RecoConfig(method="walkthrough", second_misfit=36.0).checked()
+
+
+def test_another_method_over_a_triplets_model_drops_the_triplets_refinements() -> None:
+    tuned = RecoConfig(method="triplets", link_cut=0.0, max_kink=36.0, second_misfit=64.0)
+    walk = tuned.overridden(method="walkthrough", cut=0.3)
+    assert (walk.method, walk.cut) == ("walkthrough", 0.3)
+    assert (walk.link_cut, walk.max_kink, walk.second_misfit) == (None, None, None)
+    kept = tuned.overridden(cut=0.3, method=None)
+    assert (kept.link_cut, kept.max_kink, kept.second_misfit) == (0.0, 36.0, 64.0)

@@ -111,14 +111,19 @@ class RecoConfig:
 
     def overridden(self, **given: Any) -> RecoConfig:
         """A copy with the given fields replaced; ``None`` values and cut fields of ``None``
-        (nothing given on the command line) keep this config's."""
+        (nothing given on the command line) keep this config's. A method other than the
+        triplets drops the triplets' own refinements (kinks, links, second pass) not given
+        with it: ``--method walkthrough`` on a model tuned with them then still runs."""
         cuts = {k: given.pop(k) for k in list(given) if k in _CUT_FIELDS}
         cuts = {k: v for k, v in cuts.items() if v is not None}
         keep = {k: v for k, v in given.items() if v is not None}
+        if keep.get("method", self.method) != "triplets":
+            keep = {**dict.fromkeys(_TRIPLETS_ONLY), **keep}
         return replace(self, cuts=replace(self.cuts, **cuts), **keep).checked()
 
 
 _CUT_FIELDS = {f.name for f in fields(DoubletCuts)}
+_TRIPLETS_ONLY = ("link_cut", "max_kink", "second_misfit")
 
 
 def walkthrough_settings(cfg: Any, cuts: DoubletCuts = TTBAR_CUTS) -> RecoConfig:
