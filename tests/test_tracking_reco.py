@@ -8,20 +8,7 @@ import pytest
 
 from sparsegnn.tracking.reco import EdgeScores, HitGeometry, build_tracks
 from sparsegnn.tracking.settings import RecoConfig
-
-
-def scored(edges: list[tuple[int, int, float]], n: int) -> EdgeScores:
-    src, dst, score = zip(*edges, strict=True)
-    return EdgeScores("toy", np.array([src, dst], dtype=np.int64), np.array(score), n)
-
-
-def groups(hit_track: np.ndarray) -> list[list[int]]:
-    """Tracks as sorted hit lists (labels are arbitrary)."""
-    out: dict[int, list[int]] = {}
-    for hit, label in enumerate(hit_track.tolist()):
-        if label >= 0:
-            out.setdefault(label, []).append(hit)
-    return sorted(out.values())
+from tracking_toys import groups, scored
 
 
 def test_merge_joins_the_two_pieces_a_weak_edge_split() -> None:

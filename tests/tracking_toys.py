@@ -6,6 +6,7 @@ import numpy as np
 
 from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
+from sparsegnn.tracking.reco import EdgeScores
 
 
 def straight_tracks(n_tracks: int, seed: int, layers: int = 5, n_noise: int = 5,
@@ -39,3 +40,18 @@ def toy_graphs(sizes: list[int]) -> list[HitGraph]:
     events = [straight_tracks(n, seed) for seed, n in enumerate(sizes)]
     mm = ModuleMap.learn(events)
     return [module_map_graph(ev, mm) for ev in events]
+
+
+def scored(edges: list[tuple[int, int, float]], n: int) -> EdgeScores:
+    """Edge scores of a toy event of ``n`` hits from ``(src, dst, score)`` triples."""
+    src, dst, score = zip(*edges, strict=True)
+    return EdgeScores("toy", np.array([src, dst], dtype=np.int64), np.array(score), n)
+
+
+def groups(hit_track: np.ndarray) -> list[list[int]]:
+    """Tracks as sorted hit lists (labels are arbitrary)."""
+    out: dict[int, list[int]] = {}
+    for hit, label in enumerate(hit_track.tolist()):
+        if label >= 0:
+            out.setdefault(label, []).append(hit)
+    return sorted(out.values())
