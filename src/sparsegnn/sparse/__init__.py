@@ -1,6 +1,6 @@
 """Sparse matrices on torch and the kernels message passing and sampling are made of."""
 
-from sparsegnn.sparse.csr import CSRMatrix
+from sparsegnn.sparse.csr import CSRMatrix, run_positions
 from sparsegnn.sparse.ops import (
     REDUCED_DTYPES,
     add_self_loops,
@@ -19,6 +19,7 @@ __all__ = [
     "gcn_norm",
     "is_symmetric",
     "row_norm",
+    "run_positions",
     "sddmm",
     "spgemm",
     "spmm",

@@ -27,9 +27,11 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from sparsegnn.data.io import atomic_write
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.sparse import run_positions
 from sparsegnn.tracking.events import Event, event_files, module_key, read_event
 from sparsegnn.tracking.truth import (
     DEFAULT_TARGETS,
@@ -424,14 +426,23 @@ def _candidates(event: Event, module_map: ModuleMap) -> tuple[np.ndarray, np.nda
     row = np.flatnonzero(ok)
     ia, ib = ia[ok], ib[ok]
     ca, cb = count[ia], count[ib]
-    sizes = ca * cb
-    total = int(sizes.sum())
-    pair = np.repeat(np.arange(ia.size), sizes)
-    k = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    src = order[start[ia][pair] + k // cb[pair]]
-    dst = order[start[ib][pair] + k % cb[pair]]
-    keep = (ia[pair] != ib[pair]) | (src < dst)
+    # Each module pair's a-side hits, each of them repeated once per b-side hit and
+    # paired with the b side's run of hits: runs and repeats, no division per candidate.
+    per_a = np.repeat(cb, ca)
+    src = order[np.repeat(_runs(start[ia], ca), per_a)]
+    dst = order[_runs(np.repeat(start[ib], ca), per_a)]
+    pair = np.repeat(np.arange(ia.size), ca * cb)
+    keep = (ia != ib)[pair] | (src < dst)
     return np.stack([src[keep], dst[keep]]).astype(np.int64), row[pair[keep]]
+
+
+def _runs(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``starts[i], ..., starts[i] + counts[i] - 1`` for every i, in order
+    (:func:`~sparsegnn.sparse.run_positions` on the arrays' memory)."""
+    crow = np.zeros(counts.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=crow[1:])
+    return run_positions(torch.from_numpy(starts), torch.from_numpy(counts),
+                         torch.from_numpy(crow)).numpy()
 
 
 def _unordered(pairs: np.ndarray) -> np.ndarray:
