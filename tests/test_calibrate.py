@@ -171,7 +171,7 @@ def test_measure_dense_times_the_models_dropout_mask(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(cal, "dropout", recording)
     cal.measure_dense(64, 1, lambda: None)
-    assert set(seen) == {TrainConfig().dropout_mask}
+    assert set(seen) == {TrainConfig().dropout_mask}  # the models' default (names.DEFAULT_MASK)
     seen.clear()
     cal.measure_dense(64, 1, lambda: None, "bytes")
     assert set(seen) == {"bytes"}

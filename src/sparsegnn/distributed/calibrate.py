@@ -12,7 +12,7 @@ which a single-process measurement would miss). Rank 0's numbers become the
   the caches) at two densities and several widths, solved per width for the time per
   nonzero-column and per output row-column;
 * a dense matmul (time per multiply-add), a dropout (time per value, its random mask
-  included: the mask kind the models train with, ``TrainConfig().dropout_mask``) and an
+  included: the mask kind the models train with, ``sparsegnn.names.DEFAULT_MASK``) and an
   activation's pass (time per value);
 * each collective of :class:`~sparsegnn.distributed.comm.Communicator` at several sizes,
   fitted as ``latency + bytes * time_per_byte`` against the bytes the busiest rank sends
@@ -45,7 +45,7 @@ from torch.nn import functional as F
 from sparsegnn.distributed.comm import Communicator, Group, new_group
 from sparsegnn.distributed.cost import LinkCost, Profile
 from sparsegnn.distributed.session import Session, barrier
-from sparsegnn.names import MaskKind
+from sparsegnn.names import DEFAULT_MASK, MaskKind
 from sparsegnn.nn.dropout import dropout
 from sparsegnn.sparse import CSRMatrix
 
@@ -111,23 +111,15 @@ def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[i
     return per_nnz, float(np.mean(per_row))
 
 
-def default_mask() -> MaskKind:
-    """The dropout mask the models train with unless told otherwise: what to time."""
-    from sparsegnn.train.fullgraph import TrainConfig  # train imports this package
-
-    return TrainConfig().dropout_mask
-
-
 def measure_dense(n: int, repeats: int, sync: Callable[[], None],
-                  mask: MaskKind | None = None) -> tuple[float, float, float]:
+                  mask: MaskKind = DEFAULT_MASK) -> tuple[float, float, float]:
     """Seconds per multiply-add of a matmul, per value of a dropout (mask drawn and
     applied by the models' own :func:`~sparsegnn.nn.dropout.dropout` with ``mask``,
     default the training default: the kinds' draws differ several-fold in cost) and per
     value of an activation's pass."""
-    kind = default_mask() if mask is None else mask
     x, w = torch.randn(n, 128), torch.randn(128, 128)
     gemm = _best(lambda: x @ w, repeats, sync) / (n * 128 * 128)
-    drop = _best(lambda: dropout(x, 0.5, True, kind), repeats, sync) / x.numel()
+    drop = _best(lambda: dropout(x, 0.5, True, mask), repeats, sync) / x.numel()
     elem = _best(lambda: F.relu(x), repeats, sync) / x.numel()
     return gemm, drop, elem
 
@@ -248,14 +240,13 @@ def _fit(points: list[tuple[float, float]]) -> LinkCost:
 
 
 def measure_profile(session: Session, quick: bool = False,
-                    mask: MaskKind | None = None) -> Profile:
+                    mask: MaskKind = DEFAULT_MASK) -> Profile:
     """This rank's part of a calibration job's measurements (every rank calls it);
     ``mask``: the dropout mask to time (default: the models' training default)."""
     n = 1 << (13 if quick else 16)
     repeats = 2 if quick else 3
-    kind = default_mask() if mask is None else mask
     per_nnz, per_row = measure_spmm(n, repeats, barrier)
-    gemm, drop, elem = measure_dense(n, repeats, barrier, kind)
+    gemm, drop, elem = measure_dense(n, repeats, barrier, mask)
     group = Group(tuple(range(session.world_size)), session.rank)
     sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
     hosts = _hosts(session.world_size)
@@ -270,7 +261,7 @@ def measure_profile(session: Session, quick: bool = False,
     rusage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     return Profile(session.backend, session.world_size, per_nnz, per_row, gemm, elem,
                    links, {"graph_vertices": n, "collective_sizes": sizes,
-                           "dropout_mask": kind},
+                           "dropout_mask": mask},
                    max(0, rusage - session.start_rss_bytes), session.start_rss_bytes,
                    hosts, dropout_s=drop, broadcast_rounds=rounds)
 

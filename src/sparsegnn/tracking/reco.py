@@ -170,10 +170,7 @@ def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components
     if method == "walkthrough":
         chosen[keep] = _chains(src[keep], dst[keep], scores.scores[keep], scores.num_nodes)
     else:
-        chosen[keep] = _triplet_chains(src[keep], dst[keep], scores.scores[keep],
-                                       geometry.positions, scores.num_nodes, max_misfit)
-        if max_kink is not None:
-            chosen &= ~_kinks(scores, chosen, geometry.positions, max_kink)
+        chosen = _triplet_pass(scores, keep, geometry.positions, max_misfit, max_kink)
     if extend_cut is not None:
         chosen |= _extension(scores, chosen, extend_cut)
     if merge_cut is not None:
@@ -200,15 +197,24 @@ def _second_pass(scores: EdgeScores, free: np.ndarray, positions: np.ndarray,
     edges between free hits only) as the first pass was."""
     src, dst = scores.edge_index
     usable = free[src] & free[dst]
-    rest = EdgeScores(scores.name, scores.edge_index, np.where(usable, scores.scores, -1.0),
-                      scores.num_nodes)
+    chosen = _triplet_pass(scores, usable, positions, max_misfit, max_kink)
+    if link_cut is not None:
+        rest = EdgeScores(scores.name, scores.edge_index,
+                          np.where(usable, scores.scores, -1.0), scores.num_nodes)
+        chosen |= _links(rest, chosen, positions, link_cut, max_misfit)
+    return chosen
+
+
+def _triplet_pass(scores: EdgeScores, usable: np.ndarray, positions: np.ndarray,
+                  max_misfit: float, max_kink: float | None) -> np.ndarray:
+    """Mask of the edges the triplet greedy chains among the ``usable`` ones, cut at
+    bends above ``max_kink`` (``None``: not cut); both passes of :func:`build_tracks`."""
+    src, dst = scores.edge_index
     chosen = np.zeros(usable.size, dtype=bool)
     chosen[usable] = _triplet_chains(src[usable], dst[usable], scores.scores[usable],
                                      positions, scores.num_nodes, max_misfit)
     if max_kink is not None:
-        chosen &= ~_kinks(rest, chosen, positions, max_kink)
-    if link_cut is not None:
-        chosen |= _links(rest, chosen, positions, link_cut, max_misfit)
+        chosen &= ~_kinks(scores, chosen, positions, max_kink)
     return chosen
 
 
