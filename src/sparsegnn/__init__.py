@@ -4,7 +4,12 @@ Message passing is a sparse-dense product (SpMM), neighbour sampling a sparse-sp
 product (SpGEMM), and distribution a partitioning of those matrices over ranks.
 """
 
-from sparsegnn.errors import (
+from sparsegnn.hugepages import request_huge_pages
+
+# Before any tensor exists: torch reads the setting at its first allocation (hugepages.py).
+request_huge_pages()
+
+from sparsegnn.errors import (  # noqa: E402
     DataFormatError,
     DuplicateEntryError,
     IndexOutOfRangeError,
