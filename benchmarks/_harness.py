@@ -242,10 +242,16 @@ def spmm_stream_bytes(nnz: int, rows: int, width: int) -> int:
 
 
 # ---------------------------------------------------------------------- isolated runs
-def run_isolated(script: Path, config: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
-    """Run ``script --child CONFIG`` in a fresh interpreter; its last stdout line is JSON."""
+def run_isolated(script: Path, config: dict[str, Any], timeout: float = 1800,
+                 env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``script --child CONFIG`` in a fresh interpreter; its last stdout line is JSON.
+
+    ``env`` adds to (or overrides) this process's environment in the child: settings such
+    as ``THP_MEM_ALLOC_ENABLE`` are read once per process, so an A/B needs a process each.
+    """
     cmd = [sys.executable, str(script), "--child", json.dumps(config)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, **(env or {})})
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
