@@ -68,19 +68,19 @@ def make_graph(kind: str, nodes: int, width: int, seed: int = 0) -> GraphData:
 
 
 def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig],
-             short: list[PlanConfig], rounds: int) -> tuple[list[float], int]:
+             short: list[PlanConfig], rounds: int) -> tuple[list[float], int, list[float]]:
     """Rank body: train every configuration in ``rounds`` rounds (each one's slowest-rank
     epoch, the least of the rounds), then run ``train --algo auto``'s trials of the
-    shortlist (the winner's index)."""
+    shortlist (the winner's index and each trial's epoch)."""
     session = init_session("gloo", timeout_s=600)
     try:
         measured = fastest_of_rounds(session, graph, cfg,
                                      [distributed_config(c, session.backend) for c in todo],
                                      rounds)
         if len(short) < 2:
-            return measured, 0
+            return measured, 0, []
         trials = [distributed_config(c, session.backend) for c in short]
-        return measured, choose_by_trial(session, graph, cfg, trials)[0]
+        return measured, *choose_by_trial(session, graph, cfg, trials)
     finally:
         close_session()
 
@@ -105,9 +105,9 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
     ranked = auto_plan(PlanGraph.of(graph, "gcn"), p, profile, base,
                        partitioners=tuple(args.partitioners.split(",")))
     short = [c.config for c in shortlist(ranked, args.trials)]
-    measured, won = spawn(_measure, p, (graph, cfg, [c.config for c in ranked], short,
-                                         args.rounds),
-                          wall_timeout_s=3600)[0]
+    measured, won, trial_s = spawn(
+        _measure, p, (graph, cfg, [c.config for c in ranked], short, args.rounds),
+        wall_timeout_s=3600)[0]
     peak = spawn(_peak_rss, p, (graph, cfg, short[won]), wall_timeout_s=3600)[0]
     rows = []
     for k, cand in enumerate(ranked):
@@ -115,6 +115,7 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
         rows.append({"what": "epoch", "case": f"{kind} n={graph.num_nodes} f={width} p={p}",
                      "config": [c.algo, c.replication, c.comm, c.partitioner], "auto_rank": k,
                      "tried": c in short, "auto_choice": c == short[won],
+                     "trial_s": trial_s[short.index(c)] if c in short and trial_s else None,
                      "predicted_s": cand.cost.total_s, "measured_s": measured[k],
                      "predicted_compute_s": cand.cost.compute_s,
                      "predicted_comm_s": sum(cand.cost.comm_s.values()),
