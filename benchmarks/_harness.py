@@ -232,6 +232,13 @@ def random_gather_probe(rows: int, width: int, gathers: int, bag: int) -> Callab
     return lambda: torch.nn.functional.embedding_bag(index, table, offsets, mode="sum")
 
 
+def check_same(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    """Fail the benchmark if a float32 product differs from torch's beyond rounding."""
+    if not torch.allclose(ours, ref, rtol=1e-4, atol=1e-5):
+        err = float((ours - ref).abs().max())
+        raise AssertionError(f"{what}: result differs from torch's by {err}")
+
+
 def spmm_stream_bytes(nnz: int, rows: int, width: int) -> int:
     """Compulsory traffic of a float32 CSR SpMM whose gathers all hit the cache.
 

@@ -41,6 +41,7 @@ from _harness import (
     WIDTHS,
     GraphSpec,
     Row,
+    check_same,
     emit,
     graph_specs,
     parse_args,
@@ -125,12 +126,6 @@ def check_bf16(a: CSRMatrix, x: torch.Tensor, ref: torch.Tensor, what: str) -> N
     err = (spmm(a, x.bfloat16()).float() - ref).abs()
     if not bool((err <= 2.0**-6 * bound + 1e-6).all()):
         raise AssertionError(f"{what}: bf16 result off by {float(err.max())}")
-
-
-def check_same(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    if not torch.allclose(ours, ref, rtol=1e-4, atol=1e-5):
-        err = float((ours - ref).abs().max())
-        raise AssertionError(f"{what}: result differs from torch's by {err}")
 
 
 def bench_graph(
