@@ -4,11 +4,28 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_take_ctrl_c() -> Iterator[None]:
+    """Start every child with Ctrl-C at its default, as a terminal would.
+
+    A shell without job control runs ``pytest &`` with SIGINT ignored; children inherit
+    that across exec and Python then keeps ignoring it, so the tests that press Ctrl-C on
+    a CLI would wait for an exit that never comes. A handled signal is reset to its
+    default in an exec'd child, so handling it here restores the terminal's behaviour."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if ignored:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture
