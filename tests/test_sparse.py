@@ -14,7 +14,15 @@ from sparsegnn import (
     ShapeError,
     UnsortedIndicesError,
 )
-from sparsegnn.sparse import CSRMatrix, add_self_loops, gcn_norm, row_norm, spgemm, spmm
+from sparsegnn.sparse import (
+    CSRMatrix,
+    add_self_loops,
+    gcn_norm,
+    hstack,
+    row_norm,
+    spgemm,
+    spmm,
+)
 
 
 def random_csr(rows: int, cols: int, nnz: int, seed: int, dtype=torch.float64) -> CSRMatrix:
@@ -271,3 +279,19 @@ def test_spmm_on_cuda_matches_cpu():
     a = random_csr(50, 40, 200, 0, torch.float32)
     x = torch.randn(40, 8)
     torch.testing.assert_close(spmm(a.to("cuda"), x.cuda()).cpu(), spmm(a, x))
+
+
+def test_hstack_puts_tiles_side_by_side():
+    """One product with the stacked tiles equals the sum of the tiles' products, and the
+    stacked matrix is canonical (sorted, unique columns per row)."""
+    rng = np.random.default_rng(3)
+    parts = [sp.random(6, w, density=0.4, format="csr", random_state=rng) for w in (4, 0, 3, 5)]
+    tiles = [CSRMatrix.from_scipy(m) for m in parts]
+    stacked = hstack(tiles)
+    stacked.validate()
+    np.testing.assert_allclose(stacked.to_dense().numpy(), sp.hstack(parts).toarray())
+    hs = [torch.randn(m.shape[1], 3, dtype=torch.float64) for m in parts]
+    want = sum(t.matmul(h) for t, h in zip(tiles, hs, strict=True))
+    assert torch.allclose(stacked.matmul(torch.cat(hs)), want)
+    with pytest.raises(ShapeError, match="one row count"):
+        hstack([tiles[0], CSRMatrix.from_scipy(sp.random(5, 2, format="csr"))])

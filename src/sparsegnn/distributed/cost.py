@@ -19,8 +19,9 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
   (:func:`broadcast_rounds_seconds`): on shaped links the time per byte depends on the
   message size, so one straight line mispriced stages 43-48% either way;
 * compute at the busiest rank: for every SpMM of the epoch, the nonzeros of the tiles
-  the rank multiplies times the width (exact, from the tile nonzero table) and the
-  output rows times the width; the layers' dense maps on its rows; elementwise work
+  the rank multiplies times the width (exact, from the tile nonzero table) and, for
+  each tile product it makes (:func:`tile_products`), the output rows times the width
+  and their addition; the layers' dense maps on its rows; elementwise work
   (dropout masks on each layer's input, activations, loss) on its rows;
 * what none of these count (Python and autograd per operation, the optimiser, copies,
   the scheduling of ranks that share a host's cores): a fixed time per epoch, a time
@@ -111,8 +112,13 @@ class Profile:
         return (self.epoch_overhead_s + calls * self.call_overhead_s
                 + row_values * self.row_overhead_s)
 
-    def spmm_time(self, nnz: float, rows: float, width: int) -> float:
-        return nnz * width * self._per_nnz(width) + rows * width * self.spmm_row_s
+    def spmm_time(self, nnz: float, rows: float, width: int, products: int = 1) -> float:
+        """An SpMM of ``nnz`` nonzeros into ``rows`` output rows, made of ``products``
+        tile products that each write all the rows and are added up (an elementwise
+        pass each beyond the first)."""
+        return (nnz * width * self._per_nnz(width)
+                + products * rows * width * self.spmm_row_s
+                + (products - 1) * rows * width * self.elementwise_s)
 
     def _per_nnz(self, width: int) -> float:
         widths = sorted(self.spmm_nnz_s)
@@ -397,23 +403,37 @@ def rank_nonzeros(shape: GridShape, part: Any, operator: Any) -> np.ndarray:
     return out
 
 
+def tile_products(shape: GridShape, comm: str, row: int, col: int) -> int:
+    """Tile products in one SpMM of rank ``(row, col)``: one per stage block where each
+    block arrives by its own broadcast (dense 1D/1.5D, SUMMA's q stages); sparse 1D/1.5D
+    multiplies its own tile and the received rows' stacked tiles, two at most."""
+    if shape.algo not in ("1d", "1.5d"):
+        return shape.cols
+    stages = stage_blocks(shape, col)
+    if comm != "sparse":
+        return len(stages)
+    own = row in stages
+    return int(own) + int(len(stages) > int(own))
+
+
 def compute_seconds(
     shape: GridShape, part: Any, operator: Any, calls: list[SpmmCall], widths: list[int],
-    profile: Profile,
+    profile: Profile, comm: str = "dense",
 ) -> float:
     """Compute time of the busiest rank: its SpMMs (the nonzeros of the tiles it
-    multiplies, exact), dense maps and elementwise passes (the first layer's on the
-    rank's feature columns only, on 2D/3D)."""
+    multiplies, exact, and each tile product's output rows), dense maps and elementwise
+    passes (the first layer's on the rank's feature columns only, on 2D/3D)."""
     nnz = rank_nonzeros(shape, part, operator)
     busiest = 0.0
     for rank in range(shape.size):
         i, j, _ = shape.coords(rank)
         rows = part.size(i)
+        products = tile_products(shape, comm, i, j)
         seconds = 0.0
         for call in calls:
             width = call.width if shape.algo in ("1d", "1.5d") \
                 else split_sizes(call.width, shape.cols)[j]
-            seconds += profile.spmm_time(float(nnz[rank]), rows, width)
+            seconds += profile.spmm_time(float(nnz[rank]), rows, width, products)
         mine = [_feature_columns(shape, j, widths[0]), *widths[1:]]
         macs = sum(a * b for a, b in itertools.pairwise(mine))
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
@@ -444,7 +464,7 @@ def predict_epoch(
     slicing = input_slicing(cfg, in_dim, out_dim) if sliced else None
     calls = spmm_schedule(cfg, in_dim, out_dim, sliced)
     widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
-    compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile)
+    compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile, comm)
     counts = collective_calls(shape, calls, comm, slicing)
     ncalls_epoch = sum(sum(kinds.values()) for kinds in counts.values()) \
         if shape.size > 1 else 0

@@ -9,7 +9,10 @@ whose ids are nonzero columns of ``A_ij``, and it gets exactly those from rank
 A :class:`RowPlan` is built once per graph and partition (the setup phase): every rank
 compresses the columns of its tiles to the distinct ids they use (so received rows are
 multiplied in place, never scattered into a full-width buffer) and sends those id lists
-to their owners, who keep them as the rows to send. The backward pass multiplies the
+to their owners, who keep them as the rows to send. The compressed tiles are stacked
+side by side in the order the rows arrive, so an SpMM is two products (the own block's
+tile, the stacked rest) whatever p is: one product per block cost 1D at p = 8 eight
+output allocations and additions per SpMM. The backward pass multiplies the
 tiles of ``A^T`` and so has its own plan (the same one when A is symmetric).
 
 Bytes: what a rank sends to and receives from the *other* members of its column group,
@@ -28,9 +31,9 @@ import torch.distributed as dist
 
 from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
 from sparsegnn.distributed.grid import GridError
-from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, stage_blocks
+from sparsegnn.distributed.partition import BlockPartition, LocalBlocks
 from sparsegnn.distributed.spmm import DistributedOperator
-from sparsegnn.sparse import CSRMatrix
+from sparsegnn.sparse import CSRMatrix, hstack
 
 
 class SparseCommunicator(Communicator):
@@ -80,13 +83,16 @@ class RowPlan:
     """One direction's send/receive lists for rank ``(i, k)`` of a 1D/1.5D grid.
 
     Attributes:
-        tiles: block column j -> tile to multiply; the own block's tile keeps its full
-            columns, the others are compressed to the rows received from block j.
+        own: the own block's tile, full columns (None when block i is not a stage).
+        remote: the other stage blocks' tiles, each compressed to the rows received from
+            its block, side by side in member order: its columns are the received
+            buffer's rows (None when nothing is received).
         send_index: local rows to send, concatenated in member (block) order.
         send_counts / recv_counts: rows to / from each member of the column group.
     """
 
-    tiles: dict[int, CSRMatrix]
+    own: CSRMatrix | None
+    remote: CSRMatrix | None
     send_index: torch.Tensor
     send_counts: list[int]
     recv_counts: list[int]
@@ -102,19 +108,19 @@ def build_plan(
     """
     # The lists travel on the tiles' device: NCCL only moves CUDA tensors.
     device = next(iter(tiles.values())).col.device if tiles else torch.device("cpu")
-    compressed: dict[int, CSRMatrix] = {}
+    compressed: list[CSRMatrix] = []
     wanted = [torch.empty(0, dtype=torch.long, device=device) for _ in range(group.size)]
-    for j, t in tiles.items():
-        if j == me:
-            compressed[j] = t
-        else:
-            compressed[j], wanted[j] = compress_columns(t)
+    for j in sorted(tiles):
+        if j != me:
+            tile, wanted[j] = compress_columns(tiles[j])
+            compressed.append(tile)
     need_counts = [len(w) for w in wanted]
     counts = torch.tensor(need_counts, dtype=torch.long, device=device).reshape(-1, 1)
     ones = [1] * group.size
     send_counts = comm.exchange(counts, ones, ones, group).reshape(-1).tolist()
     requests = comm.exchange(torch.cat(wanted), need_counts, send_counts, group)
-    return RowPlan(compressed, requests, send_counts, need_counts)
+    remote = hstack(compressed) if compressed and sum(need_counts) else None
+    return RowPlan(tiles.get(me), remote, requests, send_counts, need_counts)
 
 
 class SparseRowOperator(DistributedOperator):
@@ -147,23 +153,20 @@ class SparseRowOperator(DistributedOperator):
 
     def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
         plan = self.backward_plan if transpose else self.forward_plan
-        i, k, _ = self.grid.coords
-        stages = stage_blocks(self.grid.shape, k)
         recv, work = self.sparse_comm.exchange_async(
             x[plan.send_index], plan.send_counts, plan.recv_counts, self.grid.col
         )
-        # The diagonal tile needs nothing received: with overlap it runs during the transfer.
-        own = plan.tiles[i].matmul(x) if self.overlap and i in stages and x.shape[0] else None
+        mine = plan.own is not None and x.shape[0] > 0
+        # The own tile needs nothing received: with overlap it runs during the transfer.
+        own = plan.own.matmul(x) if self.overlap and mine else None
         self.comm.wait(work)
-        pieces = recv.split(plan.recv_counts) if self.grid.col.size > 1 else [x]
-        out = torch.zeros(self.n_local, x.shape[1], dtype=x.dtype, device=x.device)
-        for j in stages:
-            if j == i and own is not None:
-                out += own
-                continue
-            h = x if j == i else pieces[j]
-            if h.shape[0]:
-                out += plan.tiles[j].matmul(h)
+        if mine and own is None:
+            own = plan.own.matmul(x)
+        rest = plan.remote.matmul(recv) if plan.remote is not None else None
+        if own is None and rest is None:
+            out = torch.zeros(self.n_local, x.shape[1], dtype=x.dtype, device=x.device)
+        else:
+            out = own if rest is None else rest if own is None else own + rest
         return self.comm.all_reduce(out, self.grid.row)
 
     def rows_per_spmm(self, transpose: bool) -> tuple[int, int]:

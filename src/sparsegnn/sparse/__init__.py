@@ -1,6 +1,6 @@
 """Sparse matrices on torch and the kernels message passing and sampling are made of."""
 
-from sparsegnn.sparse.csr import CSRMatrix, run_positions
+from sparsegnn.sparse.csr import CSRMatrix, hstack, run_positions
 from sparsegnn.sparse.ops import (
     REDUCED_DTYPES,
     add_self_loops,
@@ -17,6 +17,7 @@ __all__ = [
     "CSRMatrix",
     "add_self_loops",
     "gcn_norm",
+    "hstack",
     "is_symmetric",
     "row_norm",
     "run_positions",
