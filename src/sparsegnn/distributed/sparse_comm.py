@@ -163,10 +163,11 @@ class SparseRowOperator(DistributedOperator):
         if mine and own is None:
             own = plan.own.matmul(x)
         rest = plan.remote.matmul(recv) if plan.remote is not None else None
-        if own is None and rest is None:
+        out = own if own is not None else rest
+        if out is None:
             out = torch.zeros(self.n_local, x.shape[1], dtype=x.dtype, device=x.device)
-        else:
-            out = own if rest is None else rest if own is None else own + rest
+        elif own is not None and rest is not None:
+            out += rest  # in place: own is a fresh product
         return self.comm.all_reduce(out, self.grid.row)
 
     def rows_per_spmm(self, transpose: bool) -> tuple[int, int]:
