@@ -17,6 +17,7 @@ from sparsegnn.distributed.cost import (
     latency_scale,
     loaded_graph_bytes,
     predict_memory,
+    tile_products,
 )
 from sparsegnn.distributed.grid import grid_shape
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph, partitioned
@@ -248,6 +249,20 @@ def test_latency_scales_with_the_group_a_collective_runs_in() -> None:
     assert latency_scale(grid_shape("2d", 4), "backward_spmm", 4) == pytest.approx(1 / 3)
     assert latency_scale(grid_shape("1d", 64), "forward_spmm", 4) == 1.0
     assert latency_scale(grid_shape("1d", 4), "forward_spmm", 1) == 1.0
+
+
+def test_tile_products_follow_the_kernels() -> None:
+    """Dense 1D/1.5D multiply each stage block as its broadcast arrives; the sparse
+    exchange multiplies the own tile and the received rows' stacked tiles; SUMMA one
+    product per stage of its process row."""
+    one_d, one_half = grid_shape("1d", 8), grid_shape("1.5d", 8, 2)
+    assert tile_products(one_d, "dense", 3, 0) == 8
+    assert tile_products(one_d, "sparse", 3, 0) == 2
+    assert tile_products(one_half, "dense", 0, 1) == 2
+    assert tile_products(one_half, "sparse", 0, 0) == 2  # block 0 is a stage of replica 0
+    assert tile_products(one_half, "sparse", 0, 1) == 1  # replica 1 only receives
+    assert tile_products(grid_shape("1d", 1), "sparse", 0, 0) == 1
+    assert tile_products(grid_shape("2d", 4), "dense", 1, 1) == 2
 
 
 @pytest.mark.distributed
