@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from sparsegnn.cli.main import main
 from sparsegnn.data import load_any, sbm
@@ -14,12 +15,16 @@ from sparsegnn.distributed.autoplan import auto_plan, configurations, shortlist
 from sparsegnn.distributed.cost import (
     LinkCost,
     Profile,
+    host_compute_seconds,
     latency_scale,
     loaded_graph_bytes,
     predict_memory,
+    rank_nonzeros,
     tile_products,
 )
 from sparsegnn.distributed.grid import grid_shape
+from sparsegnn.distributed.partition import stage_blocks
+from sparsegnn.distributed.plan import relabelled
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph, partitioned
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train.distributed import trial_winner
@@ -249,6 +254,36 @@ def test_latency_scales_with_the_group_a_collective_runs_in() -> None:
     assert latency_scale(grid_shape("2d", 4), "backward_spmm", 4) == pytest.approx(1 / 3)
     assert latency_scale(grid_shape("1d", 64), "forward_spmm", 4) == 1.0
     assert latency_scale(grid_shape("1d", 4), "forward_spmm", 1) == 1.0
+
+
+def test_rank_nonzeros_are_those_of_the_partitions_blocks(graph: PlanGraph) -> None:
+    """A METIS partition relabels the vertices: each rank's nonzeros are its block's in
+    the relabelled operator, not those of a range of original ids."""
+    for shape in (grid_shape("1d", 4), grid_shape("1.5d", 4, 2)):
+        lay = partitioned(graph, shape, "metis", 0)
+        assert lay.part.order is not None
+        a = relabelled(graph.operator(), lay.part)
+        want = []
+        for rank in range(shape.size):
+            i, _, _ = shape.coords(rank)
+            lo, hi = lay.part.block(i)
+            rows = a.select_rows(torch.arange(lo, hi))
+            stage_cols = [lay.part.block(j) for j in stage_blocks(shape, shape.coords(rank)[1])]
+            want.append(sum(int(((rows.col >= c0) & (rows.col < c1)).sum())
+                            for c0, c1 in stage_cols))
+        assert rank_nonzeros(shape, lay.part, graph.operator()).tolist() == want
+
+
+def test_shared_cores_price_the_hosts_work_not_the_busiest_rank_alone() -> None:
+    """A core per rank: the busiest rank decides. Four ranks per core: a rank with 3x the
+    others' work finishes at 4x their shared speed once they are done."""
+    assert host_compute_seconds([1.0, 1.0, 3.0, 1.0], 1.0) == 3.0
+    assert host_compute_seconds([1.0, 1.0, 3.0, 1.0], 4.0) == pytest.approx(1.5)
+    assert host_compute_seconds([2.0, 2.0, 2.0, 2.0], 4.0) == 2.0
+    raw = profile().to_dict()
+    assert Profile.from_dict(raw).core_sharing == 1.0
+    assert Profile.from_dict({**raw, "core_sharing": 3.5}).core_sharing == 3.5
+    assert Profile.from_dict({**raw, "core_sharing": 0.5}).core_sharing == 1.0
 
 
 def test_tile_products_follow_the_kernels() -> None:

@@ -11,6 +11,8 @@ which a single-process measurement would miss). Rank 0's numbers become the
 * local SpMM of a uniform random graph (random gathers: the rate of rows that miss
   the caches) at two densities and several widths, solved per width for the time per
   nonzero-column and per output row-column;
+* how much slower a rank computes while all of the host's ranks do than alone
+  (:func:`measure_core_sharing`);
 * a dense matmul (time per multiply-add), a dropout (time per value, its random mask
   included: the mask kind the models train with, ``sparsegnn.names.DEFAULT_MASK``) and an
   activation's pass (time per value);
@@ -39,6 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from scipy.optimize import nnls
 from torch.nn import functional as F
 
@@ -122,6 +125,37 @@ def measure_dense(n: int, repeats: int, sync: Callable[[], None],
     drop = _best(lambda: dropout(x, 0.5, True, mask), repeats, sync) / x.numel()
     elem = _best(lambda: F.relu(x), repeats, sync) / x.numel()
     return gemm, drop, elem
+
+
+def measure_core_sharing(rank: int, repeats: int, sync: Callable[[], None]) -> float:
+    """How many times longer the host takes to finish a fixed piece of compute that every
+    rank runs at once than rank 0 takes to run it alone (the others blocked in a
+    barrier, off the cores): 1 with a core per rank, about the ranks per core where
+    they share (measured here: 1.0-1.1 at 2 ranks on 2 vCPUs, about 2 at 4, 4.4 at 8).
+    The cost model needs it because the rates are measured with all ranks at once, and
+    a rank with more work than the others (a partition that balances vertices, not
+    nonzeros) finishes at its speed alone once they are done. The piece takes ~25 ms
+    alone: a few milliseconds fit in one scheduler slice and never overlap."""
+    x, w = torch.randn(2048, 128), torch.randn(128, 128)
+
+    def work() -> None:
+        for _ in range(64):
+            x @ w
+
+    alone = []
+    for _ in range(repeats):
+        sync()
+        if rank == 0:
+            start = time.perf_counter()
+            work()
+            alone.append(time.perf_counter() - start)
+        sync()
+    together = torch.tensor(_timings(work, repeats, sync), dtype=torch.float64)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(together, op=dist.ReduceOp.MAX)  # the host is done with its last rank
+    if rank != 0:
+        return 1.0  # only rank 0's measurements become the profile
+    return max(1.0, float(together.median()) / min(alone))
 
 
 def measure_collectives(
@@ -247,6 +281,7 @@ def measure_profile(session: Session, quick: bool = False,
     repeats = 2 if quick else 3
     per_nnz, per_row = measure_spmm(n, repeats, barrier)
     gemm, drop, elem = measure_dense(n, repeats, barrier, mask)
+    sharing = measure_core_sharing(session.rank, repeats, barrier)
     group = Group(tuple(range(session.world_size)), session.rank)
     sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
     hosts = _hosts(session.world_size)
@@ -263,7 +298,7 @@ def measure_profile(session: Session, quick: bool = False,
                    links, {"graph_vertices": n, "collective_sizes": sizes,
                            "dropout_mask": mask},
                    max(0, rusage - session.start_rss_bytes), session.start_rss_bytes,
-                   hosts, dropout_s=drop, broadcast_rounds=rounds)
+                   hosts, dropout_s=drop, broadcast_rounds=rounds, core_sharing=sharing)
 
 
 def _hosts(world: int) -> int:
