@@ -455,7 +455,7 @@ def hstack(tiles: list[CSRMatrix]) -> CSRMatrix:
     offsets = np.cumsum([0] + [t.shape[1] for t in tiles]).tolist()
     return CSRMatrix.from_coo(
         torch.cat([t.row_indices() for t in tiles]),
-        torch.cat([t.col + off for t, off in zip(tiles, offsets, strict=False)]),
+        torch.cat([t.col + off for t, off in zip(tiles, offsets[:-1], strict=True)]),
         torch.cat([t.val for t in tiles]), (rows, offsets[-1]), duplicates="error")
 
 
