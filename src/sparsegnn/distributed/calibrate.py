@@ -11,8 +11,8 @@ which a single-process measurement would miss). Rank 0's numbers become the
 * local SpMM of a uniform random graph (random gathers: the rate of rows that miss
   the caches) at two densities and several widths, solved per width for the time per
   nonzero-column and per output row-column;
-* how much slower a rank computes while all of the host's ranks do than alone
-  (:func:`measure_core_sharing`);
+* how much longer the ranks take to finish a piece of compute all at once than one
+  rank alone (:func:`measure_core_sharing`);
 * a dense matmul (time per multiply-add), a dropout (time per value, its random mask
   included: the mask kind the models train with, ``sparsegnn.names.DEFAULT_MASK``) and an
   activation's pass (time per value);
@@ -131,7 +131,7 @@ def measure_core_sharing(rank: int, repeats: int, sync: Callable[[], None]) -> f
     """How many times longer the host takes to finish a fixed piece of compute that every
     rank runs at once than rank 0 takes to run it alone (the others blocked in a
     barrier, off the cores): 1 with a core per rank, about the ranks per core where
-    they share (measured here: 1.0-1.1 at 2 ranks on 2 vCPUs, about 2 at 4, 4.4 at 8).
+    they share (measured on a 2-vCPU machine: 1.06 at 2 ranks, 1.95 at 4, 3.85 at 8).
     The cost model needs it because the rates are measured with all ranks at once, and
     a rank with more work than the others (a partition that balances vertices, not
     nonzeros) finishes at its speed alone once they are done. The piece takes ~25 ms
@@ -152,7 +152,7 @@ def measure_core_sharing(rank: int, repeats: int, sync: Callable[[], None]) -> f
         sync()
     together = torch.tensor(_timings(work, repeats, sync), dtype=torch.float64)
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(together, op=dist.ReduceOp.MAX)  # the host is done with its last rank
+        dist.all_reduce(together, op=dist.ReduceOp.MAX)  # done when the last rank is
     if rank != 0:
         return 1.0  # only rank 0's measurements become the profile
     return max(1.0, float(together.median()) / min(alone))
