@@ -444,8 +444,8 @@ def hstack(tiles: list[CSRMatrix]) -> CSRMatrix:
     """``[T_0 T_1 ...]``: tiles of the same rows side by side, one matrix.
 
     One product with the stacked matrix replaces a product per tile, each of which
-    allocates a full output that is then added: at eight tiles of a 2048-row block and
-    width 16 the stacked product took 0.17 ms where the eight took 0.45 ms."""
+    allocates a full output that is then added: for a 2048-row block at width 16, one
+    tile plus seven stacked took 0.17 ms where eight separate products took 0.45 ms."""
     if not tiles:
         raise ShapeError("hstack needs at least one tile")
     rows = tiles[0].shape[0]
