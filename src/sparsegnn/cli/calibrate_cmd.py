@@ -57,4 +57,6 @@ def run(args: argparse.Namespace) -> int:
                  f"{profile.epoch_overhead_s * 1e3:.2f} ms per epoch + "
                  f"{profile.call_overhead_s * 1e6:.0f} us per collective call + "
                  f"{profile.row_overhead_s * 1e9:.2f} ns per row value")
+    lines.append(f"ranks sharing the cores: all at once take {profile.core_sharing:.2f}x "
+                 "one alone")
     return emit(args, out, "\n".join(lines))
