@@ -127,8 +127,8 @@ class SparseRowOperator(DistributedOperator):
     """1D and 1.5D with sparsity-aware communication (one ``all_to_all`` per SpMM).
 
     With ``overlap`` the rank multiplies its own diagonal tile while the exchange is in
-    flight, then the received blocks; partial products are still added in stage order,
-    so the result is the same to the bit.
+    flight, then the received rows; both ways add the same two products in the same
+    order, so the result is the same to the bit.
     """
 
     def __init__(
