@@ -434,7 +434,7 @@ def tile_products(shape: GridShape, comm: str, row: int, col: int) -> int:
 
 def compute_seconds(
     shape: GridShape, part: Any, operator: Any, calls: list[SpmmCall], widths: list[int],
-    profile: Profile, comm: str = "dense",
+    profile: Profile, comm: str,
 ) -> float:
     """Compute time of an epoch (:func:`host_compute_seconds` of every rank's): a rank's
     SpMMs (the nonzeros of the tiles it multiplies, exact, and each tile product's
