@@ -39,7 +39,7 @@ from sparsegnn.distributed.autoplan import auto_plan, shortlist
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import gather_objects
 from sparsegnn.train.calibrate import calibrate_rank, distributed_config
-from sparsegnn.train.distributed import choose_by_trial, fastest_of_rounds, train_rank
+from sparsegnn.train.distributed import choose_by_trial, median_epoch_over_rounds, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
 
 Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
@@ -69,14 +69,13 @@ def make_graph(kind: str, nodes: int, width: int, seed: int = 0) -> GraphData:
 
 def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig],
              short: list[PlanConfig], rounds: int) -> tuple[list[float], int, list[float]]:
-    """Rank body: train every configuration in ``rounds`` rounds (each one's slowest-rank
-    epoch, the least of the rounds), then run ``train --algo auto``'s trials of the
+    """Rank body: train every configuration in ``rounds`` rounds (each one's median
+    slowest-rank epoch over all rounds), then run ``train --algo auto``'s trials of the
     shortlist (the winner's index and each trial's epoch)."""
     session = init_session("gloo", timeout_s=600)
     try:
-        measured = fastest_of_rounds(session, graph, cfg,
-                                     [distributed_config(c, session.backend) for c in todo],
-                                     rounds)
+        measured = median_epoch_over_rounds(
+            session, graph, cfg, [distributed_config(c, session.backend) for c in todo], rounds)
         if len(short) < 2:
             return measured, 0, []
         trials = [distributed_config(c, session.backend) for c in short]
@@ -203,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="4,8")
     ap.add_argument("--widths", default="32,128")
     ap.add_argument("--hidden", type=int, default=16)
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated graphs")
     ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of every configuration; its epoch is the least of them")
+                    help="rounds of every configuration; its epoch is the median of all "
+                    "rounds' epochs")
     ap.add_argument("--partitioners", default="block,metis")
     ap.add_argument("--trials", type=int, default=3,
                     help="train --algo auto's --auto-trials (1: the model's choice alone)")

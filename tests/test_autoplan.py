@@ -182,28 +182,27 @@ def test_cli_train_algo_auto_trains_the_fastest_trial(
     assert direct["losses"] == out["losses"]
 
 
-def test_fastest_of_rounds_rotates_and_keeps_each_ones_least(
-    monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_rounds_rotate_and_pool_every_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every candidate runs once per round, the round's first one rotating (so a burst
-    at a round's start does not always land on the same one), and keeps its least time:
-    a run slowed by someone else's burst does not decide."""
+    at a round's start does not always land on the same one); its time is the median of
+    all its epochs, so neither one slow run nor one lucky run decides."""
     from sparsegnn.train import distributed as td
 
     seen: list[str] = []
-    times = iter([0.5, 0.2, 0.9,   # round 0: a b c
-                  0.3, 0.4, 0.1,   # round 1: b c a
-                  0.8, 0.6, 0.7])  # round 2: c a b
+    runs = iter([[0.5, 0.6], [0.2, 0.2], [0.9, 0.8],   # round 0: a b c
+                 [0.3, 0.9], [0.4, 0.4], [0.1, 0.5],   # round 1: b c a
+                 [0.7, 0.6], [0.6, 0.5], [0.2, 0.3]])  # round 2: c a b
 
-    def fake(session: object, source: object, cfg: object, dcfg: str) -> float:
+    def fake(session: object, source: object, cfg: object, dcfg: str) -> list[float]:
         seen.append(dcfg)
-        return next(times)
+        return next(runs)
 
-    monkeypatch.setattr(td, "measure_epoch_s", fake)
-    got = td.fastest_of_rounds(None, None, None, ["a", "b", "c"], rounds=3)  # type: ignore[arg-type]
+    monkeypatch.setattr(td, "measure_epochs_s", fake)
+    got = td.median_epoch_over_rounds(None, None, None, ["a", "b", "c"], rounds=3)  # type: ignore[arg-type]
     assert seen == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert got == [0.1, 0.2, 0.4]
-    assert td.fastest_of_rounds(None, None, None, [], rounds=2) == []  # type: ignore[arg-type]
+    # a: 0.5 0.6 0.1 0.5 0.6 0.5; b: 0.2 0.2 0.3 0.9 0.2 0.3; c: 0.9 0.8 0.4 0.4 0.7 0.6
+    assert got == pytest.approx([0.5, 0.25, 0.65])
+    assert td.median_epoch_over_rounds(None, None, None, [], rounds=2) == []  # type: ignore[arg-type]
 
 
 def test_a_trial_overrules_the_model_only_by_a_clear_margin() -> None:

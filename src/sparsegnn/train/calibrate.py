@@ -9,7 +9,7 @@ epoch and the model under-predicted every configuration by 2-3x.
 
 So the job then trains every configuration :func:`~sparsegnn.distributed.autoplan.auto_plan`
 admits at its world size, for a few epochs of two generated graphs (512p and 2048p
-vertices; each one's epoch the least of three rounds over all of them), prices the same
+vertices; each one's epoch the median of three rounds' epochs), prices the same
 configurations with the rates alone, and fits what the rates
 miss as ``epoch_overhead_s + collective_calls * call_overhead_s + row_values *
 row_overhead_s`` (non-negative least squares): a fixed cost per epoch; one per
@@ -34,14 +34,14 @@ from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
 from sparsegnn.train.distributed import (
     DistributedConfig,
-    fastest_of_rounds,
+    median_epoch_over_rounds,
     with_plan,
 )
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import peak_rss_bytes
 
 HIDDEN = 16
-ROUNDS = 3  # each configuration's epoch is the least of this many rounds
+ROUNDS = 3  # each configuration's epoch is the median of this many rounds' epochs
 
 
 def calibrate_rank(quick: bool = False, backend: str | None = None,
@@ -96,9 +96,9 @@ def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool
     ranked = auto_plan(PlanGraph.of(graph, "gcn"), session.world_size, rates, base)
     cfg = TrainConfig(hidden=HIDDEN, num_layers=2, dropout=0.5, epochs=3 if quick else 5,
                       patience=100, progress=False)
-    measured = fastest_of_rounds(session, graph, cfg,
-                                 [distributed_config(c.config, session.backend)
-                                  for c in ranked], 1 if quick else ROUNDS)
+    measured = median_epoch_over_rounds(session, graph, cfg,
+                                        [distributed_config(c.config, session.backend)
+                                         for c in ranked], 1 if quick else ROUNDS)
     return [(cand.cost, m) for cand, m in zip(ranked, measured, strict=True)]
 
 

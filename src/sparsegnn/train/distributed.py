@@ -239,33 +239,37 @@ def with_plan(dcfg: DistributedConfig, config: PlanConfig) -> DistributedConfig:
                    partition=None if config.partitioner == "block" else config.partitioner)
 
 
-def measure_epoch_s(session: Session, source: Any, cfg: TrainConfig,
-                    dcfg: DistributedConfig) -> float:
-    """Train ``dcfg`` on ``source`` (every rank of the job calls this) and return the
-    slowest rank's median epoch, the first epoch left out: it also builds plans and warms
-    the kernels, which is not an epoch's cost. Every rank gets the same number."""
+def measure_epochs_s(session: Session, source: Any, cfg: TrainConfig,
+                     dcfg: DistributedConfig) -> list[float]:
+    """Train ``dcfg`` on ``source`` (every rank of the job calls this) and return each
+    epoch's time on its slowest rank, the first epoch left out: it also builds plans and
+    warms the kernels, which is not an epoch's cost. Every rank gets the same list."""
     barrier()
     got = train_rank(source, cfg, dcfg, session)
     assert got is not None  # every rank is a member of the full-world grid
     steady = [h.seconds for h in got[1].history[1:]] or [got[1].epoch_time_s]
-    return max(gather_objects(statistics.median(steady)))
+    return [max(per_rank) for per_rank in zip(*gather_objects(steady), strict=True)]
 
 
-def fastest_of_rounds(session: Session, source: Any, cfg: TrainConfig,
-                      candidates: Sequence[DistributedConfig], rounds: int) -> list[float]:
-    """Each candidate's :func:`measure_epoch_s`, the least of ``rounds`` rounds that each
-    train every candidate once (in a rotated order).
+def median_epoch_over_rounds(session: Session, source: Any, cfg: TrainConfig,
+                             candidates: Sequence[DistributedConfig], rounds: int
+                             ) -> list[float]:
+    """Each candidate's median epoch over ``rounds`` rounds that each train every
+    candidate once (in a rotated order), all rounds' epochs pooled.
 
-    On a shared machine a whole run can be slowed by someone else's burst: single
-    5-epoch runs of the same configuration measured 59 and 104 ms minutes apart. Spread
-    over rounds, a burst hits one round of one candidate, and the least of the rounds is
-    the candidate's own cost (timeit's rule)."""
+    With several ranks sharing a core, one epoch's time scatters by +-25% around its
+    typical value and a whole run's median by +-15% (R-MAT, 16384 vertices, p = 4: the
+    same configuration's run medians 36.9-50.5 ms over 8 rounds). Rounds spread a burst
+    of someone else's work over the candidates instead of landing it on one; the pooled
+    median ignores a burst that spoils fewer than half the epochs and, unlike the least
+    of the rounds' medians, does not reward the one lucky run (which made two equal
+    configurations measure 30% apart)."""
     n = len(candidates)
-    best = [float("inf")] * n
+    epochs: list[list[float]] = [[] for _ in range(n)]
     for r in range(max(1, rounds)):
         for k in ((r + i) % n for i in range(n)):
-            best[k] = min(best[k], measure_epoch_s(session, source, cfg, candidates[k]))
-    return best
+            epochs[k] += measure_epochs_s(session, source, cfg, candidates[k])
+    return [statistics.median(e) for e in epochs]
 
 
 TRIAL_MARGIN = 0.1  # a trial overrules the model's first choice only this much faster
@@ -284,7 +288,7 @@ def trial_winner(times: Sequence[float], margin: float = TRIAL_MARGIN) -> int:
 
 
 def choose_by_trial(session: Session, source: Any, cfg: TrainConfig,
-                    candidates: Sequence[DistributedConfig], epochs: int = 3,
+                    candidates: Sequence[DistributedConfig], epochs: int = 4,
                     rounds: int = 2) -> tuple[int, list[float]]:
     """The index of the candidate to train (:func:`trial_winner`) and each one's time.
 
@@ -292,11 +296,11 @@ def choose_by_trial(session: Session, source: Any, cfg: TrainConfig,
     between those it predicts within ~30% of each other, measured epochs decide where
     they differ by more than the measurement's own noise (as FFTW's planner and cuDNN's
     autotuner do). The trials run ``epochs`` epochs each (the first, warm-up, not
-    counted) in ``rounds`` rounds (see :func:`fastest_of_rounds`), without checkpoints
+    counted) in ``rounds`` rounds (see :func:`median_epoch_over_rounds`), without checkpoints
     or progress; all ranks measure the same times, so all choose the same."""
     trial = replace(cfg, epochs=max(2, epochs), patience=max(2, epochs), checkpoint=None,
                     resume=False, progress=False, logdir=None)
-    times = fastest_of_rounds(session, source, trial, candidates, rounds)
+    times = median_epoch_over_rounds(session, source, trial, candidates, rounds)
     return trial_winner(times), times
 
 
@@ -419,7 +423,7 @@ class DistributedJob:
     # ``--algo auto``'s shortlist: when given, the ranks train each for ``trial_epochs``
     # and then train the fastest measured (``dcfg`` is then only the first of them).
     trials: tuple[DistributedConfig, ...] = ()
-    trial_epochs: int = 3
+    trial_epochs: int = 4
 
     @classmethod
     def for_dataset(cls, dataset: str, cfg: TrainConfig, dcfg: DistributedConfig,
