@@ -41,6 +41,7 @@ from sparsegnn.distributed import (
 from sparsegnn.distributed.comm import Group
 from sparsegnn.distributed.comm_model import InputSlicing, input_slicing
 from sparsegnn.distributed.feature_slices import RowSumLinear, SliceDropout, use_slice_dropout
+from sparsegnn.distributed.launch import BIND_ENV, rank_cpus
 from sparsegnn.distributed.partition import split_range, split_sizes, stage_blocks
 from sparsegnn.distributed.partitioned import load_shard, write_partitioned
 from sparsegnn.distributed.planner import layout, plan_epoch
@@ -416,6 +417,30 @@ def test_a_raising_rank_ends_the_run_with_its_error():
     expected = r"rank 1 of 2 failed \(ValueError: boom on purpose\)"
     with pytest.raises(RankFailedError, match=expected):
         spawn(_raising_peer, 2, wall_timeout_s=120)
+
+
+def test_ranks_are_bound_round_robin_or_to_equal_shares(monkeypatch):
+    monkeypatch.delenv(BIND_ENV, raising=False)
+    assert rank_cpus(4, {0, 1}) == [{0}, {1}, {0}, {1}]
+    assert rank_cpus(3, {2, 5, 7, 9}) == [{2}, {5}, {7}]
+    assert rank_cpus(2, set(range(8))) == [{0, 1, 2, 3}, {4, 5, 6, 7}]
+    assert rank_cpus(1, {0, 1}) is None  # one rank keeps every CPU
+    assert rank_cpus(4, {3}) is None  # already bound to one CPU by an outer launcher
+    monkeypatch.setenv(BIND_ENV, "0")
+    assert rank_cpus(4, {0, 1}) is None
+
+
+def _own_cpus() -> list[int]:
+    """Rank body: the CPUs this rank may run on."""
+    return sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to bind to")
+def test_spawned_ranks_run_on_their_own_cpus():
+    got = spawn(_own_cpus, 3, wall_timeout_s=120)
+    assert got == [sorted(c) for c in rank_cpus(3) or []]
+    assert len({tuple(c) for c in got[:2]}) == 2  # the first two do not share a CPU
 
 
 # ---------------------------------------------------------------------- command line
