@@ -9,7 +9,7 @@ p local ranks. Reported per configuration: predicted and measured epoch time (th
 slowest rank's median); per case: the best measured configuration, the auto choice's
 measured time relative to it, and the default's (1D, dense, block). The auto choice is
 what ``train --algo auto`` trains: of the configurations predicted within 1.5x of the
-fastest (at most ``--trials``), the trials' winner in a separate run of three trial
+fastest (at most ``--trials``), the trials' winner in a separate run of four trial
 epochs each (the fastest, if more than 10% faster than the model's first choice); the
 model's own first choice is reported beside it. Where the auto choice is not the sweep's
 fastest, the two are timed again side by side in fresh rounds (``--confirm-rounds``), and
