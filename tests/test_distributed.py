@@ -420,7 +420,10 @@ def test_a_raising_rank_ends_the_run_with_its_error():
 
 
 def test_ranks_are_bound_round_robin_or_to_equal_shares(monkeypatch):
+    from sparsegnn.distributed import launch
+
     monkeypatch.delenv(BIND_ENV, raising=False)
+    monkeypatch.setattr(launch, "_core_of", lambda cpu: (0, cpu))  # one thread per core
     assert rank_cpus(4, {0, 1}) == [{0}, {1}, {0}, {1}]
     assert rank_cpus(3, {2, 5, 7, 9}) == [{2}, {5}, {7}]
     assert rank_cpus(2, set(range(8))) == [{0, 1, 2, 3}, {4, 5, 6, 7}]
@@ -428,6 +431,19 @@ def test_ranks_are_bound_round_robin_or_to_equal_shares(monkeypatch):
     assert rank_cpus(4, {3}) is None  # already bound to one CPU by an outer launcher
     monkeypatch.setenv(BIND_ENV, "0")
     assert rank_cpus(4, {0, 1}) is None
+
+
+def test_binding_keeps_hyperthread_siblings_together_or_apart(monkeypatch):
+    """Two cores of two hyperthreads each, numbered as Linux often does (siblings 0 and 2,
+    1 and 3): a share of two CPUs is one whole core; one CPU per rank uses every core's
+    first thread before any second one."""
+    from sparsegnn.distributed import launch
+
+    monkeypatch.delenv(BIND_ENV, raising=False)
+    monkeypatch.setattr(launch, "_core_of", lambda cpu: (0, cpu % 2))
+    assert rank_cpus(2, {0, 1, 2, 3}) == [{0, 2}, {1, 3}]
+    assert rank_cpus(3, {0, 1, 2, 3}) == [{0}, {1}, {2}]
+    assert rank_cpus(6, {0, 1, 2, 3}) == [{0}, {1}, {2}, {3}, {0}, {1}]
 
 
 def _own_cpus() -> list[int]:

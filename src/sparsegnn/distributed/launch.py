@@ -79,22 +79,39 @@ def rank_cpus(nprocs: int, allowed: set[int] | None = None) -> list[set[int]] | 
     took 37-40 ms per epoch unbound and 28-29 ms bound, 8 ranks 74-77 ms and 54 ms, and
     a run's median epoch scattered half as much (as MPI launchers bind by default). With
     more ranks than CPUs, rank r gets CPU r mod n; with fewer, each an equal disjoint
-    share. ``allowed`` (default: this process's own CPUs) is respected, so an outer
-    ``taskset`` or batch system's binding still holds. Off with ``SPARSEGNN_BIND_RANKS=0``
-    or where the platform cannot bind; a single rank keeps every CPU."""
+    share, of whole cores where hyperthreads share one. ``allowed`` (default: this
+    process's own CPUs) is respected, so an outer ``taskset`` or batch system's binding
+    still holds. Off with ``SPARSEGNN_BIND_RANKS=0`` or where the platform cannot bind; a
+    single rank keeps every CPU."""
     if nprocs < 2 or os.environ.get(BIND_ENV, "1") == "0":
         return None
     if allowed is None:
         if not hasattr(os, "sched_getaffinity"):
             return None
         allowed = os.sched_getaffinity(0)
-    cpus = sorted(allowed)
-    if len(cpus) < 2:
+    if len(allowed) < 2:
         return None
-    if nprocs >= len(cpus):
-        return [{cpus[r % len(cpus)]} for r in range(nprocs)]
-    share = len(cpus) // nprocs
-    return [set(cpus[r * share:(r + 1) * share]) for r in range(nprocs)]
+    # Hyperthread siblings share a core's caches: a share of several CPUs is whole cores
+    # (siblings side by side); one CPU per rank fills every core's first thread first.
+    cores = {c: _core_of(c) for c in allowed}
+    share = len(allowed) // nprocs
+    if share <= 1:
+        thread = {c: sorted(s for s in allowed if cores[s] == cores[c]).index(c)
+                  for c in allowed}
+        spread = sorted(allowed, key=lambda c: (thread[c], cores[c], c))
+        return [{spread[r % len(spread)]} for r in range(nprocs)]
+    packed = sorted(allowed, key=lambda c: (cores[c], c))
+    return [set(packed[r * share:(r + 1) * share]) for r in range(nprocs)]
+
+
+def _core_of(cpu: int) -> tuple[int, int]:
+    """(package, core) of a logical CPU from Linux sysfs; the CPU itself where unknown."""
+    topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+    try:
+        return (int((topology / "physical_package_id").read_text()),
+                int((topology / "core_id").read_text()))
+    except (OSError, ValueError):
+        return (0, cpu)
 
 
 def spawn(
