@@ -38,10 +38,10 @@ from sparsegnn.distributed import (
     spmm_schedule,
     tile_nnz,
 )
+from sparsegnn.distributed.affinity import BIND_ENV, rank_cpus
 from sparsegnn.distributed.comm import Group
 from sparsegnn.distributed.comm_model import InputSlicing, input_slicing
 from sparsegnn.distributed.feature_slices import RowSumLinear, SliceDropout, use_slice_dropout
-from sparsegnn.distributed.launch import BIND_ENV, rank_cpus
 from sparsegnn.distributed.partition import split_range, split_sizes, stage_blocks
 from sparsegnn.distributed.partitioned import load_shard, write_partitioned
 from sparsegnn.distributed.planner import layout, plan_epoch
@@ -420,10 +420,10 @@ def test_a_raising_rank_ends_the_run_with_its_error():
 
 
 def test_ranks_are_bound_round_robin_or_to_equal_shares(monkeypatch):
-    from sparsegnn.distributed import launch
+    from sparsegnn.distributed import affinity
 
     monkeypatch.delenv(BIND_ENV, raising=False)
-    monkeypatch.setattr(launch, "_core_of", lambda cpu: (0, cpu))  # one thread per core
+    monkeypatch.setattr(affinity, "_core_of", lambda cpu: (0, cpu))  # one thread per core
     assert rank_cpus(4, {0, 1}) == [{0}, {1}, {0}, {1}]
     assert rank_cpus(3, {2, 5, 7, 9}) == [{2}, {5}, {7}]
     assert rank_cpus(2, set(range(8))) == [{0, 1, 2, 3}, {4, 5, 6, 7}]
@@ -437,13 +437,29 @@ def test_binding_keeps_hyperthread_siblings_together_or_apart(monkeypatch):
     """Two cores of two hyperthreads each, numbered as Linux often does (siblings 0 and 2,
     1 and 3): a share of two CPUs is one whole core; one CPU per rank uses every core's
     first thread before any second one."""
-    from sparsegnn.distributed import launch
+    from sparsegnn.distributed import affinity
 
     monkeypatch.delenv(BIND_ENV, raising=False)
-    monkeypatch.setattr(launch, "_core_of", lambda cpu: (0, cpu % 2))
+    monkeypatch.setattr(affinity, "_core_of", lambda cpu: (0, cpu % 2))
     assert rank_cpus(2, {0, 1, 2, 3}) == [{0, 2}, {1, 3}]
     assert rank_cpus(3, {0, 1, 2, 3}) == [{0}, {1}, {2}]
     assert rank_cpus(6, {0, 1, 2, 3}) == [{0}, {1}, {2}, {3}, {0}, {1}]
+
+
+def test_a_torchrun_worker_is_bound_only_where_nothing_bound_it(monkeypatch):
+    from sparsegnn.distributed import affinity
+
+    monkeypatch.delenv(BIND_ENV, raising=False)
+    monkeypatch.setattr(affinity, "_core_of", lambda cpu: (0, cpu))
+    monkeypatch.setattr(affinity.os, "cpu_count", lambda: 2)
+    bound: list[set[int]] = []
+    monkeypatch.setattr(affinity.os, "sched_setaffinity", lambda pid, cpus: bound.append(cpus))
+    monkeypatch.setattr(affinity.os, "sched_getaffinity", lambda pid: {0, 1})
+    affinity.bind_torchrun_worker(3, 4)
+    assert bound == [{1}]
+    monkeypatch.setattr(affinity.os, "sched_getaffinity", lambda pid: {1})  # taskset's
+    affinity.bind_torchrun_worker(0, 4)
+    assert bound == [{1}]
 
 
 def _own_cpus() -> list[int]:

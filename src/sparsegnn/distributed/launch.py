@@ -40,6 +40,7 @@ import torch
 import torch.multiprocessing as mp
 import tqdm
 
+from sparsegnn.distributed.affinity import rank_cpus
 from sparsegnn.errors import SparseGNNError
 
 # Seconds a stopped rank gets to exit after SIGTERM before it is killed.
@@ -50,8 +51,6 @@ _POLL_S = 0.05
 _BEAT_S = 1.0
 _STALLED_S = 3 * _BEAT_S
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-# Set to 0 to leave local ranks unbound (for a launcher that binds them itself).
-BIND_ENV = "SPARSEGNN_BIND_RANKS"
 
 
 class RankFailedError(SparseGNNError, RuntimeError):
@@ -68,50 +67,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def rank_cpus(nprocs: int, allowed: set[int] | None = None) -> list[set[int]] | None:
-    """The CPUs each of ``nprocs`` local ranks is bound to, or ``None`` to leave them be.
-
-    Why bind: left to the scheduler, ranks migrate between CPUs mid-epoch and lose their
-    caches, and which ranks happen to share a CPU changes from run to run. Measured on
-    this project's 2-vCPU machine (GCN, R-MAT with 16,384 vertices, 1D sparse): 4 ranks
-    took 37-40 ms per epoch unbound and 28-29 ms bound, 8 ranks 74-77 ms and 54 ms, and
-    a run's median epoch scattered half as much (as MPI launchers bind by default). With
-    more ranks than CPUs, rank r gets CPU r mod n; with fewer, each an equal disjoint
-    share, of whole cores where hyperthreads share one. ``allowed`` (default: this
-    process's own CPUs) is respected, so an outer ``taskset`` or batch system's binding
-    still holds. Off with ``SPARSEGNN_BIND_RANKS=0`` or where the platform cannot bind; a
-    single rank keeps every CPU."""
-    if nprocs < 2 or os.environ.get(BIND_ENV, "1") == "0":
-        return None
-    if allowed is None:
-        if not hasattr(os, "sched_getaffinity"):
-            return None
-        allowed = os.sched_getaffinity(0)
-    if len(allowed) < 2:
-        return None
-    # Hyperthread siblings share a core's caches: a share of several CPUs is whole cores
-    # (siblings side by side); one CPU per rank fills every core's first thread first.
-    cores = {c: _core_of(c) for c in allowed}
-    share = len(allowed) // nprocs
-    if share <= 1:
-        thread = {c: sorted(s for s in allowed if cores[s] == cores[c]).index(c)
-                  for c in allowed}
-        spread = sorted(allowed, key=lambda c: (thread[c], cores[c], c))
-        return [{spread[r % len(spread)]} for r in range(nprocs)]
-    packed = sorted(allowed, key=lambda c: (cores[c], c))
-    return [set(packed[r * share:(r + 1) * share]) for r in range(nprocs)]
-
-
-def _core_of(cpu: int) -> tuple[int, int]:
-    """(package, core) of a logical CPU from Linux sysfs; the CPU itself where unknown."""
-    topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-    try:
-        return (int((topology / "physical_package_id").read_text()),
-                int((topology / "core_id").read_text()))
-    except (OSError, ValueError):
-        return (0, cpu)
 
 
 def spawn(
@@ -132,7 +87,7 @@ def spawn(
     Results travel back through a pipe as plain data (dataclasses, numpy values and paths
     are rebuilt here) and load with ``weights_only=True``, so a rank's reply cannot run
     code in the launcher; nothing is written to disk, so no exit path leaves files behind.
-    Each rank is bound to its own CPUs (:func:`rank_cpus`).
+    Each rank is bound to its own CPUs (:func:`~sparsegnn.distributed.affinity.rank_cpus`).
     """
     port = free_port()
     cpus = rank_cpus(nprocs) or [None] * nprocs
@@ -209,7 +164,7 @@ def _child(
     # workers to use its agent's store instead, which serves its own job only.
     os.environ.update({
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-        "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
         "TORCHELASTIC_USE_AGENT_STORE": "False",
     })
     torch.set_num_threads(threads)

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from sparsegnn.distributed import peers
+from sparsegnn.distributed.affinity import bind_torchrun_worker
 from sparsegnn.distributed.comm import ByteCounts, set_group_timeout
 
 T = TypeVar("T")
@@ -65,6 +66,7 @@ def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session
     ranks it lost (:mod:`sparsegnn.distributed.peers`)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
+    bind_torchrun_worker(local, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     backend = backend or default_backend()
     if backend == "nccl":
         device = torch.device("cuda", local)
