@@ -40,8 +40,10 @@ def rank_cpus(nprocs: int, allowed: set[int] | None = None) -> list[set[int]] | 
     cores = {c: _core_of(c) for c in allowed}
     share = len(allowed) // nprocs
     if share <= 1:
-        thread = {c: sorted(s for s in allowed if cores[s] == cores[c]).index(c)
-                  for c in allowed}
+        siblings: dict[tuple[int, int], list[int]] = {}
+        for c in sorted(allowed):
+            siblings.setdefault(cores[c], []).append(c)
+        thread = {c: i for group in siblings.values() for i, c in enumerate(group)}
         spread = sorted(allowed, key=lambda c: (thread[c], cores[c], c))
         return [{spread[r % len(spread)]} for r in range(nprocs)]
     packed = sorted(allowed, key=lambda c: (cores[c], c))
