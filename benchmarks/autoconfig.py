@@ -42,7 +42,12 @@ from sparsegnn.distributed.autoplan import auto_plan, shortlist
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import gather_objects
 from sparsegnn.train.calibrate import calibrate_rank, distributed_config
-from sparsegnn.train.distributed import choose_by_trial, median_epoch_over_rounds, train_rank
+from sparsegnn.train.distributed import (
+    DistributedConfig,
+    choose_by_trial,
+    median_epoch_over_rounds,
+    train_rank,
+)
 from sparsegnn.train.fullgraph import TrainConfig
 
 Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
@@ -80,21 +85,18 @@ def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig],
     into ``todo``; empty when they are the same configuration)."""
     session = init_session("gloo", timeout_s=600)
     try:
-        def run(configs: list[PlanConfig], n: int) -> list[float]:
-            return median_epoch_over_rounds(
-                session, graph, cfg, [distributed_config(c, session.backend) for c in configs],
-                n)
+        def as_run(configs: list[PlanConfig]) -> list[DistributedConfig]:
+            return [distributed_config(c, session.backend) for c in configs]
 
-        measured = run(todo, rounds)
-        won, trial_s = 0, []
-        if len(short) > 1:
-            won, trial_s = choose_by_trial(
-                session, graph, cfg, [distributed_config(c, session.backend) for c in short])
+        measured = median_epoch_over_rounds(session, graph, cfg, as_run(todo), rounds)
+        won, trial_s = choose_by_trial(session, graph, cfg, as_run(short)) if len(short) > 1 \
+            else (0, [])
         pair = sorted({min(range(len(todo)), key=measured.__getitem__), todo.index(short[won])})
         if len(pair) < 2 or confirm_rounds < 1:
             return measured, won, trial_s, {}
-        return measured, won, trial_s, dict(zip(pair, run([todo[k] for k in pair],
-                                                         confirm_rounds), strict=True))
+        again = median_epoch_over_rounds(session, graph, cfg, as_run([todo[k] for k in pair]),
+                                         confirm_rounds)
+        return measured, won, trial_s, dict(zip(pair, again, strict=True))
     finally:
         close_session()
 
