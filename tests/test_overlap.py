@@ -1,5 +1,6 @@
 """Overlapped 1D/1.5D SpMM is exact: dense (next block's broadcast during this block's
-multiply) and sparse (the all-to-all during the multiply of the rank's own tile)."""
+multiply) and sparse (the all-to-all during the multiply of the rank's own tile), whole
+or in column slices."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from sparsegnn.distributed import close_session, grid_shape, init_session, spawn
 from sparsegnn.distributed.comm import Communicator, ProcessGrid
 from sparsegnn.distributed.partitioned import load_shard
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.distributed.spmm import DistributedOperator, build_operator
+from sparsegnn.distributed.spmm import DistributedOperator, build_operator, column_slices
+from sparsegnn.sparse import CSRMatrix, gcn_norm
 
 
 def _operator(comm_kind: str, grid: ProcessGrid, shard: object, overlap: bool
@@ -31,19 +33,24 @@ def _both_ways(algo: str, replication: int, comm_kind: str) -> dict[str, object]
         shape = grid_shape(algo, session.world_size, replication)  # type: ignore[arg-type]
         grid = ProcessGrid.create(shape)
         assert grid is not None
-        shard = load_shard(graph, "gcn", shape, grid.rank, dtype=torch.float64)
-        x = torch.randn(shard.x.shape[0], 7, dtype=torch.float64,
-                        generator=torch.Generator().manual_seed(grid.coords[0]))
-        results, waited = {}, {}
-        for overlap in (False, True):
-            comm, op = _operator(comm_kind, grid, shard, overlap)
-            with comm.phase("forward_spmm"):
-                results[overlap] = (op.multiply(x, False), op.multiply(x, True))
-            waited[overlap] = comm.waited_seconds()
-            results[f"{overlap}_bytes"] = comm.counts().to_dict()
-        same = all(torch.equal(a, b) for a, b in zip(results[False], results[True], strict=True))
-        return {"same": same, "waited": waited, "bytes_equal":
-                results["False_bytes"] == results["True_bytes"]}
+        same, bytes_equal, waited = True, True, {}
+        # float64 at width 7 moves whole blocks; float32 at width 70 moves them in
+        # column slices (spmm.column_slices), which must not change a bit either.
+        for dtype, width in ((torch.float64, 7), (torch.float32, 70)):
+            shard = load_shard(graph, "gcn", shape, grid.rank, dtype=dtype)
+            x = torch.randn(shard.x.shape[0], width, dtype=dtype,
+                            generator=torch.Generator().manual_seed(grid.coords[0]))
+            results = {}
+            for overlap in (False, True):
+                comm, op = _operator(comm_kind, grid, shard, overlap)
+                with comm.phase("forward_spmm"):
+                    results[overlap] = (op.multiply(x, False), op.multiply(x, True))
+                waited[overlap] = comm.waited_seconds()
+                results[f"{overlap}_bytes"] = comm.counts().to_dict()
+            same &= all(torch.equal(a, b)
+                        for a, b in zip(results[False], results[True], strict=True))
+            bytes_equal &= results["False_bytes"] == results["True_bytes"]
+        return {"same": same, "waited": waited, "bytes_equal": bytes_equal}
     finally:
         close_session()
 
@@ -61,3 +68,18 @@ def test_overlapped_row_spmm_is_exact_and_times_its_waits(
         for overlap in (False, True):
             assert set(r["waited"][overlap]) >= {"forward_spmm"}
             assert r["waited"][overlap]["forward_spmm"] > 0
+
+
+def test_column_slices_cover_the_width_only_where_products_stay_exact() -> None:
+    x32 = torch.randn(50, 130)
+    slices = column_slices(x32)
+    assert [(s.start, s.stop) for s in slices] == [(0, 33), (33, 66), (66, 98), (98, 130)]
+    assert column_slices(torch.randn(50, 40)) == [slice(0, 40)]  # too narrow to slice
+    # float64's kernel depends on the width, so its products are never sliced.
+    assert column_slices(x32.double()) == [slice(0, 130)]
+    graph = sbm(300, 3, 6, num_features=5, seed=1)
+    a = gcn_norm(CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes))
+    x = torch.randn(300, 130)
+    whole = a.matmul(x)
+    assert all(torch.equal(a.matmul(x[:, s].contiguous()), whole[:, s])
+               for s in column_slices(x))

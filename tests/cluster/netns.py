@@ -39,6 +39,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from sparsegnn.distributed.affinity import rank_cpus
+
 _MARKERS = Path("/run/sparsegnn-netns")  # one file per live cluster: its owner's pid
 _TOKEN = r"[0-9a-f]{6}"
 _NAMESPACE = re.compile(rf"^sg({_TOKEN})h\d+$")
@@ -107,10 +109,15 @@ class Cluster:
     ``rate`` (a tc rate such as ``"1gbit"``) shapes every link in both directions with a
     token bucket on the host's veth (its egress) and on the bridge's end (the host's
     ingress); ``burst`` and ``latency`` are tbf's bucket size and queueing bound.
+
+    ``own_cpus`` gives each host its own CPUs, as separate machines have: what a host
+    runs is started under ``taskset`` on the host's share (:func:`host_cpus`). Without
+    it every host's processes share all of this machine's CPUs, so a rank blocked on its
+    link also waits for other hosts' compute, which no real cluster does.
     """
 
     def __init__(self, n_hosts: int, rate: str | None = None, *, burst: str = "256kb",
-                 latency: str = "100ms") -> None:
+                 latency: str = "100ms", own_cpus: bool = False) -> None:
         if not 1 <= n_hosts <= 253:
             raise ValueError(f"n_hosts must be 1..253, got {n_hosts}")
         self.token = secrets.token_hex(3)
@@ -123,6 +130,7 @@ class Cluster:
         ]
         self.shaping = None if rate is None else ("rate", rate, "burst", burst,
                                                   "latency", latency)
+        self.cpus = host_cpus(n_hosts) if own_cpus else None
         self._procs: list[subprocess.Popen[Any]] = []
 
     def __enter__(self) -> Cluster:
@@ -177,10 +185,13 @@ class Cluster:
     # ------------------------------------------------------------------ hosts
     def popen(self, i: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
               **kwargs: Any) -> subprocess.Popen[Any]:
-        """``argv`` started on host ``i`` (``ip netns exec``) in a session of its own, with
-        this process's environment updated by ``env``; killed at the latest on exit."""
+        """``argv`` started on host ``i`` (``ip netns exec``, on the host's own CPUs where it
+        has them) in a session of its own, with this process's environment updated by
+        ``env``; killed at the latest on exit."""
+        pin = [] if self.cpus is None else [
+            "taskset", "-c", ",".join(map(str, sorted(self.cpus[i])))]
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.hosts[i].netns, *argv],
+            ["ip", "netns", "exec", self.hosts[i].netns, *pin, *argv],
             env={**os.environ, **(env or {})}, start_new_session=True, **kwargs,
         )
         self._procs.append(proc)
@@ -212,6 +223,16 @@ class Cluster:
         """``tc qdisc show`` of host ``i``'s interface (to see the shaping in place)."""
         h = self.hosts[i]
         return _run_in(h.netns, ["tc", "qdisc", "show", "dev", h.ifname])
+
+
+def host_cpus(n_hosts: int) -> list[set[int]]:
+    """Each host's CPUs: an equal disjoint share of this process's, as
+    :func:`~sparsegnn.distributed.affinity.rank_cpus` shares them between local ranks
+    (whole cores first); hosts share CPUs round robin only where there are more hosts
+    than CPUs, and all of them where that function binds nothing (one host, one CPU,
+    ``SPARSEGNN_BIND_RANKS=0``)."""
+    allowed = os.sched_getaffinity(0)
+    return rank_cpus(n_hosts, allowed) or [set(allowed)] * n_hosts
 
 
 def _no_ipv6(link: str) -> None:

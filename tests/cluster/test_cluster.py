@@ -24,6 +24,8 @@ tests pass.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -138,6 +140,26 @@ def test_cluster_links_hosts_counts_bytes_and_always_tears_down() -> None:
         assert sent.tx_bytes >= nbytes > sent.rx_bytes
         raise RuntimeError("body failed")
     assert c.token not in _listed()
+
+
+def test_hosts_with_own_cpus_run_on_their_own_share() -> None:
+    """``own_cpus``: what a host starts runs on that host's CPUs only, and two hosts on a
+    machine with two CPUs or more get disjoint ones (as separate machines have)."""
+    ours = os.sched_getaffinity(0)
+    with Cluster(2, own_cpus=True) as c:
+        assert c.cpus is not None
+        seen = []
+        for i in range(2):
+            proc = c.popen(i, [sys.executable, "-c",
+                               "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           stdout=subprocess.PIPE, text=True)
+            out, _ = proc.communicate(timeout=60)
+            seen.append(set(json.loads(out)))
+        assert seen == c.cpus and all(s <= ours for s in seen)
+        if len(ours) >= 2:
+            assert not seen[0] & seen[1]
+    with Cluster(2) as shared:
+        assert shared.cpus is None
 
 
 def test_sweep_removes_what_a_killed_run_left_and_spares_live_clusters() -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -279,18 +279,30 @@ class Communicator:
 
     def all_reduce(self, tensor: torch.Tensor, group: Group) -> torch.Tensor:
         """Sum over the group, identical on every member (gather, then sum in rank order)."""
+        return self.all_reduce_async(tensor, group)()
+
+    def all_reduce_async(self, tensor: torch.Tensor, group: Group
+                         ) -> Callable[[], torch.Tensor]:
+        """:meth:`all_reduce` started; the returned function waits (timing what was not
+        hidden) and returns the sum. Counted now. Because every member sums the gathered
+        parts itself in rank order, each element's sum is the same whether the tensor is
+        reduced whole or in column slices, which lets an overlapped product reduce each
+        slice as soon as it is done."""
         if group.size == 1 or tensor.numel() == 0:
-            return tensor
+            return lambda: tensor
         flat = tensor.contiguous().reshape(-1)
         parts = [torch.empty_like(flat) for _ in range(group.size)]
-        with self.blocked():
-            dist.all_gather(parts, flat, group=group.handle)
+        work = dist.all_gather(parts, flat, group=group.handle, async_op=True)
         nbytes = flat.numel() * flat.element_size() * (group.size - 1)
         self._count("all_reduce", nbytes, nbytes)
-        total = parts[0]  # a buffer of our own: summing into it keeps one copy fewer
-        for part in parts[1:]:
-            total += part
-        return total.reshape(tensor.shape)
+
+        def finish() -> torch.Tensor:
+            self.wait(work)
+            total = parts[0]  # a buffer of our own: summing into it keeps one copy fewer
+            for part in parts[1:]:
+                total += part
+            return total.reshape(tensor.shape)
+        return finish
 
     def gather_ints(self, values: list[int], group: Group) -> list[list[int]]:
         """Small setup metadata (tile nnz) from every member, in group order."""

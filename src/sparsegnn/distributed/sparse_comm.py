@@ -32,7 +32,7 @@ import torch.distributed as dist
 from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
 from sparsegnn.distributed.grid import GridError
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks
-from sparsegnn.distributed.spmm import DistributedOperator
+from sparsegnn.distributed.spmm import DistributedOperator, column_slices
 from sparsegnn.sparse import CSRMatrix, hstack
 
 
@@ -127,8 +127,11 @@ class SparseRowOperator(DistributedOperator):
     """1D and 1.5D with sparsity-aware communication (one ``all_to_all`` per SpMM).
 
     With ``overlap`` the rank multiplies its own diagonal tile while the exchange is in
-    flight, then the received rows; both ways add the same two products in the same
-    order, so the result is the same to the bit.
+    flight, then the received rows, which move in column slices
+    (:func:`~sparsegnn.distributed.spmm.column_slices`) so that each slice's multiply
+    hides the next slice's transfer (and on 1.5D each finished slice's replica sum the
+    next slice's multiply); both ways add the same two products in the same order, so
+    the result is the same to the bit.
     """
 
     def __init__(
@@ -153,22 +156,38 @@ class SparseRowOperator(DistributedOperator):
 
     def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
         plan = self.backward_plan if transpose else self.forward_plan
-        recv, work = self.sparse_comm.exchange_async(
-            x[plan.send_index], plan.send_counts, plan.recv_counts, self.grid.col
-        )
+        slices = column_slices(x) if self.overlap else [slice(0, x.shape[1])]
+        # Every slice's exchange is started at once (together one block of rows, as
+        # unsliced); slice s + 1 is still on the wire while slice s is multiplied.
+        moving = [self.sparse_comm.exchange_async(
+            x[plan.send_index, cols] if len(slices) > 1 else x[plan.send_index],
+            plan.send_counts, plan.recv_counts, self.grid.col) for cols in slices]
         mine = plan.own is not None and x.shape[0] > 0
         # The own tile needs nothing received: with overlap it runs during the transfer.
         own = plan.own.matmul(x) if self.overlap and mine else None
-        self.comm.wait(work)
-        if mine and own is None:
-            own = plan.own.matmul(x)
-        rest = plan.remote.matmul(recv) if plan.remote is not None else None
-        out = own if own is not None else rest
-        if out is None:
-            out = torch.zeros(self.n_local, x.shape[1], dtype=x.dtype, device=x.device)
-        elif own is not None and rest is not None:
-            out += rest  # in place: own is a fresh product
-        return self.comm.all_reduce(out, self.grid.row)
+        # 1.5D, sliced: each slice's replica sum starts once the slice is done (every
+        # replica starts the same reductions in the same order, tile or no tile).
+        reduce_slices = len(slices) > 1 and self.grid.row.size > 1
+        done = []
+        for (recv, work), cols in zip(moving, slices, strict=True):
+            self.comm.wait(work)
+            if mine and own is None:
+                own = plan.own.matmul(x)
+            rest = plan.remote.matmul(recv) if plan.remote is not None else None
+            if own is None and len(slices) == 1:  # no own tile: rest is the product
+                own = rest
+            elif rest is not None or reduce_slices:
+                if own is None:
+                    own = x.new_zeros(self.n_local, x.shape[1])
+                if rest is not None:
+                    own[:, cols] += rest  # in place: own is a fresh product
+                if reduce_slices:
+                    done.append(self.comm.all_reduce_async(own[:, cols], self.grid.row))
+        if reduce_slices:
+            return torch.cat([finish() for finish in done], 1)
+        if own is None:
+            own = x.new_zeros(self.n_local, x.shape[1])
+        return self.comm.all_reduce(own, self.grid.row)
 
     def rows_per_spmm(self, transpose: bool) -> tuple[int, int]:
         """Rows this rank sends to and receives from other ranks in one SpMM."""

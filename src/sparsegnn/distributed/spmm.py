@@ -28,12 +28,37 @@ The backward pass is the same routine on the tiles of ``A^T`` (``G_H = A^T G_Z``
 from __future__ import annotations
 
 import copy
+import itertools
+from collections import deque
 from typing import Any
 
 import torch
 
 from sparsegnn.distributed.comm import Communicator, ProcessGrid
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, split_sizes, stage_blocks
+from sparsegnn.sparse import column_slices_exact
+
+# Overlapped products move X in column slices of at least this many columns, at most
+# this many slices: a slice's multiply re-reads the tile's 12 bytes of index and value
+# per nonzero, which a narrower slice would no longer amortise over its gathered row.
+SLICE_MIN_COLUMNS = 32
+MAX_SLICES = 4
+
+
+def column_slices(x: torch.Tensor) -> list[slice]:
+    """The column slices an overlapped product moves and multiplies one at a time.
+
+    Why slices: with the whole width in one transfer, the rank can multiply nothing that
+    needs it until all of it has arrived; in slices, slice s is multiplied while slice
+    s + 1 is on the wire, so all but the last slice's multiply hides transfer time. One
+    slice (the whole width) where X is narrow or where slices would not give the same
+    bits (:func:`~sparsegnn.sparse.column_slices_exact`)."""
+    width = x.shape[1]
+    count = min(MAX_SLICES, width // SLICE_MIN_COLUMNS) if column_slices_exact(x) else 1
+    if count <= 1:
+        return [slice(0, width)]
+    bounds = list(itertools.accumulate(split_sizes(width, count), initial=0))
+    return [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
 
 
 class DistributedOperator:
@@ -87,8 +112,12 @@ class RowOperator(DistributedOperator):
 
     With ``overlap`` the broadcast of the next block is started before the local SpMM of
     the current one, so the transfer runs while the rank computes (two receive buffers
-    instead of one); the blocks are added in the same order, so the result is the same
-    to the bit. The time still spent waiting is :meth:`Communicator.waited_seconds`.
+    instead of one), and each block moves in column slices (:func:`column_slices`), so
+    that the last block's transfer too hides behind the multiply of its earlier slices,
+    and on 1.5D each finished slice's replica sum behind the next slice's multiply; the
+    blocks are added and the replicas summed in the same order, so the result is the
+    same to the bit. The
+    time still spent waiting is :meth:`Communicator.waited_seconds`.
     """
 
     def __init__(
@@ -111,17 +140,38 @@ class RowOperator(DistributedOperator):
                 out += tiles[j].matmul(h)
             return comm.all_reduce(out, self.grid.row)
 
-        def start(j: int) -> tuple[torch.Tensor, Any]:
-            h = x if j == i else x.new_empty(self.part.size(j), x.shape[1])
+        slices = column_slices(x)
+        whole = len(slices) == 1
+
+        def start(j: int, cols: slice) -> tuple[torch.Tensor, Any]:
+            if j == i:
+                h = x if whole else x[:, cols].contiguous()
+            else:
+                h = x.new_empty(self.part.size(j), cols.stop - cols.start)
             return h, comm.broadcast_async(h, j, self.grid.col)
 
-        pending = start(stages[0]) if stages else None
-        for n, j in enumerate(stages):
-            assert pending is not None
-            h, work = pending
-            pending = start(stages[n + 1]) if n + 1 < len(stages) else None
+        # One stage's slices are in flight ahead of the multiply (two blocks of memory,
+        # as unsliced), and every output column adds its blocks in stage order, as the
+        # plain loop does: the same result to the bit.
+        units = [(j, cols) for j in stages for cols in slices]
+        pending = deque(start(*u) for u in units[:len(slices)])
+        # 1.5D, sliced: a slice's replica sum starts as soon as its last block is added
+        # (every replica has stages: the grid asks c * c <= p).
+        reduce_slices = not whole and self.grid.row.size > 1
+        done = []
+        for n, (j, cols) in enumerate(units):
+            if n + len(slices) < len(units):
+                pending.append(start(*units[n + len(slices)]))
+            h, work = pending.popleft()
             comm.wait(work)
-            out += tiles[j].matmul(h)
+            if whole:
+                out += tiles[j].matmul(h)
+                continue
+            out[:, cols] += tiles[j].matmul(h)
+            if reduce_slices and j == stages[-1]:
+                done.append(comm.all_reduce_async(out[:, cols], self.grid.row))
+        if reduce_slices:
+            return torch.cat([finish() for finish in done], 1)
         return comm.all_reduce(out, self.grid.row)
 
 

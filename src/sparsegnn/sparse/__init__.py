@@ -4,6 +4,7 @@ from sparsegnn.sparse.csr import CSRMatrix, hstack, run_positions
 from sparsegnn.sparse.ops import (
     REDUCED_DTYPES,
     add_self_loops,
+    column_slices_exact,
     gcn_norm,
     is_symmetric,
     row_norm,
@@ -16,6 +17,7 @@ __all__ = [
     "REDUCED_DTYPES",
     "CSRMatrix",
     "add_self_loops",
+    "column_slices_exact",
     "gcn_norm",
     "hstack",
     "is_symmetric",

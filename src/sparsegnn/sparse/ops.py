@@ -93,6 +93,20 @@ def _mm_embedding_bag(a: CSRMatrix, x: torch.Tensor) -> torch.Tensor:
     )
 
 
+def column_slices_exact(x: torch.Tensor) -> bool:
+    """Whether ``A @ X[:, s]`` equals ``(A @ X)[:, s]`` to the bit for every column slice
+    ``s`` of this X, so a product may be computed slice by slice (to overlap each slice's
+    transfer with the previous slice's multiply) without changing any result.
+
+    True where one kernel serves every width and sums each output element over the row's
+    nonzeros in order: FBGEMM's embedding bag (float32 and 16-bit X on x86 CPUs). Not for
+    float64, whose kernel depends on the width (MKL below
+    ``_REDUCE_KERNEL_MIN_WIDTH`` columns, ATen's above; measured to differ in the last
+    bit), nor for CUDA, where cuSPARSE picks its algorithm by shape."""
+    return (x.device.type == "cpu" and _has_fbgemm()
+            and x.dtype in (torch.float32, *REDUCED_DTYPES))
+
+
 @functools.cache
 def _has_fbgemm() -> bool:
     """Whether this torch build has FBGEMM (x86 builds do), which ``embedding_bag`` uses."""

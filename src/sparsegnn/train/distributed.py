@@ -109,8 +109,8 @@ class RankReport:
     memory: RankMemory | None = None
     resumed: Resumed | None = None  # where --resume continued from (rank 0 reports it)
     checkpoint_warnings: list[str] = field(default_factory=list)  # incomplete ones skipped
-    # Seconds per epoch this rank waited on communication, by phase (blocking collectives
-    # and what overlap left unhidden of asynchronous ones).
+    # Seconds this rank waited on communication in its median epoch, by phase (blocking
+    # collectives and what overlap left unhidden of asynchronous ones; no set-up).
     waited_s: dict[str, float] = field(default_factory=dict)
 
     def matches_model(self) -> bool:
@@ -222,11 +222,9 @@ def train_rank(
         predicted.update(_planned_spmm_bytes(op, calls, shard.x.element_size()))
     tiles = [*shard.blocks.forward.values(), *shard.blocks.backward.values()]
     memory = measure_rank_memory(tiles, [shard.x], model, session.start_rss_bytes)
-    epochs = max(1, len(result.history))
-    waited = {k: v / epochs for k, v in comm.waited_seconds().items()}
     report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted, memory,
                         store.resumed if store else None, store.skipped if store else [],
-                        waited)
+                        meter.waited_per_epoch())
     return model, result, report
 
 
@@ -360,14 +358,26 @@ def _original_rows(shard: Shard, block: int) -> slice | torch.Tensor:
 
 
 class _EpochMeter:
-    """Bytes per epoch: the counter difference between consecutive ``on_epoch`` calls."""
+    """Bytes per epoch: the counter difference between consecutive ``on_epoch`` calls;
+    and the seconds waited on communication in each epoch, by phase."""
 
     def __init__(self, comm: Communicator) -> None:
         self.comm, self.previous = comm, comm.counts().phases
         self.last: dict[str, dict[str, int]] = {}
         self.constant = True
+        self.waited_before = comm.waited_seconds()
+        self.waits: list[dict[str, float]] = []
+
+    def waited_per_epoch(self) -> dict[str, float]:
+        """The median epoch's wait per phase (set-up and the final test pass left out),
+        comparable to the median epoch time the run reports."""
+        phases = {k for w in self.waits for k in w} - {"setup"}
+        return {k: statistics.median(w.get(k, 0.0) for w in self.waits) for k in sorted(phases)}
 
     def on_epoch(self, stats: EpochStats) -> None:
+        waited = self.comm.waited_seconds()
+        self.waits.append({k: v - self.waited_before.get(k, 0.0) for k, v in waited.items()})
+        self.waited_before = waited
         now = self.comm.counts().phases
         delta = {}
         for phase, counts in now.items():
