@@ -5,7 +5,8 @@ pick the right interface, rendezvous over a routed address, and survive (or repo
 host that drops off the network. A :class:`Cluster` gives each host its own network
 namespace with one veth link to a private bridge, so processes started on different hosts
 talk over a real (virtual) wire whose byte counters can be read and whose link can be
-cut, while the file system and the CPUs stay shared.
+cut, while the file system stays shared, and the CPUs too unless each host is given its
+own (``own_cpus``).
 
 Layout of ``Cluster(n_hosts=2)``, every name carrying a random token so that runs never
 collide::
