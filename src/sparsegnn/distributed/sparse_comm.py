@@ -176,13 +176,13 @@ class SparseRowOperator(DistributedOperator):
             rest = plan.remote.matmul(recv) if plan.remote is not None else None
             if own is None and len(slices) == 1:  # no own tile: rest is the product
                 own = rest
-            elif rest is not None or reduce_slices:
-                if own is None:
-                    own = x.new_zeros(self.n_local, x.shape[1])
-                if rest is not None:
-                    own[:, cols] += rest  # in place: own is a fresh product
-                if reduce_slices:
-                    done.append(self.comm.all_reduce_async(own[:, cols], self.grid.row))
+                continue
+            if own is None:
+                own = x.new_zeros(self.n_local, x.shape[1])
+            if rest is not None:
+                own[:, cols] += rest  # in place: own is a fresh product
+            if reduce_slices:
+                done.append(self.comm.all_reduce_async(own[:, cols], self.grid.row))
         if reduce_slices:
             return torch.cat([finish() for finish in done], 1)
         if own is None:

@@ -116,8 +116,7 @@ class RowOperator(DistributedOperator):
     that the last block's transfer too hides behind the multiply of its earlier slices,
     and on 1.5D each finished slice's replica sum behind the next slice's multiply; the
     blocks are added and the replicas summed in the same order, so the result is the
-    same to the bit. The
-    time still spent waiting is :meth:`Communicator.waited_seconds`.
+    same to the bit. The time still spent waiting is :meth:`Communicator.waited_seconds`.
     """
 
     def __init__(
