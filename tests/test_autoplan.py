@@ -12,6 +12,7 @@ import torch
 from sparsegnn.cli.main import main
 from sparsegnn.data import load_any, sbm
 from sparsegnn.distributed.autoplan import auto_plan, configurations, shortlist
+from sparsegnn.distributed.comm_model import spmm_schedule
 from sparsegnn.distributed.cost import (
     LinkCost,
     Profile,
@@ -253,6 +254,32 @@ def test_latency_scales_with_the_group_a_collective_runs_in() -> None:
     assert latency_scale(grid_shape("2d", 4), "backward_spmm", 4) == pytest.approx(1 / 3)
     assert latency_scale(grid_shape("1d", 64), "forward_spmm", 4) == 1.0
     assert latency_scale(grid_shape("1d", 4), "forward_spmm", 1) == 1.0
+
+
+def test_replica_sums_of_dense_spmms_are_priced_as_all_reduces(graph: PlanGraph) -> None:
+    """1.5D dense's SpMM phases hold the stage broadcasts and the replicas' all-reduce of
+    the output: a dearer all-reduce raises them, and only them (1D has no replica sum;
+    sparse phases are priced as their all-to-all), by the reduce's bytes at the rate."""
+    def spmm_comm(p: Profile) -> dict[tuple[str, int, str], float]:
+        return {(c.config.algo, c.config.replication, c.config.comm):
+                c.cost.comm_s["forward_spmm"]
+                for c in auto_plan(graph, 4, p, PlanConfig(4)) if c.config.partitioner == "block"}
+
+    cheap = profile()
+    dear = replace(cheap, collectives={**cheap.collectives,
+                                       "all_reduce": LinkCost(1e-5, 101e-9)})
+    before, after = spmm_comm(cheap), spmm_comm(dear)
+    for key in (("1d", 1, "dense"), ("1d", 1, "sparse"), ("1.5d", 2, "sparse")):
+        assert after[key] == pytest.approx(before[key])
+    # Each rank sums its replica's half of its block's output: 1 peer x its rows x the
+    # forward SpMMs' widths x 4 bytes, 100 ns a byte dearer.
+    shape = grid_shape("1.5d", 4, 2)
+    part = partitioned(graph, shape, "block").part
+    rows = max(part.size(i) for i in range(shape.rows))
+    widths = sum(c.width for c in spmm_schedule(PlanConfig(4), 16, 4)
+                 if c.phase == "forward_spmm")
+    extra = after[("1.5d", 2, "dense")] - before[("1.5d", 2, "dense")]
+    assert extra == pytest.approx(rows * widths * 4 * 100e-9)
 
 
 def test_rank_nonzeros_are_those_of_the_partitions_blocks(graph: PlanGraph) -> None:

@@ -13,7 +13,9 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
   broadcast at once on different hosts) times the collective's time per byte, plus
   the number of collective calls the algorithm makes times its latency (on 2D/3D with
   the first layer's row all-reduces of partial products and the second gradient sum),
-  scaled to the size of the group the calls run in (:func:`latency_scale`). Where the
+  scaled to the size of the group the calls run in (:func:`latency_scale`); the
+  replica (1.5D) or fiber (3D) all-reduce inside a dense SpMM phase at the
+  all-reduce's own rate (:func:`_phase_seconds`). Where the
   profile holds broadcast rounds for the phase's group size (measured across hosts),
   the stages are instead priced per call at their mean message size from that table
   (:func:`broadcast_rounds_seconds`): on shaped links the time per byte depends on the
@@ -366,6 +368,38 @@ def broadcast_rounds_seconds(
     return seconds
 
 
+def _phase_seconds(
+    shape: GridShape, part: Any, phase: str, comm: str, volume: dict[str, int],
+    counts: dict[str, int], calls: list[SpmmCall], value_bytes: int, profile: Profile,
+) -> float:
+    """A phase priced from the profile's straight-line collectives: its calls' latency
+    and its priced bytes at the rate of the collective that carries them.
+
+    A stage-broadcast SpMM phase also holds the replica (1.5D) or fiber (3D) all-reduce
+    of its output: those bytes are priced as an all-reduce, as
+    :func:`broadcast_rounds_seconds` prices them across hosts. Priced at the broadcast's
+    rate they cost a fifteenth of what they take on one host (a root's broadcast returns
+    once its sends are queued; an all-reduce waits for every part), and 1.5D c = 2
+    dense at p = 4 was under-predicted by 8-35% on every case of four seeds of
+    benchmarks/autoconfig.py."""
+    collective = _phase_collective(shape, phase, comm)
+    ncalls = sum(counts.values()) if shape.size > 1 else 0
+    scale = latency_scale(shape, phase, profile.world_size)
+    reduces = counts.get("all_reduce", 0) if collective == "broadcast" else 0
+    reduce_total, reduce_max, reduce_group = _spmm_reduce_bytes(shape, part, calls,
+                                                                value_bytes)
+    if not reduces or reduce_group <= 1:
+        priced = _priced_bytes(shape, phase, comm, volume, profile.hosts)
+        return profile.link(collective).time(ncalls, priced, scale)
+    stages = {"total": max(0, volume["total"] - reduce_total),
+              "max_per_rank": max(0, volume["max_per_rank"] - reduce_max)}
+    reduce_scale = min(1.0, (reduce_group - 1) / max(1, profile.world_size - 1))
+    return (profile.link("broadcast").time(
+                ncalls - reduces, _priced_bytes(shape, phase, comm, stages, profile.hosts),
+                scale)
+            + profile.link("all_reduce").time(reduces, reduce_max, reduce_scale))
+
+
 def _spmm_reduce_bytes(shape: GridShape, part: Any, calls: list[SpmmCall],
                        value_bytes: int) -> tuple[int, int, int]:
     """The all-reduce inside ``calls``' SpMMs (1.5D: over the c replicas of a row block's
@@ -508,11 +542,10 @@ def predict_epoch(
         if rounds is not None:
             comm_s[phase] = rounds
             continue
-        link = profile.link(_phase_collective(shape, phase, comm))
-        ncalls = sum(counts.get(phase, {}).values())
-        comm_s[phase] = link.time(ncalls if shape.size > 1 else 0,
-                                  _priced_bytes(shape, phase, comm, volume, profile.hosts),
-                                  latency_scale(shape, phase, profile.world_size))
+        comm_s[phase] = _phase_seconds(shape, layout.part, phase, comm, volume,
+                                       counts.get(phase, {}),
+                                       [c for c in calls if c.phase == phase],
+                                       plan.get("value_bytes", 4), profile)
     if shape.row_blocks > 1:  # the gradient sum and three scalar metrics over the blocks
         peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
         params = sum(a * b + b for a, b in itertools.pairwise(widths))
