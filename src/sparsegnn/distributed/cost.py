@@ -360,12 +360,18 @@ def broadcast_rounds_seconds(
     per_group = max(0.0, volume["total"] - reduce_total) / (shape.size // g)
     per_call = profile.broadcast_call_s(g, per_group / broadcasts)
     assert per_call is not None  # g is in the table
-    seconds = broadcasts * per_call
-    if counts.get("all_reduce", 0) and reduce_group > 1:
-        scale = 1.0 if profile.world_size <= 1 else \
-            min(1.0, (reduce_group - 1) / (profile.world_size - 1))
-        seconds += profile.link("all_reduce").time(counts["all_reduce"], reduce_max, scale)
-    return seconds
+    return broadcasts * per_call + _reduce_seconds(counts.get("all_reduce", 0), reduce_max,
+                                                   reduce_group, profile)
+
+
+def _reduce_seconds(calls: int, nbytes: int, group: int, profile: Profile) -> float:
+    """The SpMMs' replica (1.5D) or fiber (3D) all-reduce: ``calls`` of them moving the
+    busiest rank's ``nbytes``, at the all-reduce's straight line, the latency scaled to
+    the ``group`` they run in."""
+    if not calls or group <= 1:
+        return 0.0
+    scale = min(1.0, (group - 1) / max(1, profile.world_size - 1))
+    return profile.link("all_reduce").time(calls, nbytes, scale)
 
 
 def _phase_seconds(
@@ -380,8 +386,8 @@ def _phase_seconds(
     :func:`broadcast_rounds_seconds` prices them across hosts. Priced at the broadcast's
     rate they cost a fifteenth of what they take on one host (a root's broadcast returns
     once its sends are queued; an all-reduce waits for every part), and 1.5D c = 2
-    dense at p = 4 was under-predicted by 8-35% on every case of four seeds of
-    benchmarks/autoconfig.py."""
+    dense at p = 4 was under-predicted by 8-35% on every case of two seeds of
+    benchmarks/autoconfig.py (docs/results.md)."""
     collective = _phase_collective(shape, phase, comm)
     ncalls = sum(counts.values()) if shape.size > 1 else 0
     scale = latency_scale(shape, phase, profile.world_size)
@@ -393,11 +399,10 @@ def _phase_seconds(
         return profile.link(collective).time(ncalls, priced, scale)
     stages = {"total": max(0, volume["total"] - reduce_total),
               "max_per_rank": max(0, volume["max_per_rank"] - reduce_max)}
-    reduce_scale = min(1.0, (reduce_group - 1) / max(1, profile.world_size - 1))
     return (profile.link("broadcast").time(
                 ncalls - reduces, _priced_bytes(shape, phase, comm, stages, profile.hosts),
                 scale)
-            + profile.link("all_reduce").time(reduces, reduce_max, reduce_scale))
+            + _reduce_seconds(reduces, reduce_max, reduce_group, profile))
 
 
 def _spmm_reduce_bytes(shape: GridShape, part: Any, calls: list[SpmmCall],
