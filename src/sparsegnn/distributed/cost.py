@@ -392,9 +392,9 @@ def _phase_seconds(
     ncalls = sum(counts.values()) if shape.size > 1 else 0
     scale = latency_scale(shape, phase, profile.world_size)
     reduces = counts.get("all_reduce", 0) if collective == "broadcast" else 0
-    reduce_total, reduce_max, reduce_group = _spmm_reduce_bytes(shape, part, calls,
-                                                                value_bytes)
-    if not reduces or reduce_group <= 1:
+    reduce_total, reduce_max, reduce_group = _spmm_reduce_bytes(
+        shape, part, calls, value_bytes) if reduces else (0, 0, 1)
+    if reduce_group <= 1:
         priced = _priced_bytes(shape, phase, comm, volume, profile.hosts)
         return profile.link(collective).time(ncalls, priced, scale)
     stages = {"total": max(0, volume["total"] - reduce_total),
