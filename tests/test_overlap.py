@@ -1,18 +1,24 @@
 """Overlapped 1D/1.5D SpMM is exact: dense (next block's broadcast during this block's
-multiply) and sparse (the all-to-all during the multiply of the rank's own tile), whole
-or in column slices."""
+multiply, several roots at once on lanes of the column group) and sparse (the all-to-all
+during the multiply of the rank's own tile), whole or in column slices."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from sparsegnn.data import sbm
 from sparsegnn.distributed import close_session, grid_shape, init_session, spawn
 from sparsegnn.distributed.comm import Communicator, ProcessGrid
 from sparsegnn.distributed.partitioned import load_shard
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.distributed.spmm import DistributedOperator, build_operator, column_slices
+from sparsegnn.distributed.spmm import (
+    OVERLAP_LANES,
+    DistributedOperator,
+    build_operator,
+    column_slices,
+)
 from sparsegnn.sparse import CSRMatrix, gcn_norm
 
 
@@ -31,7 +37,7 @@ def _both_ways(algo: str, replication: int, comm_kind: str) -> dict[str, object]
     try:
         graph = sbm(300, 3, 6, num_features=5, seed=1)
         shape = grid_shape(algo, session.world_size, replication)  # type: ignore[arg-type]
-        grid = ProcessGrid.create(shape)
+        grid = ProcessGrid.create(shape, col_lanes=OVERLAP_LANES)
         assert grid is not None
         same, bytes_equal, waited = True, True, {}
         # float64 at width 7 moves whole blocks; float32 at width 70 moves them in
@@ -50,7 +56,14 @@ def _both_ways(algo: str, replication: int, comm_kind: str) -> dict[str, object]
             same &= all(torch.equal(a, b)
                         for a, b in zip(results[False], results[True], strict=True))
             bytes_equal &= results["False_bytes"] == results["True_bytes"]
-        return {"same": same, "waited": waited, "bytes_equal": bytes_equal}
+        # Each lane is a process group of its own over the column group's members.
+        lanes = grid.col.lanes
+        own_lanes = (len(lanes) == OVERLAP_LANES and len(set(map(id, lanes))) == len(lanes)
+                     and grid.col.lane(OVERLAP_LANES).handle is grid.col.handle
+                     and [dist.get_process_group_ranks(h) for h in lanes]
+                     == [list(grid.col.ranks)] * len(lanes))
+        return {"same": same, "waited": waited, "bytes_equal": bytes_equal,
+                "own_lanes": own_lanes}
     finally:
         close_session()
 
@@ -63,7 +76,7 @@ def test_overlapped_row_spmm_is_exact_and_times_its_waits(
     algo: str, replication: int, comm_kind: str,
 ) -> None:
     for r in spawn(_both_ways, 4, (algo, replication, comm_kind), wall_timeout_s=120):
-        assert r["same"] and r["bytes_equal"]
+        assert r["same"] and r["bytes_equal"] and r["own_lanes"]
         # Both ways time what the rank waited on communication, by phase.
         for overlap in (False, True):
             assert set(r["waited"][overlap]) >= {"forward_spmm"}

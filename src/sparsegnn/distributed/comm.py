@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -64,10 +64,18 @@ class Group:
     ranks: tuple[int, ...]
     me: int
     handle: Any = None
+    # Further process groups of the same members (lane 0 is ``handle``): gloo runs one
+    # group's collectives in order on two worker threads, so broadcasts from different
+    # roots on one group take turns, while on groups of their own they share the links.
+    lanes: tuple[Any, ...] = ()
 
     @property
     def size(self) -> int:
         return len(self.ranks)
+
+    def lane(self, n: int) -> Group:
+        """This group with lane ``n`` (mod the lanes it has) as its handle."""
+        return replace(self, handle=self.lanes[n % len(self.lanes)]) if self.lanes else self
 
 
 @dataclass(frozen=True)
@@ -91,13 +99,16 @@ class ProcessGrid:
         return self.shape.coords(self.rank)
 
     @classmethod
-    def create(cls, shape: GridShape, members: Sequence[int] | None = None) -> ProcessGrid | None:
+    def create(cls, shape: GridShape, members: Sequence[int] | None = None,
+               col_lanes: int = 1) -> ProcessGrid | None:
         """Create every group on every rank of the job, in the same order (torch requires it).
 
         ``members`` are the global ranks that form the grid, grid rank r being
         ``members[r]`` (default: the whole job, which must then have ``shape.size`` ranks).
         A grid smaller than the job lets one launch run several grids, as the benchmark
-        and the tests do; ranks outside it get ``None``.
+        and the tests do; ranks outside it get ``None``. ``col_lanes`` > 1 gives each
+        column group that many process groups (:meth:`Group.lane`), for an overlapped
+        product's broadcasts from several roots at once.
         """
         me = dist.get_rank() if dist.is_initialized() else 0
         world = dist.get_world_size() if dist.is_initialized() else 1
@@ -117,18 +128,24 @@ class ProcessGrid:
             "fiber": [[shape.rank_of(i, j, k) for k in range(shape.layers)]
                       for i in range(shape.rows) for j in range(shape.cols)],
         }
-        groups = {
-            name: _groups([[members[r] for r in g] for g in gs], me) for name, gs in axes.items()
-        }
+        global_axes = {name: [[members[r] for r in g] for g in gs] for name, gs in axes.items()}
+        groups = {name: _groups(gs, me) for name, gs in global_axes.items()}
+        col = groups["col"]
+        if col_lanes > 1 and shape.rows > 1:  # every rank of the job creates them
+            extra = [[_group_handle(tuple(g), lane) for g in global_axes["col"]]
+                     for lane in range(1, col_lanes)]
+            if me in members:
+                mine = global_axes["col"].index(list(col.ranks))
+                col = replace(col, lanes=(col.handle, *(handles[mine] for handles in extra)))
         if me not in members:
             return None
-        return cls(shape, members.index(me), groups["row"], groups["col"], groups["fiber"])
+        return cls(shape, members.index(me), groups["row"], col, groups["fiber"])
 
 
 # Process groups by member list, shared by every grid of the job: creating a group costs
 # a rendezvous of the whole job, and grids created in the same order on every rank hit
 # the cache identically. Cleared when the job's default group changes.
-_GROUP_CACHE: dict[tuple[int, ...], Any] = {}
+_GROUP_CACHE: dict[tuple[tuple[int, ...], int], Any] = {}
 _CACHE_OWNER: list[Any] = [None]
 
 
@@ -146,14 +163,14 @@ def new_group(ranks: list[int]) -> Any:
     return dist.new_group(ranks, timeout=_TIMEOUT[0])
 
 
-def _group_handle(ranks: tuple[int, ...]) -> Any:
+def _group_handle(ranks: tuple[int, ...], lane: int = 0) -> Any:
     default = dist.group.WORLD
     if _CACHE_OWNER[0] is not default:
         _GROUP_CACHE.clear()
         _CACHE_OWNER[0] = default
-    if ranks not in _GROUP_CACHE:
-        _GROUP_CACHE[ranks] = new_group(list(ranks))
-    return _GROUP_CACHE[ranks]
+    if (ranks, lane) not in _GROUP_CACHE:
+        _GROUP_CACHE[ranks, lane] = new_group(list(ranks))
+    return _GROUP_CACHE[ranks, lane]
 
 
 def _groups(members: list[list[int]], me: int) -> Group:

@@ -43,6 +43,12 @@ from sparsegnn.sparse import column_slices_exact
 # per nonzero, which a narrower slice would no longer amortise over its gathered row.
 SLICE_MIN_COLUMNS = 32
 MAX_SLICES = 4
+# Stages an overlapped dense product has in flight, each on a column-group lane of its
+# own (``ProcessGrid.create(col_lanes=...)``): a broadcast's root sends g - 1 copies
+# while the other members' uplinks idle, so with one root at a time a shaped link runs
+# at 1/(g - 1) of what the column group could move; three roots at once keep three
+# uplinks busy for three blocks of memory.
+OVERLAP_LANES = 3
 
 
 def column_slices(x: torch.Tensor) -> list[slice]:
@@ -110,13 +116,15 @@ class _DistSpMM(torch.autograd.Function):
 class RowOperator(DistributedOperator):
     """1D and 1.5D: A stays where it is, blocks of H travel down the column group.
 
-    With ``overlap`` the broadcast of the next block is started before the local SpMM of
-    the current one, so the transfer runs while the rank computes (two receive buffers
-    instead of one), and each block moves in column slices (:func:`column_slices`), so
-    that the last block's transfer too hides behind the multiply of its earlier slices,
-    and on 1.5D each finished slice's replica sum behind the next slice's multiply; the
-    blocks are added and the replicas summed in the same order, so the result is the
-    same to the bit. The time still spent waiting is :meth:`Communicator.waited_seconds`.
+    With ``overlap`` the broadcasts of the next blocks are started before the local SpMM
+    of the current one, so the transfers run while the rank computes, each block's on a
+    lane of the column group of its own (:data:`OVERLAP_LANES` blocks in flight where
+    the grid has lanes, one block ahead where it has not), and each block moves in
+    column slices (:func:`column_slices`), so that the last block's transfer too hides
+    behind the multiply of its earlier slices, and on 1.5D each finished slice's replica
+    sum behind the next slice's multiply; the blocks are added and the replicas summed
+    in the same order, so the result is the same to the bit. The time still spent
+    waiting is :meth:`Communicator.waited_seconds`.
     """
 
     def __init__(
@@ -141,26 +149,31 @@ class RowOperator(DistributedOperator):
 
         slices = column_slices(x)
         whole = len(slices) == 1
+        col = self.grid.col
 
-        def start(j: int, cols: slice) -> tuple[torch.Tensor, Any]:
+        def start(n: int) -> tuple[torch.Tensor, Any]:
+            j, cols = units[n]
             if j == i:
                 h = x if whole else x[:, cols].contiguous()
             else:
                 h = x.new_empty(self.part.size(j), cols.stop - cols.start)
-            return h, comm.broadcast_async(h, j, self.grid.col)
+            return h, comm.broadcast_async(h, j, col.lane(n // len(slices)))
 
-        # One stage's slices are in flight ahead of the multiply (two blocks of memory,
-        # as unsliced), and every output column adds its blocks in stage order, as the
-        # plain loop does: the same result to the bit.
+        # With L lanes, L - 1 stages' slices are in flight ahead of the multiply (one
+        # stage with one lane), each stage on a lane of its own, so that L roots send at
+        # once: L blocks of memory (two with one lane) where the plain loop holds one.
+        # Every output column adds its blocks in stage order, as the plain loop does: the
+        # same result to the bit.
         units = [(j, cols) for j in stages for cols in slices]
-        pending = deque(start(*u) for u in units[:len(slices)])
+        ahead = len(slices) * max(1, len(col.lanes) - 1)
+        pending = deque(start(n) for n in range(min(ahead, len(units))))
         # 1.5D, sliced: a slice's replica sum starts as soon as its last block is added
         # (every replica has stages: the grid asks c * c <= p).
         reduce_slices = not whole and self.grid.row.size > 1
         done = []
         for n, (j, cols) in enumerate(units):
-            if n + len(slices) < len(units):
-                pending.append(start(*units[n + len(slices)]))
+            if n + ahead < len(units):
+                pending.append(start(n + ahead))
             h, work = pending.popleft()
             comm.wait(work)
             if whole:

@@ -58,7 +58,7 @@ from sparsegnn.distributed.partitioned import check_manifest, load_shard
 from sparsegnn.distributed.planner import PlanConfig
 from sparsegnn.distributed.shard import Shard, is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.distributed.spmm import SummaOperator
+from sparsegnn.distributed.spmm import OVERLAP_LANES, SummaOperator
 from sparsegnn.names import DEFAULT_MASK, PARTITIONERS, Algorithm
 from sparsegnn.nn.dropout import dropout
 from sparsegnn.train.checkpoint import graph_hash
@@ -166,7 +166,8 @@ def train_rank(
     """
     size = session.world_size if members is None else len(members)
     shape = grid_shape(dcfg.algo, size, dcfg.replication)
-    grid = ProcessGrid.create(shape, members)
+    lanes = OVERLAP_LANES if dcfg.overlap and dcfg.comm == "dense" else 1
+    grid = ProcessGrid.create(shape, members, col_lanes=lanes)
     if grid is None:
         return None
     shard = load_shard(source, cfg.model, shape, grid.rank, dcfg.partition,
