@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from sparsegnn.data import sbm
 from sparsegnn.distributed import close_session, grid_shape, init_session, spawn
@@ -37,8 +36,11 @@ def _both_ways(algo: str, replication: int, comm_kind: str) -> dict[str, object]
     try:
         graph = sbm(300, 3, 6, num_features=5, seed=1)
         shape = grid_shape(algo, session.world_size, replication)  # type: ignore[arg-type]
+        # Overlap on a grid without lanes (one block ahead) and with them (several roots
+        # at once): both exact.
+        plain_grid = ProcessGrid.create(shape)
         grid = ProcessGrid.create(shape, col_lanes=OVERLAP_LANES)
-        assert grid is not None
+        assert grid is not None and plain_grid is not None
         same, bytes_equal, waited = True, True, {}
         # float64 at width 7 moves whole blocks; float32 at width 70 moves them in
         # column slices (spmm.column_slices), which must not change a bit either.
@@ -47,21 +49,24 @@ def _both_ways(algo: str, replication: int, comm_kind: str) -> dict[str, object]
             x = torch.randn(shard.x.shape[0], width, dtype=dtype,
                             generator=torch.Generator().manual_seed(grid.coords[0]))
             results = {}
-            for overlap in (False, True):
-                comm, op = _operator(comm_kind, grid, shard, overlap)
+            for key, (g, overlap) in {"plain": (plain_grid, False), "ahead": (plain_grid, True),
+                                      "lanes": (grid, True)}.items():
+                comm, op = _operator(comm_kind, g, shard, overlap)
                 with comm.phase("forward_spmm"):
-                    results[overlap] = (op.multiply(x, False), op.multiply(x, True))
+                    results[key] = (op.multiply(x, False), op.multiply(x, True))
                 waited[overlap] = comm.waited_seconds()
-                results[f"{overlap}_bytes"] = comm.counts().to_dict()
-            same &= all(torch.equal(a, b)
-                        for a, b in zip(results[False], results[True], strict=True))
-            bytes_equal &= results["False_bytes"] == results["True_bytes"]
+                results[f"{key}_bytes"] = comm.counts().to_dict()
+            for key in ("ahead", "lanes"):
+                same &= all(torch.equal(a, b)
+                            for a, b in zip(results["plain"], results[key], strict=True))
+                bytes_equal &= results["plain_bytes"] == results[f"{key}_bytes"]
         # Each lane is a process group of its own over the column group's members.
         lanes = grid.col.lanes
+        roots = [Communicator().broadcast(torch.tensor([session.rank]), 0, grid.col.lane(n))
+                 for n in range(len(lanes))]
         own_lanes = (len(lanes) == OVERLAP_LANES and len(set(map(id, lanes))) == len(lanes)
                      and grid.col.lane(OVERLAP_LANES).handle is grid.col.handle
-                     and [dist.get_process_group_ranks(h) for h in lanes]
-                     == [list(grid.col.ranks)] * len(lanes))
+                     and all(r.item() == grid.col.ranks[0] for r in roots))
         return {"same": same, "waited": waited, "bytes_equal": bytes_equal,
                 "own_lanes": own_lanes}
     finally:

@@ -106,11 +106,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "its own (what scales); default: global for a graph loaded whole, "
                            "block for a partitioned folder and for --algo auto")
     dist.add_argument("--overlap", action="store_true",
-                      help="1d/1.5d: overlap communication with computation (dense: each "
-                           "block's broadcast with the SpMM of the previous one; sparse: "
-                           "the all-to-all with the SpMM of the rank's own tile; float32 "
-                           "moves X in column slices, each multiplied while the next "
-                           "arrives); results unchanged to the bit")
+                      help="1d/1.5d: overlap communication with computation (dense: the "
+                           "next blocks' broadcasts, from up to three roots at once, with "
+                           "the SpMM of the current one, for three blocks of H in memory "
+                           "instead of one; sparse: the all-to-all with the SpMM of the "
+                           "rank's own tile; float32 moves X in column slices, each "
+                           "multiplied while the next arrives); results unchanged to the bit")
     dist.add_argument(
         "--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
         metavar="GIB",

@@ -44,10 +44,10 @@ from sparsegnn.sparse import column_slices_exact
 SLICE_MIN_COLUMNS = 32
 MAX_SLICES = 4
 # Stages an overlapped dense product has in flight, each on a column-group lane of its
-# own (``ProcessGrid.create(col_lanes=...)``): a broadcast's root sends g - 1 copies
-# while the other members' uplinks idle, so with one root at a time a shaped link runs
-# at 1/(g - 1) of what the column group could move; three roots at once keep three
-# uplinks busy for three blocks of memory.
+# own (``ProcessGrid.create(col_lanes=...)``): a broadcast's root sends g - 1 copies over
+# its own uplink while the other members' uplinks idle, so one root at a time leaves
+# most of the column group's links unused; three roots at once keep three uplinks busy,
+# for three blocks of H in memory.
 OVERLAP_LANES = 3
 
 

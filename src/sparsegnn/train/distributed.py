@@ -166,7 +166,9 @@ def train_rank(
     """
     size = session.world_size if members is None else len(members)
     shape = grid_shape(dcfg.algo, size, dcfg.replication)
-    lanes = OVERLAP_LANES if dcfg.overlap and dcfg.comm == "dense" else 1
+    # Lanes carry the overlapped dense 1D/1.5D broadcasts only.
+    row_bcast = dcfg.algo in ("1d", "1.5d") and dcfg.comm == "dense"
+    lanes = OVERLAP_LANES if dcfg.overlap and row_bcast else 1
     grid = ProcessGrid.create(shape, members, col_lanes=lanes)
     if grid is None:
         return None
