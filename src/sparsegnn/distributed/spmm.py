@@ -252,7 +252,7 @@ def build_operator(
     overlap: bool = False,
 ) -> DistributedOperator:
     """The operator of the grid's algorithm over this rank's tiles (``overlap``: 1D/1.5D
-    start the next block's broadcast before multiplying the current one)."""
+    start the next blocks' broadcasts before multiplying the current one)."""
     if grid.shape.algo in ("1d", "1.5d"):
         return RowOperator(grid, comm, part, blocks, overlap)
     return SummaOperator(grid, comm, part, blocks)

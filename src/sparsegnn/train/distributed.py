@@ -92,7 +92,8 @@ class DistributedConfig:
     # "block": each vertex block draws its own; "auto": global when the rank holds the
     # whole graph anyway (in memory), block when it reads a partitioned directory.
     dropout_masks: Literal["auto", "global", "block"] = "auto"
-    # 1D/1.5D dense: start the next block's broadcast before multiplying the current one.
+    # 1D/1.5D: move the next blocks (dense) or the rows (sparse) while multiplying
+    # what has arrived (distributed.spmm.RowOperator, sparse_comm.SparseRowOperator).
     overlap: bool = False
 
 
