@@ -27,6 +27,7 @@ from sparsegnn.distributed.grid import grid_shape
 from sparsegnn.distributed.partition import stage_blocks
 from sparsegnn.distributed.plan import relabelled
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph, partitioned
+from sparsegnn.distributed.spmm import OVERLAP_LANES
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train.distributed import trial_winner
 
@@ -105,6 +106,24 @@ def test_memory_counts_the_graph_every_rank_loads_and_the_process_base() -> None
     ranked = auto_plan(PlanGraph.of(g, "gcn"), 4, profile(), PlanConfig(4))
     one_d = next(c for c in ranked if (c.config.algo, c.config.comm) == ("1d", "dense"))
     assert one_d.memory_bytes == share + 2 * loaded
+
+
+def test_memory_counts_the_blocks_an_overlapped_dense_product_holds_in_flight() -> None:
+    """``train --overlap`` keeps up to OVERLAP_LANES blocks of H in flight in a dense
+    1D/1.5D product where the plain loop receives into one: on 4 ranks 1D (4 stages)
+    holds two more blocks of the widest layer, 1.5D c = 2 (one stage) none, and the
+    sparse and 2D products nothing more."""
+    g = sbm(600, 4, 8, num_features=16, seed=0)
+    graph = PlanGraph.of(g, "gcn")
+    plain = {(c.config.algo, c.config.replication, c.config.comm): c.memory_bytes
+             for c in auto_plan(graph, 4, profile(), PlanConfig(4))}
+    overlapped = {(c.config.algo, c.config.replication, c.config.comm): c.memory_bytes
+                  for c in auto_plan(graph, 4, profile(), PlanConfig(4, overlap=True))}
+    block, widest = 150, max(16, PlanConfig(4).hidden, g.num_classes)
+    assert OVERLAP_LANES == 3
+    assert overlapped.pop(("1d", 1, "dense")) == plain.pop(("1d", 1, "dense")) \
+        + 2 * block * widest * 4
+    assert overlapped == plain
 
 
 def test_cli_plan_auto_chooses_and_refuses(tmp_path: Path,

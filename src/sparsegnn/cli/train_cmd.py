@@ -492,7 +492,7 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     world = _world(args)
     cfg = config_from_args(args)
     base = PlanConfig(world, model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
-                      dtype=cfg.dtype, seed=cfg.seed)
+                      dtype=cfg.dtype, seed=cfg.seed, overlap=args.overlap)
     partitioners = ("block",) if args.partition is None else (args.partition,)
     if args.profile is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "

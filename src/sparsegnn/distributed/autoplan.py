@@ -11,7 +11,7 @@ once per (vertex blocks, partitioner) and shared by the configurations that use 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sparsegnn.distributed.cost import EpochCost, Profile, predict_epoch, predict_memory
@@ -52,8 +52,8 @@ def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
             comms = ("sparse", "dense") if algo in ("1d", "1.5d") else ("dense",)
             for comm in comms:
                 for partitioner in partitioners:
-                    out.append(PlanConfig(parts, algo, c, partitioner, comm, base.model,
-                                          base.hidden, base.num_layers, base.dtype, base.seed))
+                    out.append(replace(base, parts=parts, algo=algo, replication=c,
+                                       partitioner=partitioner, comm=comm))
     return out
 
 

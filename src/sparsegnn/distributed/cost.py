@@ -55,6 +55,7 @@ from sparsegnn.distributed.comm_model import (
 )
 from sparsegnn.distributed.grid import GridShape
 from sparsegnn.distributed.partition import feature_columns, split_sizes, stage_blocks
+from sparsegnn.distributed.spmm import OVERLAP_LANES
 from sparsegnn.errors import DataFormatError
 
 COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
@@ -582,7 +583,8 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
     twice when A^T is kept apart; its feature rows, on 2D/3D only its column slice of
     them; the model and Adam's two moments), what training adds, measured as about two
     copies of its input rows (dropout's output and the gathered block of H) on a
-    4M-vertex graph (benchmarks/memory_scaling), and ``overhead``: what the process is
+    4M-vertex graph (benchmarks/memory_scaling), the further blocks of H an overlapped
+    dense product holds in flight (``cfg.overlap``), and ``overhead``: what the process is
     before its data (the profile's base) and its growth beyond it (the calibration
     job's), so that the prediction is of the whole resident set a memory limit caps.
     ``whole_graph``: every rank also keeps the graph it loaded (a dataset or generator
@@ -597,6 +599,7 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
     widths = [f] + [cfg.hidden] * (cfg.num_layers - 1) + [g.num_classes or cfg.hidden]
     params = sum(a * b + b for a, b in itertools.pairwise(widths))
     tiles = 1 if operator.symmetric else 2
+    blocks_rows = max(part.size(b) for b in range(shape.row_blocks))
     busiest = 0
     for rank in range(shape.size):
         i, j, _ = shape.coords(rank)
@@ -605,8 +608,17 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
         topology = tiles * (count * (rows + 1) * 8 + int(nnz[rank]) * (8 + value_bytes))
         features = rows * _feature_columns(shape, j, f) * value_bytes
         held = topology + features + 3 * params * value_bytes
-        busiest = max(busiest, held + 2 * features)
+        busiest = max(busiest, held + 2 * features
+                      + _blocks_in_flight(shape, j, cfg) * blocks_rows * max(widths) * value_bytes)
     return busiest + overhead + (2 * loaded_graph_bytes(g, value_bytes) if whole_graph else 0)
+
+
+def _blocks_in_flight(shape: GridShape, col: int, cfg: Any) -> int:
+    """Blocks of H an overlapped dense 1D/1.5D product holds beyond the one the plain
+    loop receives into: one per further lane its stages use (distributed.spmm)."""
+    if not cfg.overlap or cfg.comm != "dense" or shape.algo not in ("1d", "1.5d"):
+        return 0
+    return min(OVERLAP_LANES, len(stage_blocks(shape, col))) - 1
 
 
 def loaded_graph_bytes(graph: Any, value_bytes: int) -> int:

@@ -192,6 +192,9 @@ class PlanConfig:
     num_layers: int = 2
     dtype: str = "float32"
     seed: int = 0
+    # ``train --overlap``: a dense 1D/1.5D product then holds more blocks of H at once
+    # (:func:`~sparsegnn.distributed.cost.predict_memory` counts them).
+    overlap: bool = False
 
     @property
     def value_bytes(self) -> int:
