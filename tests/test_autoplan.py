@@ -22,6 +22,7 @@ from sparsegnn.distributed.cost import (
     predict_memory,
     rank_nonzeros,
     tile_products,
+    whole_graph_bytes,
 )
 from sparsegnn.distributed.grid import grid_shape
 from sparsegnn.distributed.partition import stage_blocks
@@ -94,18 +95,24 @@ def test_memory_limit_excludes_and_ranks_fitting_first(graph: PlanGraph) -> None
 
 
 def test_memory_counts_the_graph_every_rank_loads_and_the_process_base() -> None:
-    """``train --algo auto`` ranks each load the whole graph (and pass through a copy of
-    it) on top of their share: a 600-vertex graph with 16 features adds 2 x (600 x (64 +
-    8 + 3) + 16 per edge) bytes to every configuration."""
+    """``train --algo auto`` ranks each load the whole graph (600 x (64 + 8 + 3) + 16 per
+    edge bytes for 600 vertices with 16 features) and build the whole operator from it
+    (112 bytes a nonzero at the peak; or a second copy of the graph, where that is more)
+    on top of their share."""
     g = sbm(600, 4, 8, num_features=16, seed=0)
+    graph = PlanGraph.of(g, "gcn")
     loaded = 600 * (16 * 4 + 8 + 3) + g.num_edges * 16
-    assert loaded_graph_bytes(PlanGraph.of(g, "gcn"), 4) == loaded
-    lay = partitioned(PlanGraph.of(g, "gcn"), grid_shape("1d", 4), "block", 0)
+    assert loaded_graph_bytes(graph, 4) == loaded
+    building = 112 * (g.num_edges + 600)  # GCN's operator: the edges and a self loop each
+    assert building > loaded and whole_graph_bytes(graph, 4) == loaded + building
+    sparse_graph = PlanGraph.of(sbm(600, 4, 2, num_features=512, seed=0), "gcn")
+    assert whole_graph_bytes(sparse_graph, 4) == 2 * loaded_graph_bytes(sparse_graph, 4)
+    lay = partitioned(graph, grid_shape("1d", 4), "block", 0)
     share = predict_memory(lay, PlanConfig(4), 4)
-    assert predict_memory(lay, PlanConfig(4), 4, whole_graph=True) == share + 2 * loaded
-    ranked = auto_plan(PlanGraph.of(g, "gcn"), 4, profile(), PlanConfig(4))
+    assert predict_memory(lay, PlanConfig(4), 4, whole_graph=True) == share + loaded + building
+    ranked = auto_plan(graph, 4, profile(), PlanConfig(4))
     one_d = next(c for c in ranked if (c.config.algo, c.config.comm) == ("1d", "dense"))
-    assert one_d.memory_bytes == share + 2 * loaded
+    assert one_d.memory_bytes == share + loaded + building
 
 
 def test_memory_counts_the_blocks_an_overlapped_dense_product_holds_in_flight() -> None:

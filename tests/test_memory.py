@@ -146,3 +146,23 @@ def test_partitioned_folder_prediction_equals_held_bytes(
                             key=lambda h: sum(h.values()))
     assert all(r["training_peak_bytes"] == r["peak_rss_bytes"] - r["start_rss_bytes"] > 0
                for r in ranks)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_auto_under_a_memory_limit_stays_within_its_prediction(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--algo auto --max-rank-memory``: every rank's measured peak is within the
+    predicted memory of the configuration trained, on a graph where building the whole
+    operator (2.2M nonzeros) is each rank's peak, and no trials run (runs one after
+    another in a process peaked 5-60% above their predictions)."""
+    argv = ["train", "--dataset", "sbm:nodes=65536,blocks=16,degree=32,features=128",
+            "--nprocs", "4", "--algo", "auto", "--max-rank-memory", "4", "--hidden", "128",
+            "--epochs", "2", "--no-progress", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    predicted = out["auto"]["memory_bytes_per_rank"]
+    assert predicted <= 4 * 2**30
+    assert [t["trial_epoch_s"] for t in out["auto"]["trials"]] == [None]
+    assert all(r["peak_rss_bytes"] <= predicted for r in out["memory_per_rank"])

@@ -19,6 +19,7 @@ from sparsegnn.sparse import (
     add_self_loops,
     gcn_norm,
     hstack,
+    is_symmetric,
     row_norm,
     spgemm,
     spmm,
@@ -295,3 +296,19 @@ def test_hstack_puts_tiles_side_by_side():
     assert torch.allclose(stacked.matmul(torch.cat(hs)), want)
     with pytest.raises(ShapeError, match="one row count"):
         hstack([tiles[0], CSRMatrix.from_scipy(sp.random(5, 2, format="csr"))])
+
+
+def test_symmetry_check_keeps_no_transpose_of_a_matrix_equal_to_it() -> None:
+    """gcn_norm checks an undirected graph's operator for symmetry by transposing it; the
+    transpose (indices, values, row ids, permutation: about 30 bytes a nonzero) must not
+    stay cached on a matrix that is its own transpose, while a directed one keeps it for
+    the backward pass."""
+    r = torch.tensor([0, 1, 1, 2, 2, 3])
+    c = torch.tensor([1, 0, 2, 1, 3, 2])
+    sym = CSRMatrix.from_coo(r, c, torch.ones(6), (4, 4))
+    assert is_symmetric(sym) and sym._t is None and sym._t_perm is None
+    norm = gcn_norm(sym)
+    assert norm.symmetric and norm._t is None
+    directed = CSRMatrix.from_coo(r[::2], c[::2], torch.ones(3), (4, 4))
+    assert not is_symmetric(directed) and directed._t is not None
+    assert torch.equal(directed.t().to_dense(), directed.to_dense().T)

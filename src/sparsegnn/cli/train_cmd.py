@@ -91,11 +91,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "(algorithm, replication, comm and partition), the model's "
                            "first choice unless another ran >10%% faster in a few trial "
                            "epochs (--auto-trials)")
-    dist.add_argument("--auto-trials", type=int_range(1), default=3, metavar="K",
+    dist.add_argument("--auto-trials", type=int_range(1), default=None, metavar="K",
                       help="--algo auto: try up to K configurations predicted within 1.5x "
                            "of the fastest for a few epochs each; train the fastest "
                            "measured if it beat the model's first choice by >10%% "
-                           "(1: trust the model alone)")
+                           "(1: trust the model alone; default 3, or 1 with "
+                           "--max-rank-memory: runs one after another in a process keep "
+                           "memory the C allocator holds on to, which the per-run memory "
+                           "prediction does not bound)")
     dist.add_argument("--profile", default=None,
                       help="--algo auto: machine profile from `sparsegnn calibrate --out` "
                            "(default: calibrate now, quickly)")
@@ -500,7 +503,7 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     ranked = auto_plan(PlanGraph.of(_graph(args), cfg.model), world,
                        load_profile(args.profile, world), base,
                        partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory)
-    trials = shortlist(ranked, args.auto_trials)
+    trials = shortlist(ranked, _auto_trials(args))
     if not trials:
         raise InvalidValueError("--algo auto: no configuration is predicted to fit "
                                 f"--max-rank-memory {args.max_rank_memory} GiB on {world} ranks")
@@ -512,17 +515,29 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
         [c.config for c in trials]
 
 
+def _auto_trials(args: argparse.Namespace) -> int:
+    """``--auto-trials``, where not given: 3, or 1 (the model's choice alone) under
+    ``--max-rank-memory``. Why: six trial runs and the final one in the same processes
+    peaked at 611-963 MiB per rank on a 65k-vertex SBM at p = 4, where each one alone
+    peaked at 479-519 MiB and was predicted at 605-611 (freed memory the C allocator
+    keeps, even with it handed back between runs), so only one run per process stays
+    within its prediction."""
+    if args.auto_trials is not None:
+        return int(args.auto_trials)
+    return 1 if args.max_rank_memory is not None else 3
+
+
 def _auto_report(auto: dict[str, Any], run: Any) -> dict[str, Any]:
     """What ``--algo auto`` chose and why: the configuration trained (the trials' winner,
-    as the ranks chose it), its prediction, and each trial's predicted and measured
-    epoch."""
+    as the ranks chose it), its prediction, and each trial's predicted epoch and memory
+    and measured epoch."""
     from sparsegnn.train.distributed import trial_winner
 
     measured = [t["measured_epoch_s"] for t in run.trials]  # empty: no trials were run
     won = trial_winner(measured)
     return {**auto["predicted"][won], "candidates": auto["candidates"],
             "trials": [{**{k: p[k] for k in ("algo", "replication", "comm", "partitioner",
-                                             "epoch_s")},
+                                             "epoch_s", "memory_bytes_per_rank")},
                         "trial_epoch_s": measured[i] if measured else None}
                        for i, p in enumerate(auto["predicted"])]}
 

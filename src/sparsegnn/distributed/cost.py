@@ -588,10 +588,12 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
     before its data (the profile's base) and its growth beyond it (the calibration
     job's), so that the prediction is of the whole resident set a memory limit caps.
     ``whole_graph``: every rank also keeps the graph it loaded (a dataset or generator
-    given by name; ranks that read a partitioned folder load only their share), counted
-    twice: loading passes through a transient copy of it (unpickled or generated arrays,
-    the normalised features). Without that second copy the prediction fell 8-85 MiB
-    short of the measured peak on 131k- and 262k-vertex SBM graphs at p = 2."""
+    given by name; ranks that read a partitioned folder load only their share) and
+    builds the whole operator from it (:func:`whole_graph_bytes`). Counting the loaded
+    graph only twice (the transient copy loading passes through) left the prediction
+    8-85 MiB short of the measured peak on 131k- and 262k-vertex SBM graphs at p = 2,
+    and 25-195 MiB short under ``train --algo auto`` on 32k-131k-vertex SBM graphs of
+    degree 32 at p = 4, where building the operator is the peak."""
     g, shape, part = layout.graph, layout.shape, layout.part
     operator = g.operator()
     nnz = rank_nonzeros(shape, part, operator)
@@ -610,7 +612,24 @@ def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
         held = topology + features + 3 * params * value_bytes
         busiest = max(busiest, held + 2 * features
                       + _blocks_in_flight(shape, j, cfg) * blocks_rows * max(widths) * value_bytes)
-    return busiest + overhead + (2 * loaded_graph_bytes(g, value_bytes) if whole_graph else 0)
+    return busiest + overhead + (whole_graph_bytes(g, value_bytes) if whole_graph else 0)
+
+
+# What building the whole graph's operator takes at its peak beyond the loaded graph, per
+# nonzero of the operator: the CSR, its self loops and normalised values, row ids, and
+# the symmetry check's transpose (sort key, permutation, gathered copies). Measured 90
+# bytes on a 262k-vertex SBM of 8.6M nonzeros (session 11; /tmp script, not kept); the
+# ranks of one job peak up to 15% apart (754-868 MiB on a 131k-vertex SBM at p = 4),
+# which the rest of the prediction does not cover at that size, hence 112.
+OPERATOR_BUILD_BYTES_PER_NONZERO = 112
+
+
+def whole_graph_bytes(graph: Any, value_bytes: int) -> int:
+    """What a rank that loads ``graph`` whole adds to its peak: the loaded graph, plus the
+    larger of a transient copy of it (loading passes through one) and the building of
+    the whole operator it cuts its share from."""
+    loaded = loaded_graph_bytes(graph, value_bytes)
+    return loaded + max(loaded, OPERATOR_BUILD_BYTES_PER_NONZERO * graph.operator().nnz)
 
 
 def _blocks_in_flight(shape: GridShape, col: int, cfg: Any) -> int:

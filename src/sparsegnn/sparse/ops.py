@@ -290,13 +290,17 @@ def is_symmetric(a: CSRMatrix, tol: float = 0.0) -> bool:
     """Whether ``A == A^T`` in pattern and (within ``tol``) values."""
     if a.shape[0] != a.shape[1]:
         return False
+    had_transpose = a._t is not None
     t = a.t() if not a.symmetric else a
     if t is a:
         return True
-    if not torch.equal(t.crow, a.crow) or not torch.equal(t.col, a.col):
-        return False
-    return (
+    same = torch.equal(t.crow, a.crow) and torch.equal(t.col, a.col) and (
         bool(torch.allclose(t.val, a.val, rtol=0, atol=tol))
         if tol
         else bool(torch.equal(t.val, a.val))
     )
+    if same and not had_transpose:
+        # A is its own transpose: the copy made to check it (indices, values, row ids and
+        # the permutation, about 30 bytes a nonzero) would only hold memory.
+        a._t = a._t_perm = None
+    return same

@@ -71,7 +71,7 @@ from sparsegnn.train.fullgraph import (
     fingerprint,
     fit,
 )
-from sparsegnn.train.memory import RankMemory, measure_rank_memory
+from sparsegnn.train.memory import RankMemory, measure_rank_memory, release_freed_memory
 
 _SEED_STRIDE = 1_000_003
 
@@ -271,6 +271,7 @@ def median_epoch_over_rounds(session: Session, source: Any, cfg: TrainConfig,
     for r in range(max(1, rounds)):
         for k in ((r + i) % n for i in range(n)):
             epochs[k] += measure_epochs_s(session, source, cfg, candidates[k])
+            release_freed_memory()
     return [statistics.median(e) for e in epochs]
 
 
