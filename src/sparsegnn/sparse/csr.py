@@ -372,6 +372,16 @@ class CSRMatrix:
         assert self._t_perm is not None
         return self._t_perm
 
+    def has_cached_transpose(self) -> bool:
+        """Whether :meth:`t` has built and kept a transpose (what it costs in memory)."""
+        return self._t is not None
+
+    def forget_transpose(self) -> None:
+        """Drop the cached transpose and its permutation (:meth:`t` builds them again on
+        demand): about 28 bytes a nonzero that a matrix known to equal its transpose
+        never reads."""
+        self._t = self._t_perm = None
+
     def t(self) -> CSRMatrix:
         """The transpose, computed once and cached (the symmetric case returns self)."""
         if self.symmetric:

@@ -290,7 +290,7 @@ def is_symmetric(a: CSRMatrix, tol: float = 0.0) -> bool:
     """Whether ``A == A^T`` in pattern and (within ``tol``) values."""
     if a.shape[0] != a.shape[1]:
         return False
-    had_transpose = a._t is not None
+    had_transpose = a.has_cached_transpose()
     t = a.t() if not a.symmetric else a
     if t is a:
         return True
@@ -300,7 +300,5 @@ def is_symmetric(a: CSRMatrix, tol: float = 0.0) -> bool:
         else bool(torch.equal(t.val, a.val))
     )
     if same and not had_transpose:
-        # A is its own transpose: the copy made to check it (indices, values, row ids and
-        # the permutation, about 30 bytes a nonzero) would only hold memory.
-        a._t = a._t_perm = None
+        a.forget_transpose()  # A is its own transpose: the copy made to check it is dead
     return same
