@@ -145,6 +145,16 @@ def test_cli_plan_auto_chooses_and_refuses(tmp_path: Path,
     assert times == sorted(times)
     assert main([*argv, "--max-rank-memory", "1e-9"]) == 2
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["choice"] is None
+    # --overlap: the same candidates, 1D dense's memory with its blocks in flight added.
+    assert main([*argv, "--overlap"]) == 0
+    overlapped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    def one_d_dense(result: dict) -> dict:
+        return next(c for c in result["candidates"]
+                    if (c["algo"], c["comm"], c["partitioner"]) == ("1d", "dense", "block"))
+    assert one_d_dense(overlapped)["memory_bytes_per_rank"] \
+        > one_d_dense(out)["memory_bytes_per_rank"]
+    assert one_d_dense(overlapped)["epoch_s"] == one_d_dense(out)["epoch_s"]
 
 
 @pytest.mark.distributed

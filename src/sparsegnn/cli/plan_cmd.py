@@ -47,6 +47,10 @@ def register(subparsers: Any) -> None:
                       metavar="GIB", help="only configurations predicted to fit this")
     auto.add_argument("--partitioners", default="block",
                       help="comma-separated partitioners to consider (default: block)")
+    auto.add_argument("--overlap", action="store_true",
+                      help="for `train --overlap`: count the further blocks of H an "
+                           "overlapped dense 1d/1.5d product holds in flight (memory; "
+                           "epoch times are predicted without overlap)")
     p.add_argument("--plot", default=None, metavar="FILE.png", type=output_file,
                    help="per-rank volumes and the block heat map (needs matplotlib)")
     add_json_flag(p)
@@ -102,7 +106,8 @@ def _auto(args: argparse.Namespace) -> int:
     graph = PlanGraph.of(loaded, args.model)
     del loaded
     base = PlanConfig(args.parts, model=args.model, hidden=args.hidden,
-                      num_layers=args.num_layers, dtype=args.dtype, seed=args.seed)
+                      num_layers=args.num_layers, dtype=args.dtype, seed=args.seed,
+                      overlap=args.overlap)
     ranked = auto_plan(graph, args.parts, profile, base,
                        partitioners=tuple(args.partitioners.split(",")),
                        max_rank_memory_gib=args.max_rank_memory)
