@@ -55,7 +55,7 @@ from sparsegnn.distributed.comm_model import (
 )
 from sparsegnn.distributed.grid import GridShape
 from sparsegnn.distributed.partition import feature_columns, split_sizes, stage_blocks
-from sparsegnn.distributed.spmm import OVERLAP_LANES
+from sparsegnn.distributed.spmm import col_lanes
 from sparsegnn.errors import DataFormatError
 
 COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
@@ -635,9 +635,8 @@ def whole_graph_bytes(graph: Any, value_bytes: int) -> int:
 def _blocks_in_flight(shape: GridShape, col: int, cfg: Any) -> int:
     """Blocks of H an overlapped dense 1D/1.5D product holds beyond the one the plain
     loop receives into: one per further lane its stages use (distributed.spmm)."""
-    if not cfg.overlap or cfg.comm != "dense" or shape.algo not in ("1d", "1.5d"):
-        return 0
-    return min(OVERLAP_LANES, len(stage_blocks(shape, col))) - 1
+    lanes = col_lanes(shape.algo, cfg.comm, cfg.overlap)
+    return min(lanes, len(stage_blocks(shape, col))) - 1 if lanes > 1 else 0
 
 
 def loaded_graph_bytes(graph: Any, value_bytes: int) -> int:

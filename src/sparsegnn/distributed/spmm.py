@@ -51,6 +51,13 @@ MAX_SLICES = 4
 OVERLAP_LANES = 3
 
 
+def col_lanes(algo: str, comm: str, overlap: bool) -> int:
+    """Column-group lanes a run needs: :data:`OVERLAP_LANES` for an overlapped dense
+    1D/1.5D product (its stage broadcasts), one otherwise. The grid is created with
+    them, and the memory model counts the blocks they keep in flight."""
+    return OVERLAP_LANES if overlap and comm == "dense" and algo in ("1d", "1.5d") else 1
+
+
 def column_slices(x: torch.Tensor) -> list[slice]:
     """The column slices an overlapped product moves and multiplies one at a time.
 

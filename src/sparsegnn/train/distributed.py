@@ -58,7 +58,7 @@ from sparsegnn.distributed.partitioned import check_manifest, load_shard
 from sparsegnn.distributed.planner import PlanConfig
 from sparsegnn.distributed.shard import Shard, is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.distributed.spmm import OVERLAP_LANES, SummaOperator
+from sparsegnn.distributed.spmm import SummaOperator, col_lanes
 from sparsegnn.names import DEFAULT_MASK, PARTITIONERS, Algorithm
 from sparsegnn.nn.dropout import dropout
 from sparsegnn.train.checkpoint import graph_hash
@@ -167,10 +167,8 @@ def train_rank(
     """
     size = session.world_size if members is None else len(members)
     shape = grid_shape(dcfg.algo, size, dcfg.replication)
-    # Lanes carry the overlapped dense 1D/1.5D broadcasts only.
-    row_bcast = dcfg.algo in ("1d", "1.5d") and dcfg.comm == "dense"
-    lanes = OVERLAP_LANES if dcfg.overlap and row_bcast else 1
-    grid = ProcessGrid.create(shape, members, col_lanes=lanes)
+    grid = ProcessGrid.create(shape, members,
+                              col_lanes=col_lanes(dcfg.algo, dcfg.comm, dcfg.overlap))
     if grid is None:
         return None
     shard = load_shard(source, cfg.model, shape, grid.rank, dcfg.partition,
