@@ -9,7 +9,9 @@ blocked on its link must not also be waiting for another host's compute on its C
 which overlap cannot hide and a real cluster does not have (with more hosts than CPUs
 hosts still share, round robin). Every configuration (1D and 1.5D with c = 2; dense and
 sparse communication) trains twice on the same partition, without and with
-``--overlap``. Per configuration and link: the median epoch of each, the share of the
+``--overlap``, then a third time with ``--overlap auto``, whose short trials of both
+decide (the row says what it chose and whether that was the faster of the two runs).
+Per configuration and link: the median epoch of each, the share of the
 plain epoch rank 0 spent waiting on communication, and the hidden fraction of that
 wait per phase and in all (``1 - waited with overlap / waited without``, each rank's
 ``comm_wait_s_per_epoch``, its median epoch's waits, averaged over the ranks), and the
@@ -107,8 +109,20 @@ def compare(cfg: tuple[str, int, str], link: str, plain: dict[str, Any],
         "hidden_at_most": 1 - max(0.0, wire - compute) / total_before if total_before
         else 0.0,
         "hidden_by_phase": hidden,
+        "waited_by_phase_plain_s": before, "waited_by_phase_overlap_s": after,
         "same_losses": plain["losses"] == overlapped["losses"],
     }
+
+
+def auto_row(outs: list[dict[str, Any]]) -> Row:
+    """What ``--overlap auto`` chose after its trials, its epoch, and whether it chose the
+    faster of the two full runs (a tie within the trials' 10% margin counts as right
+    either way: the trial keeps the plain run unless overlap beats it by more)."""
+    plain, overlapped, auto = outs
+    faster = overlapped["epoch_time_s"] < plain["epoch_time_s"]
+    close = abs(overlapped["epoch_time_s"] / plain["epoch_time_s"] - 1) <= 0.1
+    return {"auto_overlap": auto["overlap"], "epoch_auto_s": auto["epoch_time_s"],
+            "auto_chose_faster": auto["overlap"] == faster or close}
 
 
 def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work: Path,
@@ -126,22 +140,23 @@ def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work
                                                     if algo == "1.5d" else []))
                 hosts = host_folders(folder, hosts_n, 1)
                 outs = []
-                for n, extra in enumerate(([], ["--overlap"])):
+                for n, extra in enumerate(([], ["--overlap"], ["--overlap", "auto"])):
                     args = ["train", "--algo", algo, "--comm", comm, "--epochs", str(epochs),
                             "--patience", str(epochs), "--timeout", "120", "--dropout", "0",
                             "--hidden", str(hidden),
                             "--history", "--json", "--no-progress", *extra]
                     launch = across(c, 1, hosts, args, folder.parent / f"logs-{k}-{n}-{link}",
-                                    PORT + 4 * k + 2 * n)
+                                    PORT + 6 * k + 2 * n)
                     if not launch.ok:
                         raise RuntimeError(f"{algo} {comm} on {link} failed: {launch.codes}")
                     outs.append(last_json(launch.printed))
-                rows.append(compare((algo, rep, comm), link, *outs))
+                rows.append(compare((algo, rep, comm), link, *outs[:2]) | auto_row(outs))
                 r = rows[-1]
                 print(f"{algo:>4} c={rep} {comm:>6} {link:>8}: plain "
                       f"{r['epoch_plain_s'] * 1e3:7.1f} ms (comm {r['comm_share_plain']:.0%}), "
                       f"overlap {r['epoch_overlap_s'] * 1e3:7.1f} ms, hidden "
-                      f"{r['hidden_fraction']:.0%} (at most {r['hidden_at_most']:.0%})",
+                      f"{r['hidden_fraction']:.0%} (at most {r['hidden_at_most']:.0%}); "
+                      f"--overlap auto chose {'on' if r['auto_overlap'] else 'off'}",
                       flush=True)
     return rows
 
@@ -174,13 +189,15 @@ def main(argv: list[str] | None = None) -> int:
                    args.hosts, not args.shared_cpus)
     print_table(rows, ["algo", "replication", "comm", "link", "epoch_plain_s",
                        "epoch_overlap_s", "comm_share_plain", "compute_over_comm_plain",
-                       "hidden_fraction", "hidden_at_most", "same_losses"])
+                       "hidden_fraction", "hidden_at_most", "same_losses", "auto_overlap",
+                       "epoch_auto_s"])
     speedups = {f"overlap {r['algo']} c={r['replication']} {r['comm']} {r['link']}":
                 r["epoch_plain_s"] / r["epoch_overlap_s"] for r in rows}
     heavy = [r for r in rows if r["comm_share_plain"] >= 0.3]
     metrics = {"graph": args.graph, "hidden": args.hidden, "hosts": args.hosts,
                "epochs": args.epochs, "own_cpus": not args.shared_cpus,
                "all_losses_equal": all(r["same_losses"] for r in rows),
+               "auto_chose_faster_everywhere": all(r["auto_chose_faster"] for r in rows),
                "min_hidden_where_comm_30pct": min((r["hidden_fraction"] for r in heavy),
                                                   default=None)}
     emit(rows, speedups, metrics, args.json)

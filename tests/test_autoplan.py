@@ -219,6 +219,52 @@ def test_cli_train_algo_auto_trains_the_fastest_trial(
     assert direct["losses"] == out["losses"]
 
 
+def test_overlap_variants_follow_every_plain_candidate() -> None:
+    """``--overlap auto``'s trials: each candidate without overlap first (the reference
+    stays the model's choice, plain), then with it where overlap exists (1D/1.5D)."""
+    from sparsegnn.train.distributed import DistributedConfig, with_overlap_variants
+
+    given = [DistributedConfig(algo="1.5d", replication=2, overlap=True),
+             DistributedConfig(algo="2d"), DistributedConfig(algo="1d", comm="sparse")]
+    got = with_overlap_variants(given)
+    assert [(c.algo, c.comm, c.overlap) for c in got] == [
+        ("1.5d", "dense", False), ("2d", "dense", False), ("1d", "sparse", False),
+        ("1.5d", "dense", True), ("1d", "sparse", True)]
+    assert got[0].replication == 2
+
+
+@pytest.mark.distributed
+def test_cli_overlap_auto_trains_what_its_trial_chose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--overlap auto``: the configuration is tried without and with overlap, the
+    trials' winner is trained and reported; under ``--algo auto`` every configuration
+    tried gets its overlapped twin, each with the model's prediction."""
+    argv = ["train", "--dataset", SPEC, "--nprocs", "4", "--epochs", "2",
+            "--no-progress", "--json", "--overlap", "auto"]
+    assert main([*argv, "--algo", "1d", "--comm", "sparse"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    out = json.loads(lines[-1])
+    trials = out["trials"]
+    assert [(t["algo"], t["comm"], t["overlap"]) for t in trials] == [
+        ("1d", "sparse", False), ("1d", "sparse", True)]
+    assert all(t["measured_epoch_s"] > 0 for t in trials)
+    won = trials[trial_winner([t["measured_epoch_s"] for t in trials])]
+    assert out["overlap"] == won["overlap"]
+    assert any(line.startswith("overlap auto: trial epochs without ") for line in lines)
+
+    profile().save(tmp_path / "p.json")
+    assert main([*argv, "--algo", "auto", "--profile", str(tmp_path / "p.json"),
+                 "--auto-trials", "1"]) == 0
+    auto = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["auto"]
+    first, twin = auto["trials"]
+    assert (twin["algo"], twin["replication"], twin["comm"], twin["epoch_s"]) == \
+        (first["algo"], first["replication"], first["comm"], first["epoch_s"])
+    assert (first["overlap"], twin["overlap"]) == (False, True) or first["algo"] in ("2d", "3d")
+    won = auto["trials"][trial_winner([t["trial_epoch_s"] for t in auto["trials"]])]
+    assert auto["overlap"] == won["overlap"]
+
+
 def test_rounds_rotate_and_pool_every_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every candidate runs once per round, the round's first one rotating (so a burst
     at a round's start does not always land on the same one); its time is the median of

@@ -108,13 +108,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "draw per layer on every rank); block: each vertex block draws "
                            "its own (what scales); default: global for a graph loaded whole, "
                            "block for a partitioned folder and for --algo auto")
-    dist.add_argument("--overlap", action="store_true",
+    dist.add_argument("--overlap", nargs="?", const="on", default="off",
+                      choices=("on", "off", "auto"),
                       help="1d/1.5d: overlap communication with computation (dense: the "
                            "next blocks' broadcasts, from up to three roots at once, with "
                            "the SpMM of the current one, for three blocks of H in memory "
                            "instead of one; sparse: the all-to-all with the SpMM of the "
                            "rank's own tile; float32 moves X in column slices, each "
-                           "multiplied while the next arrives); results unchanged to the bit")
+                           "multiplied while the next arrives); results unchanged to the "
+                           "bit. auto: a short trial of each 1d/1.5d configuration with and "
+                           "without it decides (with --algo auto, of every configuration "
+                           "tried); bare --overlap means on")
     dist.add_argument(
         "--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
         metavar="GIB",
@@ -421,6 +425,7 @@ def _distributed(args: argparse.Namespace) -> int:
         DistributedConfig,
         DistributedJob,
         run_distributed,
+        with_overlap_variants,
         with_plan,
     )
 
@@ -429,12 +434,15 @@ def _distributed(args: argparse.Namespace) -> int:
         args.partition)
     dcfg = DistributedConfig(replication=args.replication, backend=args.backend,
                              timeout_s=args.timeout, partition=partition, comm=args.comm,
-                             overlap=args.overlap, dropout_masks=_masks(args, auto))
+                             overlap=args.overlap == "on", dropout_masks=_masks(args, auto))
     job = DistributedJob.for_dataset(
         args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
-    if len(trials) > 1:
-        job = replace(job, trials=tuple(with_plan(job.dcfg, c) for c in trials))
+    candidates = [with_plan(job.dcfg, c) for c in trials] or [job.dcfg]
+    if args.overlap == "auto":
+        candidates = with_overlap_variants(candidates)
+    if len(candidates) > 1:
+        job = replace(job, trials=tuple(candidates))
     if args.max_rank_memory is not None:
         from sparsegnn.distributed.shard import is_shard_dir, read_manifest
         from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
@@ -466,6 +474,8 @@ def _distributed(args: argparse.Namespace) -> int:
         out["auto"] = _auto_report(auto, run)
         out["auto"]["measured_epoch_s"] = out["epoch_time_s"]
         text += _auto_summary(out["auto"])
+    elif run.trials:  # --overlap auto on a given configuration
+        text += _overlap_summary(run.trials, run.dcfg.overlap)
     return finish_run(args, _title(run.graph, job.cfg.model, f", {run.shape.describe()}"),
                       out, text)
 
@@ -495,7 +505,7 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     world = _world(args)
     cfg = config_from_args(args)
     base = PlanConfig(world, model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
-                      dtype=cfg.dtype, seed=cfg.seed, overlap=args.overlap)
+                      dtype=cfg.dtype, seed=cfg.seed, overlap=args.overlap != "off")
     partitioners = ("block",) if args.partition is None else (args.partition,)
     if args.profile is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "
@@ -530,24 +540,48 @@ def _auto_trials(args: argparse.Namespace) -> int:
 def _auto_report(auto: dict[str, Any], run: Any) -> dict[str, Any]:
     """What ``--algo auto`` chose and why: the configuration trained (the trials' winner,
     as the ranks chose it), its prediction, and each trial's predicted epoch and memory
-    and measured epoch."""
-    from sparsegnn.train.distributed import trial_winner
+    and measured epoch (a configuration tried with and without overlap, ``--overlap
+    auto``, appears twice with the same prediction: the model prices no overlap)."""
+    fields = ("algo", "replication", "comm", "partitioner", "epoch_s", "memory_bytes_per_rank")
+    predicted = {_plan_key(p["algo"], p["replication"], p["comm"], p["partitioner"]): p
+                 for p in auto["predicted"]}
 
-    measured = [t["measured_epoch_s"] for t in run.trials]  # empty: no trials were run
-    won = trial_winner(measured)
-    return {**auto["predicted"][won], "candidates": auto["candidates"],
-            "trials": [{**{k: p[k] for k in ("algo", "replication", "comm", "partitioner",
-                                             "epoch_s", "memory_bytes_per_rank")},
-                        "trial_epoch_s": measured[i] if measured else None}
-                       for i, p in enumerate(auto["predicted"])]}
+    def prediction(algo: str, replication: int, comm: str, partition: Any) -> dict[str, Any]:
+        return predicted[_plan_key(algo, replication, comm, partition)]
+
+    d = run.dcfg
+    trials = [{**{k: prediction(t["algo"], t["replication"], t["comm"], t["partition"])[k]
+                  for k in fields}, "overlap": t["overlap"], "trial_epoch_s": t["measured_epoch_s"]}
+              for t in run.trials]
+    if not trials:  # the model's choice alone was trained
+        trials = [{**{k: p[k] for k in fields}, "overlap": d.overlap, "trial_epoch_s": None}
+                  for p in auto["predicted"]]
+    return {**prediction(d.algo, d.replication, d.comm, d.partition), "overlap": d.overlap,
+            "candidates": auto["candidates"], "trials": trials}
+
+
+def _plan_key(algo: str, replication: int, comm: str, partition: Any) -> tuple[str, int, str, str]:
+    """A configuration as the planner names it (training calls the contiguous split no
+    partition, the planner ``block``)."""
+    return algo, replication, comm, "block" if partition in (None, "block") else str(partition)
+
+
+def _overlap_summary(trials: list[dict[str, Any]], chosen: bool) -> str:
+    """``--overlap auto``'s trial epochs and what they chose."""
+    times = ", ".join(f"{'with' if t['overlap'] else 'without'} "
+                      f"{t['measured_epoch_s'] * 1e3:.1f} ms" for t in trials)
+    return f"\noverlap auto: trial epochs {times}: overlap {'on' if chosen else 'off'}"
 
 
 def _auto_summary(auto: dict[str, Any]) -> str:
-    text = (f"\nauto: {auto['algo']} c={auto['replication']} {auto['comm']} comm, "
+    overlap = " with overlap" if auto["overlap"] else ""
+    text = (f"\nauto: {auto['algo']} c={auto['replication']} {auto['comm']} comm{overlap}, "
             f"{auto['partitioner']} partition; epoch predicted "
             f"{auto['epoch_s'] * 1e3:.1f} ms, measured {auto['measured_epoch_s'] * 1e3:.1f} ms")
     for t in auto["trials"]:
         if t["trial_epoch_s"] is not None:
-            text += (f"\n  trial {t['algo']} c={t['replication']} {t['comm']}: predicted "
-                     f"{t['epoch_s'] * 1e3:.1f} ms, measured {t['trial_epoch_s'] * 1e3:.1f} ms")
+            overlap = ", overlap" if t["overlap"] else ""
+            text += (f"\n  trial {t['algo']} c={t['replication']} {t['comm']}{overlap}: "
+                     f"predicted {t['epoch_s'] * 1e3:.1f} ms, measured "
+                     f"{t['trial_epoch_s'] * 1e3:.1f} ms")
     return text

@@ -239,6 +239,18 @@ def with_plan(dcfg: DistributedConfig, config: PlanConfig) -> DistributedConfig:
                    partition=None if config.partitioner == "block" else config.partitioner)
 
 
+def with_overlap_variants(candidates: Sequence[DistributedConfig]) -> list[DistributedConfig]:
+    """``--overlap auto``'s trials: every candidate without overlap (the first stays the
+    reference a trial must beat, :func:`trial_winner`), then each 1D/1.5D one with it.
+
+    Why measure rather than predict: overlap pays where links are slow and every rank
+    has a CPU of its own (1.15-1.9x faster epochs on shaped links, benchmarks/overlap.py),
+    and can cost where ranks share CPUs, since the transfers then compete with another
+    rank's multiply; the cost model prices neither."""
+    plain = [replace(c, overlap=False) for c in candidates]
+    return plain + [replace(c, overlap=True) for c in plain if c.algo in ("1d", "1.5d")]
+
+
 def measure_epochs_s(session: Session, source: Any, cfg: TrainConfig,
                      dcfg: DistributedConfig) -> list[float]:
     """Train ``dcfg`` on ``source`` (every rank of the job calls this) and return each
@@ -484,6 +496,7 @@ class DistributedRun:
                 if r.memory is not None
             ],
             "overlap": self.dcfg.overlap,
+            "trials": self.trials,
             "comm_wait_s_per_epoch": [r.waited_s for r in self.reports],
             "config": config,
         }
@@ -524,8 +537,8 @@ def _run_job(job: DistributedJob) -> RankResult[DistributedRun]:
                 dcfg = job.trials[won]
                 trials = [{"algo": c.algo, "replication": c.replication, "comm": c.comm,
                            "partition": None if c.partition is None else str(c.partition),
-                           "measured_epoch_s": t} for c, t in zip(job.trials, times,
-                                                                  strict=True)]
+                           "overlap": c.overlap, "measured_epoch_s": t}
+                          for c, t in zip(job.trials, times, strict=True)]
             trained = train_rank(source, job.cfg, dcfg, session)
             assert trained is not None  # the grid spans the whole job
             _, result, report = trained
