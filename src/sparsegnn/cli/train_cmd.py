@@ -118,7 +118,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "multiplied while the next arrives); results unchanged to the "
                            "bit. auto: a short trial of each 1d/1.5d configuration with and "
                            "without it decides (with --algo auto, of every configuration "
-                           "tried); bare --overlap means on")
+                           "tried; like --auto-trials > 1, runs one after another in a "
+                           "process, whose peak the per-run memory prediction does not "
+                           "bound); bare --overlap means on")
     dist.add_argument(
         "--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
         metavar="GIB",
