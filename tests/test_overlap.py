@@ -90,9 +90,13 @@ def test_overlapped_row_spmm_is_exact_and_times_its_waits(
 
 def test_column_slices_cover_the_width_only_where_products_stay_exact() -> None:
     x32 = torch.randn(50, 130)
-    slices = column_slices(x32)
+    # 1D: up to 8 slices of at least 16 columns; 1.5D (replicas sum every slice): 4 of 32.
+    assert [(s.stop - s.start) for s in column_slices(x32)] == [17, 17, 16, 16, 16, 16, 16, 16]
+    slices = column_slices(x32, replicated=True)
     assert [(s.start, s.stop) for s in slices] == [(0, 33), (33, 66), (66, 98), (98, 130)]
-    assert column_slices(torch.randn(50, 40)) == [slice(0, 40)]  # too narrow to slice
+    assert column_slices(torch.randn(50, 40), replicated=True) == [slice(0, 40)]  # too narrow
+    assert len(column_slices(torch.randn(50, 40))) == 2
+    assert column_slices(torch.randn(50, 20)) == [slice(0, 20)]
     # float64's kernel depends on the width, so its products are never sliced.
     assert column_slices(x32.double()) == [slice(0, 130)]
     graph = sbm(300, 3, 6, num_features=5, seed=1)

@@ -156,7 +156,8 @@ class SparseRowOperator(DistributedOperator):
 
     def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
         plan = self.backward_plan if transpose else self.forward_plan
-        slices = column_slices(x) if self.overlap else [slice(0, x.shape[1])]
+        slices = (column_slices(x, self.grid.row.size > 1) if self.overlap
+                  else [slice(0, x.shape[1])])
         # Every slice's exchange is started at once (together one block of rows, as
         # unsliced); slice s + 1 is still on the wire while slice s is multiplied.
         moving = [self.sparse_comm.exchange_async(

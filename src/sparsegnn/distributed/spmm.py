@@ -38,11 +38,17 @@ from sparsegnn.distributed.comm import Communicator, ProcessGrid
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, split_sizes, stage_blocks
 from sparsegnn.sparse import column_slices_exact
 
-# Overlapped products move X in column slices of at least this many columns, at most
-# this many slices: a slice's multiply re-reads the tile's 12 bytes of index and value
-# per nonzero, which a narrower slice would no longer amortise over its gathered row.
-SLICE_MIN_COLUMNS = 32
-MAX_SLICES = 4
+# Overlapped products move X in column slices: (at most this many, at least this many
+# columns each). A slice's multiply re-reads the tile's 12 bytes of index and value per
+# nonzero, which a narrower slice would no longer amortise over its gathered row. 1D: 8
+# slices, since gloo runs two of a group's collectives at once, so the first slices
+# arrive after 2/count of the transfer and the last two are multiplied after it (4 ->
+# 8 slices hid 0.62-0.71 of 1D sparse's waits on 1 Gbit/s links instead of 0.38-0.46,
+# benchmarks/overlap.py). 1.5D: 4, since each finished slice also starts a replica
+# all-reduce, and with 8 its overlapped epochs on 1 Gbit/s links took 5-11% longer
+# (one run against one).
+SLICES_1D = (8, 16)
+SLICES_REPLICATED = (4, 32)
 # Stages an overlapped dense product has in flight, each on a column-group lane of its
 # own (``ProcessGrid.create(col_lanes=...)``): a broadcast's root sends g - 1 copies over
 # its own uplink while the other members' uplinks idle, so one root at a time leaves
@@ -58,8 +64,9 @@ def col_lanes(algo: str, comm: str, overlap: bool) -> int:
     return OVERLAP_LANES if overlap and comm == "dense" and algo in ("1d", "1.5d") else 1
 
 
-def column_slices(x: torch.Tensor) -> list[slice]:
-    """The column slices an overlapped product moves and multiplies one at a time.
+def column_slices(x: torch.Tensor, replicated: bool = False) -> list[slice]:
+    """The column slices an overlapped product moves and multiplies one at a time
+    (``replicated``: the product's replicas sum every slice, 1.5D).
 
     Why slices: with the whole width in one transfer, the rank can multiply nothing that
     needs it until all of it has arrived; in slices, slice s is multiplied while slice
@@ -67,7 +74,8 @@ def column_slices(x: torch.Tensor) -> list[slice]:
     slice (the whole width) where X is narrow or where slices would not give the same
     bits (:func:`~sparsegnn.sparse.column_slices_exact`)."""
     width = x.shape[1]
-    count = min(MAX_SLICES, width // SLICE_MIN_COLUMNS) if column_slices_exact(x) else 1
+    most, columns = SLICES_REPLICATED if replicated else SLICES_1D
+    count = min(most, width // columns) if column_slices_exact(x) else 1
     if count <= 1:
         return [slice(0, width)]
     bounds = list(itertools.accumulate(split_sizes(width, count), initial=0))
@@ -154,7 +162,7 @@ class RowOperator(DistributedOperator):
                 out += tiles[j].matmul(h)
             return comm.all_reduce(out, self.grid.row)
 
-        slices = column_slices(x)
+        slices = column_slices(x, self.grid.row.size > 1)
         whole = len(slices) == 1
         col = self.grid.col
 
