@@ -38,15 +38,15 @@ from sparsegnn.distributed.comm import Communicator, ProcessGrid
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, split_sizes, stage_blocks
 from sparsegnn.sparse import column_slices_exact
 
-# Overlapped products move X in column slices: (at most this many, at least this many
-# columns each). A slice's multiply re-reads the tile's 12 bytes of index and value per
-# nonzero, which a narrower slice would no longer amortise over its gathered row. 1D: 8
-# slices, since gloo runs two of a group's collectives at once, so the first slices
-# arrive after 2/count of the transfer and the last two are multiplied after it (4 ->
-# 8 slices hid 0.62-0.71 of 1D sparse's waits on 1 Gbit/s links instead of 0.38-0.46,
-# benchmarks/overlap.py). 1.5D: 4, since each finished slice also starts a replica
-# all-reduce, and with 8 its overlapped epochs on 1 Gbit/s links took 5-11% longer
-# (one run against one).
+# Overlapped products move X in column slices, given here as (the most slices, the
+# fewest columns a slice may have). A slice's multiply re-reads the tile's 12 bytes of
+# index and value per nonzero, which a narrower slice would no longer amortise over its
+# gathered row. 1D: 8 slices, since gloo runs two of a group's collectives at once, so
+# the first slices arrive after 2/count of the transfer and the last two are multiplied
+# after it (4 -> 8 slices hid 0.62-0.71 of 1D sparse's waits on 1 Gbit/s links instead
+# of 0.38-0.46, benchmarks/overlap.py). 1.5D: 4, since each finished slice also starts a
+# replica all-reduce, and with 8 its overlapped epochs on 1 Gbit/s links took 5-11%
+# longer (one run against one).
 SLICES_1D = (8, 16)
 SLICES_REPLICATED = (4, 32)
 # Stages an overlapped dense product has in flight, each on a column-group lane of its
