@@ -219,6 +219,36 @@ def test_cli_train_algo_auto_trains_the_fastest_trial(
     assert direct["losses"] == out["losses"]
 
 
+def test_overlap_twins_are_priced_apart_and_tried_only_where_they_fit(graph: PlanGraph) -> None:
+    """``--overlap auto`` ranks by the plain runs' memory and prices each 1D/1.5D
+    configuration's overlapped twin apart (the same as ranking with overlap on); under a
+    limit between the two, the configuration stays and only its twin is left out."""
+    twins = {(c.config.algo, c.config.replication, c.config.comm): c
+             for c in auto_plan(graph, 4, profile(), PlanConfig(4), overlap_twins=True)}
+    plain = {k: c.memory_bytes for k, c in twins.items()}
+    on = {(c.config.algo, c.config.replication, c.config.comm): c.memory_bytes
+          for c in auto_plan(graph, 4, profile(), PlanConfig(4, overlap=True))}
+    assert {k: c.memory_bytes for k, c in twins.items()} == {
+        (c.config.algo, c.config.replication, c.config.comm): c.memory_bytes
+        for c in auto_plan(graph, 4, profile(), PlanConfig(4))}
+    assert {k: c.twin_memory_bytes for k, c in twins.items() if k[0] in ("1d", "1.5d")} == \
+        {k: v for k, v in on.items() if k[0] in ("1d", "1.5d")}
+    assert all(c.twin_memory_bytes is None for k, c in twins.items() if k[0] in ("2d", "3d"))
+    dense = twins["1d", 1, "dense"]
+    assert dense.twin_memory_bytes > plain["1d", 1, "dense"]
+    between = (dense.memory_bytes + dense.twin_memory_bytes) / 2 / 2**30
+    tight = {(c.config.algo, c.config.comm): c for c in
+             auto_plan(graph, 4, profile(), PlanConfig(4), max_rank_memory_gib=between,
+                       overlap_twins=True)}
+    assert tight["1d", "dense"].fits and not tight["1d", "dense"].twin_fits
+    from sparsegnn.train.distributed import DistributedConfig, with_overlap_variants
+
+    got = with_overlap_variants([DistributedConfig(algo="1d"),
+                                 DistributedConfig(algo="1d", comm="sparse")], [False, True])
+    assert [(c.comm, c.overlap) for c in got] == [
+        ("dense", False), ("sparse", False), ("sparse", True)]
+
+
 def test_overlap_variants_follow_every_plain_candidate() -> None:
     """``--overlap auto``'s trials: each candidate without overlap first (the reference
     stays the model's choice, plain), then with it where overlap exists (1D/1.5D)."""

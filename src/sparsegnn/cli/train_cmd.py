@@ -442,7 +442,8 @@ def _distributed(args: argparse.Namespace) -> int:
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
     candidates = [with_plan(job.dcfg, c) for c in trials] or [job.dcfg]
     if args.overlap == "auto":
-        candidates = with_overlap_variants(candidates)
+        twin_fits = [p["overlapped_memory_fits"] for p in auto["predicted"]] if auto else None
+        candidates = with_overlap_variants(candidates, twin_fits)
     if len(candidates) > 1:
         job = replace(job, trials=tuple(candidates))
     if args.max_rank_memory is not None:
@@ -507,14 +508,15 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     world = _world(args)
     cfg = config_from_args(args)
     base = PlanConfig(world, model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
-                      dtype=cfg.dtype, seed=cfg.seed, overlap=args.overlap != "off")
+                      dtype=cfg.dtype, seed=cfg.seed, overlap=args.overlap == "on")
     partitioners = ("block",) if args.partition is None else (args.partition,)
     if args.profile is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "
                                 "choose the same; write one with `sparsegnn calibrate`)")
     ranked = auto_plan(PlanGraph.of(_graph(args), cfg.model), world,
                        load_profile(args.profile, world), base,
-                       partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory)
+                       partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory,
+                       overlap_twins=args.overlap == "auto")
     trials = shortlist(ranked, _auto_trials(args))
     if not trials:
         raise InvalidValueError("--algo auto: no configuration is predicted to fit "
@@ -523,8 +525,8 @@ def _choose(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     args.algo, args.replication = choice.config.algo, choice.config.replication
     args.comm = choice.config.comm
     args.partition = None if choice.config.partitioner == "block" else choice.config.partitioner
-    return {"candidates": len(ranked), "predicted": [c.to_dict() for c in trials]}, \
-        [c.config for c in trials]
+    predicted = [{**c.to_dict(), "overlapped_memory_fits": c.twin_fits} for c in trials]
+    return {"candidates": len(ranked), "predicted": predicted}, [c.config for c in trials]
 
 
 def _auto_trials(args: argparse.Namespace) -> int:
@@ -548,18 +550,23 @@ def _auto_report(auto: dict[str, Any], run: Any) -> dict[str, Any]:
     predicted = {_plan_key(p["algo"], p["replication"], p["comm"], p["partitioner"]): p
                  for p in auto["predicted"]}
 
-    def prediction(algo: str, replication: int, comm: str, partition: Any) -> dict[str, Any]:
-        return predicted[_plan_key(algo, replication, comm, partition)]
+    def prediction(algo: str, replication: int, comm: str, partition: Any,
+                   overlap: bool) -> dict[str, Any]:
+        """The planner's entry, with the overlapped run's memory where it overlaps."""
+        p = predicted[_plan_key(algo, replication, comm, partition)]
+        twin = p.get("overlapped_memory_bytes_per_rank")
+        return {**p, "memory_bytes_per_rank": twin} if overlap and twin is not None else p
 
     d = run.dcfg
-    trials = [{**{k: prediction(t["algo"], t["replication"], t["comm"], t["partition"])[k]
-                  for k in fields}, "overlap": t["overlap"], "trial_epoch_s": t["measured_epoch_s"]}
+    trials = [{**{k: prediction(t["algo"], t["replication"], t["comm"], t["partition"],
+                                t["overlap"])[k] for k in fields},
+               "overlap": t["overlap"], "trial_epoch_s": t["measured_epoch_s"]}
               for t in run.trials]
     if not trials:  # the model's choice alone was trained
         trials = [{**{k: p[k] for k in fields}, "overlap": d.overlap, "trial_epoch_s": None}
                   for p in auto["predicted"]]
-    return {**prediction(d.algo, d.replication, d.comm, d.partition), "overlap": d.overlap,
-            "candidates": auto["candidates"], "trials": trials}
+    return {**prediction(d.algo, d.replication, d.comm, d.partition, d.overlap),
+            "overlap": d.overlap, "candidates": auto["candidates"], "trials": trials}
 
 
 def _plan_key(algo: str, replication: int, comm: str, partition: Any) -> tuple[str, int, str, str]:

@@ -29,13 +29,19 @@ class Candidate:
     memory_bytes: int
     fits: bool
     bytes_per_rank: int = 0  # the busiest rank's bytes per epoch (the planner's, exact)
+    # The same configuration with overlap (``auto_plan(overlap_twins=True)``): its
+    # per-rank peak and whether that fits; None where not asked or overlap is not an
+    # option (2D/3D).
+    twin_memory_bytes: int | None = None
+    twin_fits: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         c = self.config
         return {"algo": c.algo, "replication": c.replication, "comm": c.comm,
                 "partitioner": c.partitioner, **self.cost.to_dict(),
                 "memory_bytes_per_rank": self.memory_bytes, "fits": self.fits,
-                "bytes_per_rank": self.bytes_per_rank}
+                "bytes_per_rank": self.bytes_per_rank,
+                "overlapped_memory_bytes_per_rank": self.twin_memory_bytes}
 
 
 def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
@@ -60,11 +66,15 @@ def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
 def auto_plan(
     graph: PlanGraph, parts: int, profile: Profile, base: PlanConfig, *,
     partitioners: tuple[str, ...] = ("block",), max_rank_memory_gib: float | None = None,
+    overlap_twins: bool = False,
 ) -> list[Candidate]:
     """Every feasible configuration, fitting ones first, each group by predicted time.
 
     Memory is predicted for ranks that each load ``graph`` whole, as ``train --algo
-    auto`` runs them (it refuses partitioned folders)."""
+    auto`` runs them (it refuses partitioned folders). ``overlap_twins``: also predict
+    each 1D/1.5D configuration's memory with overlap (``train --overlap auto`` tries
+    that twin only where it fits)."""
+    limit = None if max_rank_memory_gib is None else max_rank_memory_gib * 2**30
     layouts: dict[tuple[int, str], Layout] = {}
     found = []
     for cfg in configurations(parts, partitioners, base):
@@ -78,12 +88,15 @@ def auto_plan(
         volumes = {**plan_epoch(lay, cfg.comm, cfg, cfg.value_bytes),
                    "value_bytes": cfg.value_bytes}
         cost = predict_epoch(lay, volumes, cfg, profile, cfg.comm)
-        memory = predict_memory(lay, cfg, cfg.value_bytes,
-                                profile.rank_base_bytes + profile.rank_overhead_bytes,
-                                whole_graph=True)
-        fits = max_rank_memory_gib is None or memory <= max_rank_memory_gib * 2**30
+        overhead = profile.rank_base_bytes + profile.rank_overhead_bytes
+        memory = predict_memory(lay, cfg, cfg.value_bytes, overhead, whole_graph=True)
         moved = int(volumes["bytes_per_epoch"]["max_per_rank"])
-        found.append(Candidate(cfg, cost, memory, fits, moved))
+        found.append(Candidate(cfg, cost, memory, limit is None or memory <= limit, moved))
+        if overlap_twins and cfg.algo in ("1d", "1.5d"):
+            twin = predict_memory(lay, replace(cfg, overlap=True), cfg.value_bytes, overhead,
+                                  whole_graph=True)
+            found[-1].twin_memory_bytes = twin
+            found[-1].twin_fits = limit is None or twin <= limit
     return sorted(found, key=lambda c: (not c.fits, c.cost.total_s))
 
 

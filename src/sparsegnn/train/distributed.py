@@ -239,16 +239,20 @@ def with_plan(dcfg: DistributedConfig, config: PlanConfig) -> DistributedConfig:
                    partition=None if config.partitioner == "block" else config.partitioner)
 
 
-def with_overlap_variants(candidates: Sequence[DistributedConfig]) -> list[DistributedConfig]:
+def with_overlap_variants(candidates: Sequence[DistributedConfig],
+                          twin_fits: Sequence[bool] | None = None) -> list[DistributedConfig]:
     """``--overlap auto``'s trials: every candidate without overlap (the first stays the
-    reference a trial must beat, :func:`trial_winner`), then each 1D/1.5D one with it.
+    reference a trial must beat, :func:`trial_winner`), then each 1D/1.5D one with it
+    (only those whose ``twin_fits`` is true, where given: a memory limit).
 
     Why measure rather than predict: overlap pays where links are slow and every rank
     has a CPU of its own (1.15-1.9x faster epochs on shaped links, benchmarks/overlap.py),
     and can cost where ranks share CPUs, since the transfers then compete with another
     rank's multiply; the cost model prices neither."""
     plain = [replace(c, overlap=False) for c in candidates]
-    return plain + [replace(c, overlap=True) for c in plain if c.algo in ("1d", "1.5d")]
+    fits = [True] * len(plain) if twin_fits is None else list(twin_fits)
+    return plain + [replace(c, overlap=True) for c, ok in zip(plain, fits, strict=True)
+                    if ok and c.algo in ("1d", "1.5d")]
 
 
 def measure_epochs_s(session: Session, source: Any, cfg: TrainConfig,
