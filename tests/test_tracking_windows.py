@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from sparsegnn.cli.main import main
 from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking import graph as graph_module
 from sparsegnn.tracking.events import read_event
 from sparsegnn.tracking.graph import (
     DoubletCuts,
@@ -28,6 +30,7 @@ from sparsegnn.tracking.windows import (
     doublet_value,
     outwards,
     window_pass,
+    wrap,
 )
 from tracking_toys import straight_tracks
 
@@ -157,3 +160,64 @@ def test_build_graphs_learns_and_applies_windows(tmp_path: Path,
     assert windowed["mean_efficiency"] == plain["mean_efficiency"] == 1.0
     assert windowed["mean_num_edges"] < plain["mean_num_edges"] / 3
     assert ModuleMap.load(tmp_path / "win.npz").windows is not None
+
+
+def _every_candidate(ev, mm: ModuleMap) -> tuple[np.ndarray, np.ndarray]:
+    """Every hit pair on every map pair (a module with itself: each pair once), plainly."""
+    by_module: dict[int, list[int]] = {}
+    for hit, key in enumerate(ev.module_key.tolist()):
+        by_module.setdefault(key, []).append(hit)
+    src, dst, rows = [], [], []
+    for row, (a, b) in enumerate(mm.unordered_pairs().tolist()):
+        for ha in by_module.get(a, []):
+            for hb in by_module.get(b, []):
+                if a != b or ha < hb:
+                    src.append(ha), dst.append(hb), rows.append(row)
+    return np.array([src, dst], dtype=np.int64), np.array(rows, dtype=np.int64)
+
+
+def _rotated(ev, angle: float):
+    """``ev`` turned about the beam line: other modules straddle phi = +-pi."""
+    c, s = np.cos(angle), np.sin(angle)
+    x, y, z = ev.position.T
+    return replace(ev, position=np.stack([c * x - s * y, s * x + c * y, z], axis=1))
+
+
+@pytest.mark.parametrize("angle", [0.0, 2.9])
+def test_azimuth_search_keeps_every_edge_the_exact_tests_pass(angle: float) -> None:
+    # Candidates are found by binary search over each module's hits sorted by azimuth;
+    # the graph must be exactly what testing every hit pair on every map pair gives, for
+    # windows narrow and wide, untrusted (NaN) windows, the global dphi cut, and modules
+    # straddling phi = +-pi.
+    ev = _rotated(read_event(SAMPLE, "event000000001"), angle)
+    mm = ModuleMap.learn([ev], windows=True)
+    every, rows = _every_candidate(ev, mm)
+    for cuts in (DoubletCuts(window_margin=0.0), DoubletCuts(window_margin=0.3,
+                                                              window_count_margin=16),
+                 DoubletCuts(window_margin=0.0, window_min_count=3),
+                 DoubletCuts(window_margin=40.0), DoubletCuts(dphi=0.02),
+                 DoubletCuts(window_margin=0.1, dphi=0.01, z0=200.0)):
+        kept = every
+        if cuts.window_margin is not None:
+            kept = graph_module._in_windows(ev, every, rows, mm.windows.widened(
+                cuts.window_margin, cuts.window_count_margin, cuts.window_min_count))
+        kept = graph_module._apply_cuts(ev, kept, cuts)
+        built = module_map_graph(ev, mm, cuts)
+        assert built.num_edges == kept.shape[1] > 0
+        assert {tuple(e) for e in np.sort(built.edge_index, axis=0).T.tolist()} == \
+            {tuple(e) for e in np.sort(kept, axis=0).T.tolist()}
+    narrow = DoubletCuts(window_margin=0.0)
+    searched, _ = graph_module._candidates(ev, mm, graph_module._dphi_ranges(
+        mm, mm.windows.widened(0.0), narrow))
+    assert searched.shape[1] < every.shape[1] / 2  # the search skips most hit pairs
+
+
+def test_wrap_is_the_modulo_bit_for_bit() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-np.pi, np.pi, (2, 200_000))
+    edges = np.array([np.pi, -np.pi, 0.0, -0.0, 1e-300, -1e-300, 2 * np.pi, -2 * np.pi,
+                      np.nextafter(np.pi, 0), np.nextafter(-np.pi, 0), np.nextafter(np.pi, 4),
+                      np.nextafter(-np.pi, -4), np.nextafter(2 * np.pi, 0)])
+    for angle in (a - b, edges, np.array([7.0, -9.5, np.nan]), np.empty(0)):
+        plain = (angle + np.pi) % (2 * np.pi) - np.pi
+        assert np.array_equal(wrap(angle), plain, equal_nan=True)

@@ -19,6 +19,7 @@ import gzip
 import io
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,9 @@ class Event:
     """One event: hits in ``hit_id`` order joined with their truth particle.
 
     ``particle_index[i]`` is the row of hit ``i``'s particle in :attr:`particles`, or -1 for
-    a noise hit; ``particle_id[i]`` is the raw id (0 for noise).
+    a noise hit; ``particle_id[i]`` is the raw id (0 for noise). ``r``, ``phi``, ``eta``
+    and ``module_key`` are computed once per event: graph construction and track
+    building read them many times per event. The arrays are not to be modified.
     """
 
     name: str
@@ -91,21 +94,21 @@ class Event:
     def z(self) -> np.ndarray:
         return self.position[:, 2]
 
-    @property
+    @cached_property
     def r(self) -> np.ndarray:
         """Transverse distance from the beam line."""
         return np.hypot(self.x, self.y)
 
-    @property
+    @cached_property
     def phi(self) -> np.ndarray:
         return np.arctan2(self.y, self.x)
 
-    @property
+    @cached_property
     def eta(self) -> np.ndarray:
         """Pseudorapidity of the hit seen from the origin."""
         return np.arcsinh(self.z / np.maximum(self.r, 1e-12))
 
-    @property
+    @cached_property
     def module_key(self) -> np.ndarray:
         """One int64 per sensitive module: volume, layer and module packed."""
         return module_key(self.volume, self.layer, self.module)

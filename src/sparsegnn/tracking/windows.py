@@ -128,5 +128,15 @@ def window_pass(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.nda
 
 
 def wrap(angle: np.ndarray) -> np.ndarray:
-    """Angle difference mapped into [-pi, pi)."""
-    return (angle + np.pi) % (2 * np.pi) - np.pi
+    """Angle difference mapped into [-pi, pi): ``(angle + pi) % 2 pi - pi``, bit for bit.
+
+    The difference of two azimuths needs at most one turn added or taken, which costs a
+    few comparisons where the float modulo costs ten times more (it was the largest
+    single cost of graph construction); any other input takes the modulo."""
+    shifted = np.asarray(angle, dtype=np.float64) + np.pi
+    turn = 2 * np.pi
+    if shifted.size == 0 or not (shifted.min() >= -np.pi and shifted.max() < 3 * np.pi):
+        return shifted % turn - np.pi
+    # The modulo is fmod (exact here) plus one turn for negatives: the same roundings.
+    return np.where(shifted >= turn, shifted - turn,
+                    np.where(shifted < 0, shifted + turn, shifted)) - np.pi
