@@ -117,8 +117,12 @@ class Condition:
 FULL = [Condition("gun1000", *[TrackingDataset("gun1000", 1000, 0, 96, 16, 3, 11)] * 2),
         Condition("gun5000", *[TrackingDataset("gun5000", 5000, 0, 30, 8, 3, 5171)] * 2),
         Condition("ttbar_pu50", *[TrackingDataset("ttbar_pu50", None, 50, 200, 34, 3, 21)] * 2),
-        Condition("ttbar_pu200", TTBAR_PU200,
+        Condition("ttbar_pu200", TrackingDataset("ttbar_pu200_mix", None, 200, 0, 12, 0, 271),
                   TrackingDataset("ttbar_pu200_heldout", None, 200, 0, 0, 5, 171))]
+# Pileup 200 trains on 12 events of its own (seed 271): the 4 of TTBAR_PU200's training
+# split, which tracking_sampled.py and tracking_dense.py share, left the mixture model's
+# pileup-200 edge scores the weakest of the four conditions (docs/tracking.md); its 2
+# "test" events stay the validation events below.
 # Configurations no training event comes from (issue 23: efficiency within 2 pts of the
 # nearest trained condition): a multiplicity and a pileup between the trained ones.
 UNSEEN = [Condition("gun3000", *[TrackingDataset("gun3000", 3000, 0, 0, 0, 3, 3171)] * 2),
