@@ -12,12 +12,13 @@ present, seeds fixed; the training and held-out sets of earlier releases where t
 existed). One reconstruction serves them all:
 
 1. Graph construction: a module map with per-pair cut windows learnt from
-   ``--map-events`` 4000-muon map events (``benchmarks/tracking_graph.py``'s, one vertex
-   per muon; none of them a training or test event), windows widened by
-   ``0.3 + 16 / count`` of their width (:data:`WINDOW_CUTS`: the setting that reached
-   graph efficiency 0.9965 at pileup 200 with a 400-event map in tracking_graph.py's
-   measurement). Training graphs, tuning graphs and held-out events all use it, and a
-   saved model carries it.
+   ``--map-events`` (500) 4000-muon map events (``benchmarks/tracking_graph.py``'s, one
+   vertex per muon, one in five of stiff muons; none of them a training or test event),
+   windows widened by ``0.3 + 16 / count`` of their width (:data:`WINDOW_CUTS`: the
+   setting that reached graph efficiency 0.9965 at pileup 200 with a 400-event map of
+   soft muons in tracking_graph.py's measurement; 0.9990 with the 500-event mixed map).
+   Training graphs, tuning graphs and held-out events all use it, and a saved model
+   carries it.
 2. A doublet filter (``sparsegnn.tracking.filter``) trained on the training graphs of all
    conditions, keeping 0.999 of their target edges.
 3. One Interaction Network (hidden 64, 6 iterations) trained on the pruned graphs of all
@@ -163,7 +164,8 @@ QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] 
 def module_map(root: Path, events: int, min_pt: float) -> ModuleMap:
     """The windowed map of the first ``events`` map events for targets above ``min_pt``,
     cached beside them."""
-    path = map_folder(root, min_pt).with_name(f"{map_folder(root, min_pt).name}_{events}.npz")
+    suffix = "" if min_pt == 1.0 else f"_pt{min_pt:g}"
+    path = map_folder(root, min_pt).parent / f"map_{events}{suffix}.npz"
     if path.is_file():
         return ModuleMap.load(path)
     found = learn_module_map(map_chunks(root, events, 1, min_pt), "module",
@@ -292,7 +294,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--test-events", type=int, default=None,
                    help="at most this many held-out events per condition (default: all)")
     p.add_argument("--map-events", type=int, default=None,
-                   help="map events the module map is learnt from (default 400, --quick 20)")
+                   help="map events the module map is learnt from (default 500, --quick 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the filter and the GNN")
     p.add_argument("--min-pt", type=float, default=1.0,
                    help="GeV: targets and reconstructable particles above this pT (default 1; "
@@ -328,7 +330,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     args = p.parse_args(argv)
     args.epochs = args.epochs or (3 if args.quick else 30)
-    args.map_events = args.map_events or (20 if args.quick else 400)
+    args.map_events = args.map_events or (20 if args.quick else 500)
     return args
 
 
