@@ -5,13 +5,16 @@ Run: ``python benchmarks/tracking_graph.py [--quick] [--json] [--map-events 10,2
 
 Module pairs are geometry, so the map need not come from the events it is used on: it is
 learnt here from cheap simulated map events, muon guns of 4000 muons per event, each muon
-from its own beam-spot vertex (the luminous region's z range, as pileup spreads it), pT
-0.9-2 GeV (the curvature extremes of pT >= 1 GeV targets: a window keeps min and max, so
-only the extremes must be seen) and |eta| < 3 (as the ttbar events' particle selection).
-Events are simulated once into ``DIR/graph_map/gun4000v/chunkNNN`` (10 events a chunk,
-seed 8000 + N) in ``--workers`` processes, and each event's map is learnt in
-``--workers`` processes too (``sparsegnn.tracking.graph.event_maps``), from particles with
-pT >= 0.9 GeV.
+from its own beam-spot vertex (the luminous region's z range, as pileup spreads it) and
+|eta| < 3 (as the ttbar events' particle selection). A window keeps min and max, so both
+ends of each variable's range must be seen: four chunks in five shoot soft muons, pT
+0.9-2 GeV (the most curved pT >= 1 GeV targets, both charges), the fifth stiff ones, pT
+2-50 GeV (the straight end: a module pair that only one charge of soft muons crosses
+otherwise gets a dphi window that stops short of zero). Events are simulated once into
+``DIR/graph_map/gun4000v/chunkNNN`` (soft, 10 events a chunk, seed 8000 + N) and
+``DIR/graph_map/gun4000v_straight/chunkNNN`` (stiff, seed 9000 + N) in ``--workers``
+processes, and each event's map is learnt in ``--workers`` processes too
+(``sparsegnn.tracking.graph.event_maps``), from particles with pT >= 0.9 GeV.
 
 At each number of map events the merged map builds the graphs of held-out pileup-200
 ttbar events (``tracking_dense.py``'s set: none of them is a map event) in three ways:
