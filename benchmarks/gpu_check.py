@@ -10,7 +10,14 @@ Timings (2^18-vertex graphs as in
 without reordering, and GCN epochs ours vs PyG with ``torch.cuda.max_memory_allocated``
 peaks. Without a CUDA device it says so and exits with status 0 having run nothing.
 
-    python benchmarks/gpu_check.py [--quick] [--json]
+With ``--tracking-model M --tracking-events DIR`` (a reconstruction saved by
+``benchmarks/tracking.py --save-model``, and TrackML events such as pileup-200 ttbar
+ones) it also times the whole reconstruction of each event, stage by stage, on the CPU
+and on CUDA: graph construction (NumPy on the CPU in both), the doublet filter, the
+Interaction Network and track building, each stage synchronised, median of
+``--repeats``; and checks that CUDA's edge scores match the CPU's.
+
+    python benchmarks/gpu_check.py [--quick] [--json] [--tracking-model M --tracking-events DIR]
 """
 
 from __future__ import annotations
@@ -225,8 +232,62 @@ def gcn_timings(dev: torch.device, quick: bool, repeats: int) -> list[Row]:
     return rows
 
 
+# Stages of one event's reconstruction, in order (Reconstruction.graph = graph + filter).
+TRACKING_STAGES = ("graph", "filter", "score", "build")
+
+
+def reconstruction_stages(reco: Any, event: Any, dev: torch.device, repeats: int
+                          ) -> tuple[dict[str, float], Any]:
+    """Median seconds of each of :data:`TRACKING_STAGES` on ``event`` (``reco`` on
+    ``dev``), and the edge scores."""
+    from sparsegnn.tracking.graph import module_map_graph
+
+    out: dict[str, Any] = {}
+    steps = {"graph": lambda: module_map_graph(event, reco.module_map, reco.config.cuts,
+                                               reco.targets),
+             "filter": lambda: (out["graph"] if reco.edge_filter is None
+                                else reco.edge_filter.prune(out["graph"])),
+             "score": lambda: reco.score(out["filter"]),
+             "build": lambda: reco.build(out["score"], event)}
+    seconds = {}
+    for stage in TRACKING_STAGES:
+        step = synced(steps[stage]) if dev.type == "cuda" else steps[stage]
+        out[stage] = steps[stage]()  # warm-up, and the next stage's input
+        seconds[stage] = time_it(step, repeats=repeats, warmup=0).median
+    return seconds, out["score"]
+
+
+def tracking_timings(dev: torch.device, model: str, events: str, repeats: int,
+                     failures: list[str]) -> list[Row]:
+    """One row per event: every stage's seconds on the CPU and on ``dev``, and the largest
+    difference between the two devices' edge probabilities (> 1e-3 is a failure)."""
+    from sparsegnn.tracking.events import read_events
+    from sparsegnn.tracking.pipeline import Reconstruction
+
+    cpu = torch.device("cpu")
+    recos = {d: Reconstruction.from_model(model, d) for d in (cpu, dev)}
+    rows: list[Row] = []
+    for event in read_events(events):
+        (ours, scores), (peer, peer_scores) = (
+            reconstruction_stages(recos[d], event, d, repeats) for d in (dev, cpu))
+        diff = float(abs(scores.scores - peer_scores.scores).max(initial=0.0))
+        if diff > 1e-3:
+            failures.append(f"tracking {event.name}: CUDA edge scores differ from the CPU's "
+                            f"by up to {diff:.2g}")
+        rows.append({"what": "track reconstruction", "event": event.name,
+                     "hits": event.num_hits, "edges": int(scores.scores.size),
+                     "max_score_diff": diff,
+                     **{f"{s}_s": ours[s] for s in TRACKING_STAGES},
+                     **{f"cpu_{s}_s": peer[s] for s in TRACKING_STAGES},
+                     "ours": sum(ours.values()), "peer": sum(peer.values()),
+                     "cpu_threads": torch.get_num_threads()})
+    return rows
+
+
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    args = parse_args(__doc__.splitlines()[0], extra_values={
+        "tracking-model": "a saved reconstruction (benchmarks/tracking.py --save-model)",
+        "tracking-events": "TrackML events to reconstruct with it (e.g. pileup-200 ttbar)"})
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device (torch.cuda.is_available() is False); nothing was run.")
         emit([], {}, {"cuda_available": False}, args.json)
@@ -243,7 +304,17 @@ def main() -> None:
                             if c in spmm_rows[0]])
     gcn_rows = gcn_timings(dev, args.quick, repeats)
     print_table(gcn_rows, ["graph", "impl", "epoch_s", "peak_gib"])
-    emit([*spmm_rows, *gcn_rows], summarize(spmm_rows, gcn_rows),
+    track_rows = []
+    if args.tracking_model and args.tracking_events:
+        track_rows = tracking_timings(dev, args.tracking_model, args.tracking_events,
+                                      min(repeats, 5), failures)
+        print_table(track_rows, ["event", "hits", "edges", *(f"{s}_s" for s in TRACKING_STAGES),
+                                 "ours", "peer", "max_score_diff"])
+    speedups = summarize(spmm_rows, gcn_rows)
+    if track_rows:
+        speedups["tracking/reconstruction_cuda_vs_cpu"] = (
+            sum(r["peer"] for r in track_rows) / sum(r["ours"] for r in track_rows))
+    emit([*spmm_rows, *gcn_rows, *track_rows], speedups,
          {"cuda_available": True, "device": torch.cuda.get_device_name(dev),
           "correctness_failures": failures}, args.json)
     if failures:

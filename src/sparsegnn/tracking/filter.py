@@ -62,15 +62,16 @@ class EdgeFilter(nn.Module):
 
     @torch.no_grad()
     def logits(self, graph: HitGraph) -> torch.Tensor:
-        """Logits of every edge of ``graph``, in chunks (bounded memory on any event)."""
-        feats = doublet_features(graph)
+        """Logits of every edge of ``graph``, in chunks (bounded memory on any event), on
+        the filter's device (its features are made on the CPU)."""
+        feats = doublet_features(graph).to(self.threshold.device)
         return torch.cat([self(feats[lo:lo + _CHUNK]) for lo in range(0, feats.shape[0], _CHUNK)]
                          or [feats.new_empty(0)])
 
     def prune(self, graph: HitGraph) -> HitGraph:
         """``graph`` with only the edges at or above the threshold (not ``apply``, which
         ``nn.Module`` uses for visiting submodules)."""
-        return graph.keep_edges((self.logits(graph) >= self.threshold).numpy())
+        return graph.keep_edges((self.logits(graph) >= self.threshold).cpu().numpy())
 
 
 def doublet_features(graph: HitGraph) -> torch.Tensor:

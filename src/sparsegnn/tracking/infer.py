@@ -173,7 +173,7 @@ def load_track_model(path: str | Path, device: torch.device | str = "cpu") -> Tr
     if "filter" in state:
         from sparsegnn.tracking.filter import filter_from_state
 
-        found.edge_filter = filter_from_state(state["filter"], path)
+        found.edge_filter = filter_from_state(state["filter"], path).to(device)
     return found
 
 
