@@ -62,8 +62,8 @@ class Event:
     """One event: hits in ``hit_id`` order joined with their truth particle.
 
     ``particle_index[i]`` is the row of hit ``i``'s particle in :attr:`particles`, or -1 for
-    a noise hit; ``particle_id[i]`` is the raw id (0 for noise). ``r``, ``phi``, ``eta``
-    and ``module_key`` are computed once per event: graph construction and track
+    a noise hit; ``particle_id[i]`` is the raw id (0 for noise). ``r``, ``distance``, ``phi``,
+    ``eta`` and ``module_key`` are computed once per event: graph construction and track
     building read them many times per event. The arrays are not to be modified.
     """
 
@@ -98,6 +98,11 @@ class Event:
     def r(self) -> np.ndarray:
         """Transverse distance from the beam line."""
         return np.hypot(self.x, self.y)
+
+    @cached_property
+    def distance(self) -> np.ndarray:
+        """Distance from the origin: what orients every edge outwards."""
+        return np.linalg.norm(self.position, axis=1)
 
     @cached_property
     def phi(self) -> np.ndarray:

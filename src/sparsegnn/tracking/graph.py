@@ -498,7 +498,7 @@ def _pair_dphi(event: Event, order: np.ndarray, start: np.ndarray, ia: np.ndarra
     edge has dphi in [``low``, ``high``]: the range itself where every a-hit lies nearer
     the origin than every b-hit, mirrored where every one lies farther, their hull where
     the modules' distances overlap (``outwards`` orients each hit pair on its own)."""
-    dist = np.linalg.norm(event.position, axis=1)[order]
+    dist = event.distance[order]
     near, far = np.minimum.reduceat(dist, start), np.maximum.reduceat(dist, start)
     a_inner, b_inner = far[ia] <= near[ib], near[ia] > far[ib]
     mixed_low, mixed_high = np.minimum(low, -high), np.maximum(high, -low)

@@ -68,7 +68,7 @@ def outwards(event: Event, edge_index: np.ndarray) -> np.ndarray:
     Track building follows edges outwards, and the model's incoming/outgoing aggregation
     then means inner/outer neighbours in every graph, however it was built.
     """
-    dist = np.linalg.norm(event.position, axis=1)
+    dist = event.distance
     src, dst = edge_index
     flip = dist[src] > dist[dst]
     return np.stack([np.where(flip, dst, src), np.where(flip, src, dst)]).astype(np.int64)
