@@ -81,6 +81,7 @@ from _harness import (
     tracking_report,
     tracking_row,
 )
+from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.filter import FilterConfig, train_filter
@@ -157,6 +158,10 @@ TUNE_KINKS = (36.0,)
 # 0.921 / 0.014 (36) or 0.928 / 0.017 (64), the other conditions up 0.1-1 pt, all fake
 # rates <= 0.02 (docs/tracking.md); tuning chooses between the two.
 TUNE_SECOND = (36.0, 64.0)
+# Bridges across a missing segment (reco.build_tracks bridge_misfit), fixed at the
+# triplets' own misfit: on the validation events it recovered 1 / 8 / 2 / 4 particles at
+# gun 1000 / gun 5000 / pileup 50 / pileup 200, fake rates <= 0.012 (docs/tracking.md).
+TUNE_BRIDGES = (16.0,)
 QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] * 2),
          Condition("ttbar_pu5", *[TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)] * 2)]
 
@@ -196,7 +201,9 @@ def trained(args: argparse.Namespace, conditions: list[Condition], targets: Targ
     """Steps 1-4 of the module docstring on every condition's training events: the tuned
     reconstruction and what its training cost."""
     cfg = train_config(args)
-    reco = Reconstruction(walkthrough_settings(cfg, WINDOW_CUTS),
+    settings = dataclasses.replace(walkthrough_settings(cfg, WINDOW_CUTS),
+                                   precision=args.precision or "fp32")
+    reco = Reconstruction(settings,
                           module_map=module_map(args.data, args.map_events, args.min_pt),
                           targets=targets)
     train_events = {c.name: read_events(events_dir(args.data, c.train, "train"),
@@ -237,7 +244,8 @@ def tuned_building(reco: Reconstruction, args: argparse.Namespace,
     reco = reco.with_config(method="triplets")
     return tune(reco, events, cuts=TUNE_CUTS, lengths=TUNE_LENGTHS, loose=TUNE_LOOSE,
                 layers=TUNE_LAYERS, groups=groups, max_fake=args.max_fake or None,
-                links=TUNE_LINKS, kinks=TUNE_KINKS, seconds=TUNE_SECOND)
+                links=TUNE_LINKS, kinks=TUNE_KINKS, seconds=TUNE_SECOND,
+                bridges=TUNE_BRIDGES)
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -249,6 +257,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     targets = TargetConfig(min_pt=args.min_pt)
     if args.model:
         reco = Reconstruction.from_model(args.model, targets=targets)
+        reco = reco.with_config(precision=args.precision)
         shared: dict = {"model": str(args.model), "retuned": args.retune}
         if args.retune:
             reco = tuned_building(reco, args, conditions)
@@ -270,7 +279,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
                  "extend_cut": reco.config.extend_cut,
                  "merge_cut": reco.config.merge_cut, "link_cut": reco.config.link_cut,
                  "max_kink": reco.config.max_kink,
-                 "second_misfit": reco.config.second_misfit}
+                 "second_misfit": reco.config.second_misfit,
+                 "bridge_misfit": reco.config.bridge_misfit, "precision": reco.config.precision}
         rows.append(tracking_row(c.test, "gnn", test, run.tracks, seconds, extra))
         rows.append(tracking_row(c.test, "gnn_plain", test, plain_walkthrough(reco, test, run),
                                  seconds, {}))
@@ -310,6 +320,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--retune", action="store_true",
                    help="with --model: choose its track building again on the validation "
                         "events (step 4), conditions weighing the same")
+    p.add_argument("--precision", choices=SCORING_PRECISIONS, default=None,
+                   help="edge scoring precision (default: the --model's, else fp32; bf16 "
+                        "needs a CPU with AMX or AVX-512 BF16 to be faster)")
     p.add_argument("--max-fake", type=float, default=MAX_FAKE,
                    help=f"step 4 prefers choices at or below this fake rate in more "
                         f"conditions (default {MAX_FAKE}; 0: efficiency minus fake rate only)")

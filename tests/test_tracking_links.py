@@ -146,3 +146,71 @@ def test_another_method_over_a_triplets_model_drops_the_triplets_refinements() -
     assert (walk.link_cut, walk.max_kink, walk.second_misfit) == (None, None, None)
     kept = tuned.overridden(cut=0.3, method=None)
     assert (kept.link_cut, kept.max_kink, kept.second_misfit) == (0.0, 36.0, 64.0)
+
+
+def helix(phi0: float, radii: list[float], radius_of_curvature: float = 1000.0
+          ) -> HitGeometry:
+    """Hits of one particle out of the beam line (azimuth phi0 + asin(r / 2R), z = r), one
+    layer per radius: every triplet of them has misfit ~0."""
+    r = np.asarray(radii, dtype=np.float64)
+    phi = phi0 + np.arcsin(r / (2 * radius_of_curvature))
+    positions = np.stack([r * np.cos(phi), r * np.sin(phi), r], axis=1)
+    return HitGeometry(positions, np.round(r).astype(np.int64))
+
+
+def two_pieces() -> tuple[EdgeScores, HitGeometry]:
+    """One curved particle, hits 0-7 (r = 30..240 mm), as two kept chains 0-3 and 4-7 with
+    no edge 3 -> 4 (the module pair the map never saw). Its azimuth crosses +-pi between
+    the pieces. Hits 8-10 are a chain of another particle farther out, 0.3 rad away."""
+    ours = helix(np.pi - 0.07, [30, 60, 90, 120, 150, 180, 210, 240])
+    other = helix(np.pi - 0.37, [150, 180, 210], -1000.0)
+    geometry = HitGeometry(np.concatenate([ours.positions, other.positions]),
+                           np.concatenate([ours.layer, other.layer]))
+    edges = [(0, 1), (1, 2), (2, 3), (4, 5), (5, 6), (6, 7), (8, 9), (9, 10)]
+    return scored([(a, b, 0.9) for a, b in edges], 11), geometry
+
+
+def test_bridging_joins_the_pieces_of_a_missing_segment() -> None:
+    s, geometry = two_pieces()
+    assert np.sign(geometry.positions[3, 1]) != np.sign(geometry.positions[4, 1])  # wraps
+    plain = build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6)
+    assert groups(plain.hit_track) == []  # each piece crosses 4 layers
+    bridged = build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
+                           bridge_misfit=16.0)
+    # the other particle's chain starts nearer to hit 3 but bends away: not joined
+    assert groups(bridged.hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    # pieces long enough alone are left as they are (a join could only merge particles)
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=3,
+                               bridge_misfit=16.0).hit_track) == \
+        [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
+    # a misfit limit below the other particle's bend still joins ours (misfit ~0) ...
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
+                               bridge_misfit=1e-3).hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    # ... and one above it lets the other particle's chain compete: the better fit wins
+    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
+                               bridge_misfit=1e12).hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+
+
+def test_bridging_does_not_depend_on_the_order_of_hits_or_edges() -> None:
+    s, geometry = two_pieces()
+    # the same hits with the second piece numbered first and the edge list reversed
+    order = np.array([4, 5, 6, 7, 0, 1, 2, 3, 8, 9, 10])
+    moved = HitGeometry(geometry.positions[order], geometry.layer[order])
+    where = np.argsort(order)
+    s2 = EdgeScores("toy", where[s.edge_index[:, ::-1]], s.scores[::-1], 11)
+    assert groups(build_tracks(s2, 0.5, "triplets", geometry=moved, min_layers=6,
+                               bridge_misfit=16.0).hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+
+
+def test_bridge_misfit_needs_the_triplets() -> None:
+    s, geometry = two_pieces()
+    with pytest.raises(ValueError, match="bridge_misfit"):
+        build_tracks(s, 0.5, "walkthrough", geometry=geometry, bridge_misfit=16.0)
+    with pytest.raises(ValueError, match="bridge_misfit"):
+        RecoConfig(method="walkthrough", bridge_misfit=16.0).checked()
+    with pytest.raises(ValueError, match="bridge_misfit"):
+        RecoConfig(method="triplets", bridge_misfit=0.0).checked()
+    tuned = RecoConfig(method="triplets", bridge_misfit=16.0)
+    assert RecoConfig.from_dict(tuned.to_dict()).bridge_misfit == 16.0
+    assert RecoConfig.from_dict({"method": "triplets"}).bridge_misfit is None  # older files
+    assert tuned.overridden(method="walkthrough").bridge_misfit is None

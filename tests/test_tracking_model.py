@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+from sparsegnn.errors import InvalidValueError
 from sparsegnn.tracking import model as model_module
+from sparsegnn.tracking.infer import scoring_model
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
+from sparsegnn.tracking.pipeline import Reconstruction
+from sparsegnn.tracking.settings import RecoConfig
+from tracking_toys import toy_graphs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -99,3 +105,38 @@ def test_weighted_bce_ignores_zero_weight_edges() -> None:
     softplus = torch.nn.functional.softplus
     by_hand = (2.0 * softplus(-logits[0]) + softplus(logits[1])) / 2
     torch.testing.assert_close(full, by_hand)
+
+
+def test_bf16_scoring_copy_keeps_float32_encoders_and_close_scores() -> None:
+    torch.manual_seed(3)
+    model = InteractionNetwork(INConfig(hidden=16, iterations=3)).eval()
+    edge_index, x, edge_attr, _ = _problem()
+    x, edge_attr = x.float(), edge_attr.float()
+    ops = EdgeOperators(edge_index, 9)
+    assert scoring_model(model, "fp32") is model
+    scorer = scoring_model(model, "bf16")
+    assert scorer.node_encoder[0].weight.dtype == torch.float32
+    assert scorer.edge_updates[0][0].weight.dtype == torch.bfloat16
+    assert scorer.decoder[0].weight.dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # original untouched
+    with torch.no_grad():
+        exact = torch.sigmoid(model(x, edge_attr, ops))
+        reduced = scorer(x, edge_attr, ops)
+    assert reduced.dtype == torch.bfloat16
+    torch.testing.assert_close(torch.sigmoid(reduced.float()), exact, atol=0.02, rtol=0)
+    with pytest.raises(InvalidValueError, match="precision"):
+        scoring_model(model, "fp16")
+
+
+def test_a_reconstruction_scores_at_its_precision() -> None:
+    graph = toy_graphs([6])[0]
+    torch.manual_seed(4)
+    model = InteractionNetwork(INConfig(hidden=16, iterations=2))
+    exact = Reconstruction(RecoConfig(), model)
+    reduced = exact.with_config(precision="bf16")
+    assert exact.scorer is model
+    assert reduced.scorer.decoder[0].weight.dtype == torch.bfloat16
+    a, b = exact.score(graph).scores, reduced.score(graph).scores
+    assert b.dtype == np.float64 and 0 < np.abs(a - b).max() < 0.02
+    with pytest.raises(ValueError, match="precision"):
+        RecoConfig(precision="fp16").checked()

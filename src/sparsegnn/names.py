@@ -16,6 +16,7 @@ ALGORITHMS: tuple[Algorithm, ...] = ("1d", "1.5d", "2d", "3d")
 PARTITIONERS = ("block", "random", "metis", "kahip", "balanced")
 SEED_ORDERS = ("random", "phi")
 TRACK_METHODS = ("components", "walkthrough", "triplets")  # track building from edge scores
+SCORING_PRECISIONS = ("fp32", "bf16")  # a tracking model's edge scoring
 
 # How a model's dropout masks are drawn (see sparsegnn.nn.dropout).
 MaskKind = Literal["bernoulli", "bytes"]

@@ -33,7 +33,7 @@ from sparsegnn.cli.common import (
     resolve_device,
 )
 from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.names import SEED_ORDERS, TRACK_METHODS
+from sparsegnn.names import SCORING_PRECISIONS, SEED_ORDERS, TRACK_METHODS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -116,6 +116,10 @@ def _reco_flags(p: argparse.ArgumentParser) -> None:
                         "by edge score and helix geometry)")
     g.add_argument("--min-track-hits", type=int_range(1), default=None, help="drop shorter "
                    "tracks (default: keep all; 5 drops most fragments, which count as fakes)")
+    g.add_argument("--precision", choices=SCORING_PRECISIONS, default=None,
+                   help="edge scoring precision: bf16 runs the network's message passing in "
+                        "bfloat16 (faster on CPUs with AMX and on GPUs; default: the "
+                        "model's, else fp32)")
     g.add_argument("--max-sample-nodes", type=int_range(1), default=None,
                    help="score ShaDow subgraphs of at most this many hits instead of whole "
                         "events: bounded memory, many times slower (default: whole events)")
@@ -125,6 +129,10 @@ def _reco_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--extend-cut", type=float_range(0.0, 1.0), default=None,
                    help="walkthrough: extend chain ends with free hits through edges down "
                         "to this score (default: no extension)")
+    g.add_argument("--bridge-misfit", type=float_range(0.0, lo_open=True), default=None,
+                   help="triplets: join chains too short alone across a missing segment "
+                        "(no edge) where the helix fits up to this misfit (default: the "
+                        "model's, else no bridging)")
     g.add_argument("--merge-cut", type=float_range(0.0, 1.0), default=None,
                    help="walkthrough: merge pieces whose end and start an edge of at least "
                         "this score joins (default: no merging)")
@@ -150,7 +158,7 @@ def _reconstruction(args: argparse.Namespace, base: Any, events: list[Any], mode
     given = {k: getattr(args, k.replace("-", "_"), None)
              for k in ("graph", "map_level", "min_dr", "cut", "method", "min_track_hits",
                        "window_margin", "window_count_margin", "window_min_count",
-                       "extend_cut", "merge_cut", "min_layers")}
+                       "extend_cut", "merge_cut", "min_layers", "precision", "bridge_misfit")}
     given |= {c.replace("-", "_"): getattr(args, c.replace("-", "_")) for c, _ in _CUT_FLAGS}
     reco = reco.with_config(**given, sample_nodes=getattr(args, "max_sample_nodes", None))
     if edge_filter is not None:

@@ -15,6 +15,7 @@ before those existed load with the defaults.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.graph import HitGraph, ModuleMap
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork
 from sparsegnn.tracking.reco import EdgeScores
@@ -59,7 +61,28 @@ def graph_inputs(graph: HitGraph, nodes: np.ndarray, edges: np.ndarray,
 
 
 def _probabilities(model: InteractionNetwork, inputs: GraphInputs) -> np.ndarray:
-    return torch.sigmoid(model(inputs.x, inputs.edge_attr, inputs.ops)).cpu().numpy()
+    return torch.sigmoid(model(inputs.x, inputs.edge_attr, inputs.ops).float()).cpu().numpy()
+
+
+def scoring_model(model: InteractionNetwork, precision: str = "fp32") -> InteractionNetwork:
+    """The network to score with at ``precision`` (a ``RecoConfig.precision``): ``model``
+    itself for ``"fp32"``; for ``"bf16"`` a copy whose message passing and decoder hold
+    bfloat16 weights, so that :meth:`InteractionNetwork._infer` runs them in bfloat16
+    (AMX on recent x86 CPUs, tensor cores on GPUs) after float32 encoders.
+
+    Why only for scoring: training keeps float32 weights (a bfloat16 copy cannot learn
+    small updates), and the speed-up is the matrix products'; the gathers, LayerNorms and
+    residual adds around them move half the bytes. docs/tracking.md measures what it
+    changes in the scores and the tracks.
+    """
+    if precision == "fp32":
+        return model
+    if precision not in SCORING_PRECISIONS:
+        raise InvalidValueError(f"precision {precision!r} is not one of {SCORING_PRECISIONS}")
+    scorer = copy.deepcopy(model)
+    for part in (scorer.node_updates, scorer.edge_updates, scorer.decoder):
+        part.to(torch.bfloat16)
+    return scorer.eval()
 
 
 @torch.no_grad()

@@ -134,10 +134,15 @@ class InteractionNetwork(nn.Module):
         LayerNorm, ReLU, residual adds and the copies inside ``addmm`` each stream it
         through memory; in chunks an edge MLP's intermediates stay in cache, and no
         ``[E, hidden]`` temporary is made beyond the edge state itself.
+
+        The states take the dtype of the message-passing weights: a copy whose iterations
+        and decoder are bfloat16 (:func:`sparsegnn.tracking.infer.scoring_model`) passes
+        messages in bfloat16, while the encoders read the hit coordinates in their own
+        float32 (bfloat16's 8-bit mantissa would place a hit at r = 1 m only to ~4 mm).
         """
         chunks = [slice(lo, lo + INFER_CHUNK) for lo in range(0, edge_attr.shape[0], INFER_CHUNK)]
         node_chunks = [slice(lo, lo + INFER_CHUNK) for lo in range(0, x.shape[0], INFER_CHUNK)]
-        h = self.node_encoder(x)
+        h = self.node_encoder(x).to(self.decoder[0].weight.dtype)
         e = h.new_empty(edge_attr.shape[0], h.shape[1])
         for c in chunks:
             e[c] = self.edge_encoder(edge_attr[c])

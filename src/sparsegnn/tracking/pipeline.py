@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,13 @@ import torch
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.graph import GraphStats, HitGraph, ModuleMap, module_map_graph, truth_graph
-from sparsegnn.tracking.infer import TrackModel, load_track_model, predict, predict_sampled
+from sparsegnn.tracking.infer import (
+    TrackModel,
+    load_track_model,
+    predict,
+    predict_sampled,
+    scoring_model,
+)
 from sparsegnn.tracking.metrics import (
     EdgeMetrics,
     MissedParticles,
@@ -109,9 +116,14 @@ class Reconstruction:
             return EdgeScores(graph.name, graph.edge_index, graph.y.astype(np.float64),
                               graph.num_nodes)
         if cfg.sample_nodes is not None:
-            return predict_sampled(self.model, graph, cfg.sample_nodes, cfg.fanouts,
+            return predict_sampled(self.scorer, graph, cfg.sample_nodes, cfg.fanouts,
                                    device=self.device, seed_order=cfg.seed_order)[0]
-        return predict(self.model, graph, self.device)
+        return predict(self.scorer, graph, self.device)
+
+    @cached_property
+    def scorer(self) -> InteractionNetwork:
+        """The model at the settings' scoring precision (made once: a bfloat16 copy)."""
+        return scoring_model(self.model, self.config.precision)
 
     def build(self, scores: EdgeScores, event: Event | None = None) -> Tracks:
         """Tracks from ``scores``; the triplets method and a layer requirement also read
@@ -120,7 +132,7 @@ class Reconstruction:
         geometry = None if event is None else HitGeometry.from_event(event)
         return build_tracks(scores, cfg.cut, cfg.method, cfg.min_track_hits, cfg.extend_cut,
                             cfg.merge_cut, geometry, cfg.min_layers, cfg.max_misfit,
-                            cfg.link_cut, cfg.max_kink, cfg.second_misfit)
+                            cfg.link_cut, cfg.max_kink, cfg.second_misfit, cfg.bridge_misfit)
 
     def run(self, event: Event, graph: HitGraph | None = None) -> EventReco:
         """Every stage on ``event`` (from ``graph`` when given, else building it)."""
@@ -149,14 +161,16 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
          loose: Sequence[float | None] = (None,), layers: Sequence[int] = (1,),
          groups: Sequence[str] | None = None, max_fake: float | None = None,
          links: Sequence[float | None] = (None,), kinks: Sequence[float | None] = (None,),
-         seconds: Sequence[float | None] = (None,)) -> Reconstruction:
+         seconds: Sequence[float | None] = (None,),
+         bridges: Sequence[float | None] = (None,)) -> Reconstruction:
     """``reco`` with the edge-score cut, minimum track length and layer count that do best
     on ``events`` (training or validation events: the test events stay unseen); each of
     ``loose`` (a fraction of the cut, or ``None``) is tried as the extend and merge cut
     (:func:`~sparsegnn.tracking.reco.build_tracks`), and each of ``links`` as the
     triplets' geometric linking cut (``None``: no linking), and of ``kinks`` as their
     largest bend (``max_kink``; ``None``: chains are not cut), and of ``seconds`` as the
-    misfit of their second pass (``second_misfit``; ``None``: none).
+    misfit of their second pass (``second_misfit``; ``None``: none), and of ``bridges``
+    as the misfit of their bridges across missing segments (``bridge_misfit``).
 
     Best is the highest efficiency minus fake rate, averaged over ``groups`` (the
     condition of each event; default: one group). Pooling particles instead lets the
@@ -168,7 +182,8 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
     Positives are up-weighted by the negatives per positive in the loss, which pushes
     scores up, so 0.5 is not the natural cut. The TrackML score would barely see fakes
     (it weighs hits, and a fragment holds few), hence efficiency minus fake rate. Ties go
-    to the first choice in (cut, length, loose, layers, links, kinks, seconds) order.
+    to the first choice in (cut, length, loose, layers, links, kinks, seconds, bridges)
+    order.
     Each event is scored once.
     """
     graphs = [reco.graph(ev) for ev in events] if graphs is None else list(graphs)
@@ -178,12 +193,12 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
         raise InvalidValueError(f"{len(names)} groups for {len(events)} events")
 
     def chosen(cut: float, length: int, fraction: float | None, min_layers: int,
-               link: float | None, kink: float | None, second: float | None
-               ) -> Reconstruction:
+               link: float | None, kink: float | None, second: float | None,
+               bridge: float | None) -> Reconstruction:
         looser = None if fraction is None else fraction * cut
         config = replace(reco.config, cut=cut, min_track_hits=length, extend_cut=looser,
                          merge_cut=looser, min_layers=min_layers, link_cut=link,
-                         max_kink=kink, second_misfit=second)
+                         max_kink=kink, second_misfit=second, bridge_misfit=bridge)
         return replace(reco, config=config.checked())
 
     def quality(choice: tuple) -> tuple[int, float]:
@@ -196,9 +211,9 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
         over = 0 if max_fake is None else sum(m.fake_rate > max_fake for m in pooled)
         return -over, float(np.mean([m.efficiency - m.fake_rate for m in pooled]))
 
-    return chosen(*max(((c, n, f, k, w, b, m) for c in cuts for n in lengths for f in loose
-                        for k in layers for w in links for b in kinks for m in seconds),
-                       key=quality))
+    return chosen(*max(((c, n, f, k, w, b, m, g) for c in cuts for n in lengths
+                        for f in loose for k in layers for w in links for b in kinks
+                        for m in seconds for g in bridges), key=quality))
 
 
 @dataclass(frozen=True)

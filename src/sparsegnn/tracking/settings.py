@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from sparsegnn.errors import DataFormatError
+from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.graph import NO_CUTS, DoubletCuts
 from sparsegnn.tracking.reco import METHODS, MIN_TRACK_HITS, TRIPLET_MISFIT
 
@@ -38,6 +39,8 @@ class RecoConfig:
     fanouts: tuple[int, ...] = (4, 2)
     seed_order: str = "random"
     sample_nodes: int | None = None
+    # "bf16": the Interaction Network scores in bfloat16 after float32 encoders
+    precision: str = "fp32"
     cut: float = 0.5
     method: str = "components"
     min_track_hits: int = MIN_TRACK_HITS
@@ -56,6 +59,9 @@ class RecoConfig:
     # triplets only: a second pass over the hits left on no track, triplets and links up
     # to this misfit through every edge between them (None: no second pass)
     second_misfit: float | None = None
+    # triplets only: join chains across a missing segment (no edge) where the helix fits
+    # up to this misfit, for chains too short alone (reco.build_tracks; None: never)
+    bridge_misfit: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON, or a ``weights_only`` checkpoint)."""
@@ -85,7 +91,8 @@ class RecoConfig:
         """``self``, if every choice is one this library knows."""
         for name, value, allowed in (("graph", self.graph, GRAPH_KINDS),
                                      ("map_level", self.map_level, MAP_LEVELS),
-                                     ("method", self.method, METHODS)):
+                                     ("method", self.method, METHODS),
+                                     ("precision", self.precision, SCORING_PRECISIONS)):
             if value not in allowed:
                 raise ValueError(f"{name} {value!r} is not one of {allowed}")
         if not 0.0 <= self.cut <= 1.0 or self.min_track_hits < 1 or self.min_layers < 1:
@@ -101,6 +108,10 @@ class RecoConfig:
         if self.second_misfit is not None and (self.method != "triplets"
                                                or not self.second_misfit > 0):
             raise ValueError(f"second_misfit {self.second_misfit} needs the triplets and a "
+                             "positive value")
+        if self.bridge_misfit is not None and (self.method != "triplets"
+                                               or not self.bridge_misfit > 0):
+            raise ValueError(f"bridge_misfit {self.bridge_misfit} needs the triplets and a "
                              "positive value")
         for name in ("extend_cut", "merge_cut"):
             value = getattr(self, name)
@@ -123,7 +134,7 @@ class RecoConfig:
 
 
 _CUT_FIELDS = {f.name for f in fields(DoubletCuts)}
-_TRIPLETS_ONLY = ("link_cut", "max_kink", "second_misfit")
+_TRIPLETS_ONLY = ("link_cut", "max_kink", "second_misfit", "bridge_misfit")
 
 
 def walkthrough_settings(cfg: Any, cuts: DoubletCuts = TTBAR_CUTS) -> RecoConfig:
