@@ -191,7 +191,8 @@ def plain_walkthrough(reco: Reconstruction, events: list[Event], run: Evaluation
 def train_config(args: argparse.Namespace) -> TrackTrainConfig:
     """The Interaction Network's training: ShaDow wedges (or whole events), Adam schedule."""
     sampled = args.sample_nodes or None
-    return TrackTrainConfig(model=INConfig(hidden=64, iterations=6), epochs=args.epochs,
+    return TrackTrainConfig(model=INConfig(hidden=args.hidden, iterations=args.iterations),
+                            epochs=args.epochs,
                             lr=args.lr, lr_final=args.lr_final, max_sample_nodes=sampled,
                             seed_order="phi" if sampled else "random", seed=args.seed)
 
@@ -223,7 +224,8 @@ def trained(args: argparse.Namespace, conditions: list[Condition], targets: Targ
     reco = tuned_building(reco, args, conditions)
     if args.save_model:
         reco.save(args.save_model, report)
-    return reco, {"epochs": args.epochs, "train_seconds": train_seconds,
+    return reco, {"epochs": args.epochs, "hidden": args.hidden, "iterations": args.iterations,
+                  "train_seconds": train_seconds,
                   "filter_seconds": filter_seconds, "train_events": len(mixed),
                   "sample_nodes": args.sample_nodes, "lr": args.lr, "lr_final": args.lr_final,
                   "final_loss": report.epochs[-1].loss if report.epochs else None}
@@ -334,6 +336,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sample-nodes", type=int, default=SAMPLE_NODES,
                    help=f"ShaDow minibatch bound in hits, seeds in azimuthal wedges "
                         f"(default {SAMPLE_NODES}; 0: whole events)")
+    p.add_argument("--hidden", type=int, default=64,
+                   help="the Interaction Network's width (default 64)")
+    p.add_argument("--iterations", type=int, default=6,
+                   help="its message-passing iterations (default 6)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     p.add_argument("--lr-final", type=float, default=1e-4,
                    help="cosine-decay the rate to this by the last epoch (default 1e-4)")
