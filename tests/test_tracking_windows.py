@@ -105,6 +105,23 @@ def test_window_margin_needs_a_map_with_windows() -> None:
         module_map_graph(ev, ModuleMap.learn([ev]), DoubletCuts(window_margin=0.1))
 
 
+def test_search_ranges_are_made_once_per_map_and_cut_values() -> None:
+    events = [straight_tracks(30, seed=s, n_noise=40) for s in (1, 2)]
+    mm = ModuleMap.learn(events[:1], windows=True)
+    cuts = DoubletCuts(window_margin=0.1, window_count_margin=4.0)
+    first = module_map_graph(events[1], mm, cuts)
+    bounds, dphi = mm.search_ranges(cuts)
+    assert mm.search_ranges(replace(cuts, z0=100.0)) is mm.search_ranges(cuts)  # not a key
+    assert mm.search_ranges(replace(cuts, window_margin=0.2))[0][0] is not bounds[0]
+    assert not any(a.flags.writeable for a in (*bounds, *dphi))
+    np.testing.assert_array_equal(bounds[0], mm.windows.widened(0.1, 4.0)[0])
+    # a fresh map (nothing kept) builds the same graph, and so does the kept one again
+    fresh = ModuleMap.learn(events[:1], windows=True)
+    again = module_map_graph(events[1], mm, cuts)
+    for other in (module_map_graph(events[1], fresh, cuts), again):
+        np.testing.assert_array_equal(other.edge_index, first.edge_index)
+
+
 def test_undefined_values_pass_a_window() -> None:
     values = np.array([0.5, np.nan, 2.0, 0.0])
     low = np.array([0.0, 0.0, 0.0, np.nan])
