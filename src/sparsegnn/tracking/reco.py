@@ -92,9 +92,9 @@ _MIN_SEGMENT_MM = 15.0
 TRIPLET_MISFIT = 16.0  # default max_misfit: squared spreads, summed
 # Bridging looks for chain starts within this azimuth (seen from the beam line) of a
 # chain's end. Across the longest segments of target particles (1.05 m: 99.9% of pT > 1
-# GeV ones at pileup 50 and 200 are shorter) hits of a 1 GeV particle turn by < 0.3 rad,
-# of a 0.5 GeV one (--min-pt 0.5) by < 0.6.
-_BRIDGE_DPHI = 0.6
+# GeV ones at pileup 50 and 200 are shorter) hits of a 1 GeV particle turn by < 0.3 rad
+# (like the misfit spreads above, this is for pT > 1 GeV targets).
+_BRIDGE_DPHI = 0.3
 METHODS = TRACK_METHODS
 
 
@@ -234,8 +234,10 @@ def _bridges(scores: EdgeScores, chosen: np.ndarray, geometry: HitGeometry,
             & (distance[start] > distance[end]))
     end, start = end[keep], start[keep]
     before = _triplet_misfit(positions, way_in[end], end, start)
+    fits = before <= max_misfit  # the second triplet only for joins the first allows
+    end, start, before = end[fits], start[fits], before[fits]
     after = _triplet_misfit(positions, end, start, way_out[start])
-    fits = (before <= max_misfit) & (after <= max_misfit)
+    fits = after <= max_misfit
     end, start = end[fits], start[fits]
     take = _chains(end, start, -(before + after)[fits], n)
     return end[take], start[take]
