@@ -365,16 +365,22 @@ def _triplet_misfit(positions: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.n
     (a-b against a-c, or a-c against b-c); both short: misfit 0."""
     pa, pb, pc = positions[a], positions[b], positions[c]
     beam = np.zeros_like(pa)
-    k_abc, k_ab = _curvature(pa, pb, pc), _curvature(beam, pa, pb)
-    k_ac, k_bc = _curvature(beam, pa, pc), _curvature(beam, pb, pc)
     r_a, r_b, r_c = (np.hypot(p[:, 0], p[:, 1]) for p in (pa, pb, pc))
     t_ab = np.arctan2(r_b - r_a, pb[:, 2] - pa[:, 2])
     t_bc = np.arctan2(r_c - r_b, pc[:, 2] - pb[:, 2])
-    t_ac = np.arctan2(r_c - r_a, pc[:, 2] - pa[:, 2])
     first = np.linalg.norm(pb - pa, axis=1) > _MIN_SEGMENT_MM
     second = np.linalg.norm(pc - pb, axis=1) > _MIN_SEGMENT_MM
-    bend = np.select([first & second, first, second], [k_abc - k_ab, k_ab - k_ac, k_ac - k_bc])
-    turn = np.select([first & second, first, second], [t_ab - t_bc, t_ab - t_ac, t_ac - t_bc])
+    bend = _curvature(pa, pb, pc) - _curvature(beam, pa, pb)
+    turn = t_ab - t_bc
+    # The chord a-c only where a segment is short (overlapping modules: a few percent).
+    short = np.flatnonzero(~(first & second))
+    if short.size:
+        pa, pb, pc, beam = pa[short], pb[short], pc[short], beam[short]
+        k_ab, k_ac, k_bc = (_curvature(beam, p, q) for p, q in ((pa, pb), (pa, pc), (pb, pc)))
+        t_ac = np.arctan2(r_c[short] - r_a[short], pc[:, 2] - pa[:, 2])
+        one, two = first[short], second[short]
+        bend[short] = np.select([one, two], [k_ab - k_ac, k_ac - k_bc])
+        turn[short] = np.select([one, two], [t_ab[short] - t_ac, t_ac - t_bc[short]])
     return (bend / _CURVATURE_SPREAD) ** 2 + (turn / _THETA_SPREAD) ** 2
 
 
