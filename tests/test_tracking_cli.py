@@ -97,6 +97,11 @@ def test_pipeline_stages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     loose = run_json(capsys, *argv)
     strict = run_json(capsys, *argv, "--min-layers", "6")  # fewer tracks survive
     assert 0 < strict["num_tracks"] < loose["num_tracks"]
+    bridged = run_json(capsys, *argv, "--min-layers", "6", "--bridge-misfit", "16",
+                       "--precision", "bf16")
+    assert bridged["num_tracks"] > 0 and bridged["edge_auc"] != strict["edge_auc"]
+    assert main([*argv[:-2], "--method", "walkthrough", "--bridge-misfit", "16"]) == 2
+    assert "bridge_misfit" in capsys.readouterr().err
     sampled = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--graphs",
                        str(graphs), "--model", str(model), "--max-sample-nodes", "500",
                        "--device", "cpu")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.graph import NO_CUTS, DoubletCuts
 from sparsegnn.tracking.reco import METHODS, MIN_TRACK_HITS, TRIPLET_MISFIT
@@ -130,7 +130,10 @@ class RecoConfig:
         keep = {k: v for k, v in given.items() if v is not None}
         if keep.get("method", self.method) != "triplets":
             keep = {**dict.fromkeys(_TRIPLETS_ONLY), **keep}
-        return replace(self, cuts=replace(self.cuts, **cuts), **keep).checked()
+        try:
+            return replace(self, cuts=replace(self.cuts, **cuts), **keep).checked()
+        except ValueError as err:  # given values, not a file: the caller's error to fix
+            raise InvalidValueError(f"reconstruction settings: {err}") from err
 
 
 _CUT_FIELDS = {f.name for f in fields(DoubletCuts)}
