@@ -512,7 +512,7 @@ def _candidates(event: Event, module_map: ModuleMap,
     dst = order[_runs(lo, found)]
     src, pair = np.repeat(src, found), np.repeat(which, found)
     keep = (ia != ib)[pair] | (src < dst)
-    return np.stack([src[keep], dst[keep]]).astype(np.int64), row[pair[keep]]
+    return np.stack([src[keep], dst[keep]]).astype(np.int64, copy=False), row[pair[keep]]
 
 
 def _pair_dphi(event: Event, order: np.ndarray, start: np.ndarray, ia: np.ndarray,

@@ -71,7 +71,8 @@ def outwards(event: Event, edge_index: np.ndarray) -> np.ndarray:
     dist = event.distance
     src, dst = edge_index
     flip = dist[src] > dist[dst]
-    return np.stack([np.where(flip, dst, src), np.where(flip, src, dst)]).astype(np.int64)
+    edges = np.stack([np.where(flip, dst, src), np.where(flip, src, dst)])
+    return edges.astype(np.int64, copy=False)
 
 
 def doublet_value(event: Event, src: np.ndarray, dst: np.ndarray, name: str) -> np.ndarray:
