@@ -218,12 +218,7 @@ def _bridges(scores: EdgeScores, chosen: np.ndarray, geometry: HitGeometry,
     than ``min_hits`` or crosses fewer than ``min_layers`` layers, the start lies farther
     from the origin, and the triplets through the end's way in and the start's way out
     both have misfit <= ``max_misfit``; best summed misfit first, each hit once."""
-    src, dst = scores.edge_index
-    n = scores.num_nodes
-    way_in = np.full(n, -1, dtype=np.int64)
-    way_out = np.full(n, -1, dtype=np.int64)
-    way_in[dst[chosen]], way_out[src[chosen]] = src[chosen], dst[chosen]
-    label = _label_components(src[chosen], dst[chosen], n, 2)
+    way_in, way_out, label = _chain_ways(scores, chosen)
     short = np.bincount(label[label >= 0], minlength=int(label.max(initial=-1)) + 1) < min_hits
     short[label[_with_layers(label, geometry, min_layers) < 0]] = True
     positions = geometry.positions
@@ -239,8 +234,20 @@ def _bridges(scores: EdgeScores, chosen: np.ndarray, geometry: HitGeometry,
     after = _triplet_misfit(positions, end, start, way_out[start])
     fits = after <= max_misfit
     end, start = end[fits], start[fits]
-    take = _chains(end, start, -(before + after)[fits], n)
+    take = _chains(end, start, -(before + after)[fits], scores.num_nodes)
     return end[take], start[take]
+
+
+def _chain_ways(scores: EdgeScores, chosen: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(way_in, way_out, label)`` per hit along the ``chosen`` edges (chains: at most one
+    each way): the hit before and after it (-1: none), and its chain's label (-1: on none)."""
+    src, dst = scores.edge_index
+    n = scores.num_nodes
+    way_in = np.full(n, -1, dtype=np.int64)
+    way_out = np.full(n, -1, dtype=np.int64)
+    way_in[dst[chosen]], way_out[src[chosen]] = src[chosen], dst[chosen]
+    return way_in, way_out, _label_components(src[chosen], dst[chosen], n, 2)
 
 
 def _azimuth_pairs(positions: np.ndarray, ends: np.ndarray, starts: np.ndarray,
@@ -437,10 +444,7 @@ def _link_round(scores: EdgeScores, chosen: np.ndarray, positions: np.ndarray,
     hit joined on one side only (its triplet with both neighbours is never checked)."""
     src, dst = scores.edge_index
     n = scores.num_nodes
-    out_of = np.full(n, -1, dtype=np.int64)
-    in_of = np.full(n, -1, dtype=np.int64)
-    out_of[src[chosen]], in_of[dst[chosen]] = dst[chosen], src[chosen]
-    label = _label_components(src[chosen], dst[chosen], n, 2)
+    in_of, out_of, label = _chain_ways(scores, chosen)
     idx = np.flatnonzero((scores.scores >= link_cut) & ~chosen & (out_of[src] < 0)
                          & (in_of[dst] < 0) & ((label[src] >= 0) | (label[dst] >= 0))
                          & (label[src] != label[dst]))
