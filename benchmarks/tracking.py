@@ -2,8 +2,9 @@
 
 Run: ``python benchmarks/tracking.py [--quick] [--json] [--data DIR] [--epochs N]
 [--conditions NAME,...] [--train-events N] [--test-events N] [--map-events N]
-[--sample-nodes N] [--lr LR] [--lr-final LR] [--checkpoint PATH [--resume]]
-[--plots DIR] [--save-model PATH | --model PATH [--retune]]``.
+[--sample-nodes N] [--hidden N] [--iterations N] [--precision fp32|bf16] [--lr LR]
+[--lr-final LR] [--checkpoint PATH [--resume]] [--plots DIR]
+[--save-model PATH | --model PATH [--retune]]``.
 
 Four conditions (``--quick``: a smoke run on two small ones): muon guns of 1000 and 5000
 muons per event (pT 0.5-10 GeV, |eta| < 2.5) and Pythia8 ttbar with 50 and 200 pileup
@@ -21,21 +22,23 @@ existed). One reconstruction serves them all:
    carries it.
 2. A doublet filter (``sparsegnn.tracking.filter``) trained on the training graphs of all
    conditions, keeping 0.999 of their target edges.
-3. One Interaction Network (hidden 64, 6 iterations) trained on the pruned graphs of all
-   conditions mixed, in ShaDow minibatches of at most ``--sample-nodes`` hits (8000)
+3. One Interaction Network (``--hidden`` 64, ``--iterations`` 4) trained on the pruned
+   graphs of all conditions mixed, in ShaDow minibatches of at most ``--sample-nodes`` hits (8000)
    whose seeds fill azimuthal wedges (``seed_order="phi"``; 0: whole events). Measured
    on one core: a whole pileup-200 or 5000-muon event takes 10-11 s a step, the same
    event in 8000-hit wedges 2.7-4.2 s for 10-11 steps (whole-event tensors stream
    through memory), so an epoch costs a third and makes ten times the updates. Adam at
    ``--lr`` (1e-3), cosine-decayed to ``--lr-final`` (1e-4) over the epochs; one positive
    weight for all conditions (negatives per positive of all training graphs), so one
-   score cut means the same odds everywhere.
+   score cut means the same odds everywhere. ``--precision bf16`` scores (tuning and
+   evaluation) with the message passing in bfloat16 (``infer.scoring_model``).
 4. Triplet track building (``sparsegnn.tracking.reco``: junctions resolved by edge score
    and helix geometry, tracks crossing too few distinct layers dropped); the score cut,
    minimum track length, minimum layer count and the looser cut that extends chains and
    merges pieces (none, or 0.5 of the cut) are chosen once, with chains cut where they
-   bend by a misfit over 36 and their pieces linked along the helix through every edge
-   (fixed: :data:`TUNE_KINKS`, :data:`TUNE_LINKS`), and a second pass over the hits left
+   bend by a misfit over 36, their pieces linked along the helix through every edge and
+   bridged across a missing segment (fixed: :data:`TUNE_KINKS`, :data:`TUNE_LINKS`,
+   :data:`TUNE_BRIDGES`), and a second pass over the hits left
    on no track (its misfit: :data:`TUNE_SECOND`), on each condition's validation events
    (:data:`VALIDATION`: simulated with their own seeds, neither trained on nor held
    out), every condition weighing the same and choices keeping more conditions at a
@@ -338,8 +341,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"(default {SAMPLE_NODES}; 0: whole events)")
     p.add_argument("--hidden", type=int, default=64,
                    help="the Interaction Network's width (default 64)")
-    p.add_argument("--iterations", type=int, default=6,
-                   help="its message-passing iterations (default 6)")
+    p.add_argument("--iterations", type=int, default=4,
+                   help="its message-passing iterations (default 4: as efficient as 6 on "
+                        "every condition here, a third less time; docs/tracking.md)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     p.add_argument("--lr-final", type=float, default=1e-4,
                    help="cosine-decay the rate to this by the last epoch (default 1e-4)")
