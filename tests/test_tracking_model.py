@@ -138,5 +138,10 @@ def test_a_reconstruction_scores_at_its_precision() -> None:
     assert reduced.scorer.decoder[0].weight.dtype == torch.bfloat16
     a, b = exact.score(graph).scores, reduced.score(graph).scores
     assert b.dtype == np.float64 and 0 < np.abs(a - b).max() < 0.02
+    first = reduced.scorer
+    assert reduced.scorer is first  # made once ...
+    reduced.model = InteractionNetwork(INConfig(hidden=16, iterations=2))
+    assert reduced.scorer is not first  # ... and again for a new model
+    assert np.abs(reduced.score(graph).scores - b).max() > 0
     with pytest.raises(ValueError, match="precision"):
         RecoConfig(precision="fp16").checked()

@@ -61,7 +61,10 @@ def graph_inputs(graph: HitGraph, nodes: np.ndarray, edges: np.ndarray,
 
 
 def _probabilities(model: InteractionNetwork, inputs: GraphInputs) -> np.ndarray:
-    return torch.sigmoid(model(inputs.x, inputs.edge_attr, inputs.ops).float()).cpu().numpy()
+    logits = model(inputs.x, inputs.edge_attr, inputs.ops)
+    if logits.dtype == torch.bfloat16:  # numpy has no bfloat16
+        logits = logits.float()
+    return torch.sigmoid(logits).cpu().numpy()
 
 
 def scoring_model(model: InteractionNetwork, precision: str = "fp32") -> InteractionNetwork:

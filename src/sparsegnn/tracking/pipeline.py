@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +79,7 @@ class Reconstruction:
     edge_filter: object | None = None  # an EdgeFilter (torch; imported where it is built)
     targets: TargetConfig = DEFAULT_TARGETS
     device: torch.device | str = "cpu"
+    _scorer: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_model(cls, found: TrackModel | str | Path, device: torch.device | str = "cpu",
@@ -120,10 +120,14 @@ class Reconstruction:
                                    device=self.device, seed_order=cfg.seed_order)[0]
         return predict(self.scorer, graph, self.device)
 
-    @cached_property
+    @property
     def scorer(self) -> InteractionNetwork:
-        """The model at the settings' scoring precision (made once: a bfloat16 copy)."""
-        return scoring_model(self.model, self.config.precision)
+        """The model at the settings' scoring precision: a bfloat16 copy is made once per
+        model and precision (made again if either is replaced)."""
+        key = (self.model, self.config.precision)
+        if self._scorer is None or self._scorer[0] is not key[0] or self._scorer[1] != key[1]:
+            self._scorer = (*key, scoring_model(self.model, self.config.precision))
+        return self._scorer[2]
 
     def build(self, scores: EdgeScores, event: Event | None = None) -> Tracks:
         """Tracks from ``scores``; the triplets method and a layer requirement also read

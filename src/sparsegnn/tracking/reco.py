@@ -57,8 +57,9 @@ each cross too few layers. Bridging (``bridge_misfit``) joins a chain's outer en
 another chain's inner start with no edge between them, when one of the two would fail the
 length requirements alone and the triplets the join makes with the hit before it and the
 hit after it both fit a helix (misfit <= ``bridge_misfit``), best fit first, each end and
-start once. On pileup-50 held-out events 6 of the 8 particles the pipeline missed were
-such splits, 5 of them at a module pair absent from a 500-event map (docs/tracking.md).
+start once. Of the 8 particles a model missed on pileup-50 held-out events, 6 had lost a
+segment in the graph (5 at a module pair absent from its 500-event map), and 4 of those
+came out as exactly two such chains (docs/tracking.md).
 """
 
 from __future__ import annotations
