@@ -162,7 +162,7 @@ TUNE_KINKS = (36.0,)
 # rates <= 0.02 (docs/tracking.md); tuning chooses between the two.
 TUNE_SECOND = (36.0, 64.0)
 # Bridges across a missing segment (reco.build_tracks bridge_misfit), fixed at the
-# triplets' own misfit: on the validation events it recovered 1 / 8 / 2 / 4 particles at
+# triplets' own misfit: on the validation events it recovered 1 / 8 / 2 / 5 particles at
 # gun 1000 / gun 5000 / pileup 50 / pileup 200, fake rates <= 0.012 (docs/tracking.md).
 TUNE_BRIDGES = (16.0,)
 QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] * 2),
