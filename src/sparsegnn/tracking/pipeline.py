@@ -124,9 +124,9 @@ class Reconstruction:
     def scorer(self) -> InteractionNetwork:
         """The model at the settings' scoring precision: a bfloat16 copy is made once per
         model and precision (made again if either is replaced)."""
-        key = (self.model, self.config.precision)
-        if self._scorer is None or self._scorer[0] is not key[0] or self._scorer[1] != key[1]:
-            self._scorer = (*key, scoring_model(self.model, self.config.precision))
+        key = (self.model, self.config.precision)  # modules compare by identity
+        if self._scorer is None or self._scorer[:2] != key:
+            self._scorer = (*key, scoring_model(*key))
         return self._scorer[2]
 
     def build(self, scores: EdgeScores, event: Event | None = None) -> Tracks:
