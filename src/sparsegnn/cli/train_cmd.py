@@ -77,9 +77,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sub-folder of rank shards and a manifest per saved epoch",
     )
     p.add_argument("--checkpoint-every", type=int_range(1), default=10)
-    p.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint if it exists (a checkpoint folder: from "
-                   "its newest complete checkpoint, on any --nprocs/--algo)")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue from --checkpoint if it exists (a checkpoint folder: "
+                       "from its newest restorable epoch, on any --nprocs/--algo)")
+    again.add_argument("--restart", action="store_true",
+                       help="train from epoch 0 on a checkpoint folder that holds saved "
+                       "epochs; they are deleted once this run's first checkpoint is saved")
     add_device_flag(p)
     add_json_flag(p)
     add_run_flags(p)
@@ -240,7 +244,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         weight_decay=args.weight_decay, epochs=args.epochs,
         patience=args.patience, seed=args.seed, dtype=args.dtype, precision=args.precision,
         checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, restart=args.restart,
         progress=args.progress, logdir=args.logdir,
     )
 

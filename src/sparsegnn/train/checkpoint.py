@@ -14,7 +14,7 @@ crafted file cannot run code when it is resumed. Around that state the file carr
 
 It is written to a temporary file in the same directory and moved into place with
 ``os.replace``, so a crash mid-write leaves the previous checkpoint intact; the temporary
-file of a run killed while saving is removed by :func:`prepare_checkpoint` next time.
+file of a run killed while saving is removed by :func:`remove_stale_temps` next time.
 """
 
 from __future__ import annotations
@@ -118,26 +118,29 @@ def graph_hash(num_nodes: int, edge_index: torch.Tensor, feature_shape: tuple[in
     return content_hash([int(num_nodes), edge_index.to(torch.int64), list(feature_shape)])[:16]
 
 
-def prepare_checkpoint(path: str | Path) -> Path:
-    """Check that ``path`` can hold a checkpoint and remove temp files of killed saves.
-
-    Called when a run starts, before any training: a directory or an unwritable place is
-    one clear line now rather than a failure after the first epochs; ``.{name}.*.tmp``
-    siblings are what :func:`~sparsegnn.data.io.atomic_write` leaves when a process is
-    killed mid-save, and nothing else writes that pattern.
-    """
+def check_checkpoint_path(path: str | Path) -> Path:
+    """Refuse, before any training, a ``path`` that cannot hold a checkpoint file: a
+    directory or an unwritable place is one clear line now rather than a failure after
+    the first epochs."""
     path = Path(path)
     if path.is_dir():
         raise InvalidValueError(f"checkpoint {path} is a directory; name a file inside it")
     parent = path.absolute().parent
     if parent.exists() and not parent.is_dir():
         raise InvalidValueError(f"checkpoint {path}: {parent} is not a directory")
-    if parent.is_dir():
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise InvalidValueError(f"checkpoint {path}: cannot write in {parent}")
-        for stale in parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-            stale.unlink(missing_ok=True)
+    if parent.is_dir() and not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidValueError(f"checkpoint {path}: cannot write in {parent}")
     return path
+
+
+def remove_stale_temps(path: str | Path) -> None:
+    """Remove the ``.{name}.*.tmp`` siblings of ``path`` that
+    :func:`~sparsegnn.data.io.atomic_write` leaves when a process is killed mid-save
+    (nothing else writes that pattern); only the run holding the path's lock may."""
+    path = Path(path)
+    if path.parent.is_dir():
+        for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            stale.unlink(missing_ok=True)
 
 
 def rank_checkpoint(path: str | Path | None, rank: int, world_size: int,

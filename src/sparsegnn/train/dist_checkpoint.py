@@ -42,7 +42,7 @@ from typing import Any
 
 from sparsegnn.data.io import atomic_write
 from sparsegnn.distributed import Communicator, ProcessGrid
-from sparsegnn.errors import InvalidValueError, SparseGNNError
+from sparsegnn.errors import DataFormatError, InvalidValueError, SparseGNNError
 from sparsegnn.train.checkpoint import (
     Fingerprint,
     content_hash,
@@ -52,6 +52,7 @@ from sparsegnn.train.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
+from sparsegnn.train.run_lock import RunLock
 
 FORMAT = "sparsegnn-distributed-checkpoint"
 FORMAT_VERSION = 1
@@ -69,8 +70,12 @@ _HASH_INTS = 4  # a sha256 as four signed int64, the unit Communicator.gather_in
 
 
 class IncompleteCheckpoint(SparseGNNError):
-    """A checkpoint folder that must not be resumed: no manifest, or shards that do not
-    match it (a save that was killed, a file changed since); resume skips it."""
+    """A checkpoint folder that is not complete: no manifest, or shards that do not
+    match it (a save that was killed, a file changed since)."""
+
+
+class NothingToResume(DataFormatError):
+    """``--resume`` on a folder with saved epochs none of which can be restored."""
 
 
 def epoch_folder(root: Path, epoch: int) -> Path:
@@ -112,29 +117,75 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-# ---------------------------------------------------------------------- completeness
-def verify(folder: Path, epoch: int) -> dict[str, Any]:
-    """The manifest of a complete checkpoint folder, else :class:`IncompleteCheckpoint`
-    saying why: every shard it names must be on disk with its recorded size and sha256."""
+# ---------------------------------------------------------------------- what is on disk
+@dataclass(frozen=True)
+class EpochCheck:
+    """One saved epoch as found on disk: its manifest (``None``: none usable), why the
+    folder cannot be used at all (``problem``), and why each unusable shard is so.
+
+    An epoch is *complete* when every shard its manifest names is intact, *restorable*
+    when at least one is: the model, optimiser and loop state are identical on every rank
+    (the manifest's ``replicated_sha256`` vouches for it), so any intact shard rebuilds
+    them, and the ranks whose shard is lost take the RNG streams of a rank that draws the
+    same ones (every rank with shared dropout masks, a block's replicas with per-block
+    masks), or re-derive them per block when no such shard survived.
+    """
+
+    epoch: int
+    folder: Path
+    manifest: dict[str, Any] | None
+    problem: str | None = None
+    damaged: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.problem is None and not self.damaged
+
+    @property
+    def restorable(self) -> bool:
+        return self.problem is None
+
+
+def check_epoch(folder: Path, epoch: int) -> EpochCheck:
+    """Read ``folder``'s manifest and check every shard it names against it."""
     path = folder / MANIFEST
     if not path.is_file():
-        raise IncompleteCheckpoint("no manifest.json (its save did not finish)")
+        return EpochCheck(epoch, folder, None, "no manifest.json (its save did not finish)")
     try:
         manifest = json.loads(path.read_text())
         shards = _shard_entries(manifest, epoch)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
-        raise IncompleteCheckpoint(f"manifest.json is unreadable or malformed ({err})") from err
-    for rank, (size, sha256) in enumerate(shards):
-        shard = folder / shard_name(rank)
-        if not shard.is_file():
-            raise IncompleteCheckpoint(f"{shard.name} is missing")
-        found = shard.stat().st_size
-        if found != size:
-            raise IncompleteCheckpoint(f"{shard.name} has {found} bytes, the manifest records "
-                                       f"{size}")
-        if file_sha256(shard) != sha256:
-            raise IncompleteCheckpoint(f"{shard.name} does not match its sha256 in the manifest")
-    return manifest
+        return EpochCheck(epoch, folder, None,
+                          f"manifest.json is unreadable or malformed ({err})")
+    damaged = {rank: why for rank, entry in enumerate(shards)
+               if (why := shard_problem(folder, rank, entry)) is not None}
+    problem = None
+    if len(damaged) == len(shards):
+        problem = "no intact shard (" + "; ".join(damaged.values()) + ")"
+    return EpochCheck(epoch, folder, manifest, problem, damaged)
+
+
+def shard_problem(folder: Path, rank: int, entry: tuple[int, str]) -> str | None:
+    """Why rank ``rank``'s shard does not match its manifest ``entry``; ``None``: intact."""
+    shard = folder / shard_name(rank)
+    if not shard.is_file():
+        return f"{shard.name} is missing"
+    size, sha256 = entry
+    found = shard.stat().st_size
+    if found != size:
+        return f"{shard.name} has {found} bytes, the manifest records {size}"
+    if file_sha256(shard) != sha256:
+        return f"{shard.name} does not match its sha256 in the manifest"
+    return None
+
+
+def verify(folder: Path, epoch: int) -> dict[str, Any]:
+    """The manifest of a complete checkpoint folder, else :class:`IncompleteCheckpoint`
+    saying why."""
+    check = check_epoch(folder, epoch)
+    if check.manifest is None or not check.complete:
+        raise IncompleteCheckpoint(_why(check))
+    return check.manifest
 
 
 def _shard_entries(manifest: Any, epoch: int) -> list[tuple[int, str]]:
@@ -158,13 +209,44 @@ def latest_complete(root: Path) -> tuple[int | None, list[str]]:
     newer folder skipped as incomplete."""
     skipped = []
     for epoch, folder in reversed(epoch_folders(root)):
-        try:
-            verify(folder, epoch)
-        except IncompleteCheckpoint as err:
-            skipped.append(f"checkpoint {folder} is incomplete: {err}; skipped")
-            continue
-        return epoch, skipped
+        check = check_epoch(folder, epoch)
+        if check.complete:
+            return epoch, skipped
+        skipped.append(_skip_note(check))
     return None, skipped
+
+
+def newest_restorable(root: Path) -> tuple[EpochCheck | None, list[str]]:
+    """The newest epoch that can be restored and a warning line for each newer folder
+    skipped and each of its lost shards; ``None`` when ``root`` holds no epoch folder.
+
+    Raises :class:`NothingToResume`, naming every folder and what is wrong with it, when
+    there are epoch folders but none can be restored: starting again at epoch 0 would
+    silently throw their progress away.
+    """
+    skipped: list[EpochCheck] = []
+    for epoch, folder in reversed(epoch_folders(root)):
+        check = check_epoch(folder, epoch)
+        if check.restorable:
+            lost = [f"checkpoint {folder}: {why}; that rank is rebuilt from an intact shard"
+                    for why in check.damaged.values()]
+            return check, [*map(_skip_note, skipped), *lost]
+        skipped.append(check)
+    if skipped:
+        raise NothingToResume(
+            f"checkpoint {root} holds no epoch that can be restored: "
+            + "; ".join(f"{c.folder.name}: {_why(c)}" for c in skipped)
+            + "; nothing was changed (--restart trains from epoch 0 and deletes these "
+            "folders once its first checkpoint is saved)")
+    return None, []
+
+
+def _why(check: EpochCheck) -> str:
+    return check.problem or "; ".join(check.damaged.values())
+
+
+def _skip_note(check: EpochCheck) -> str:
+    return f"checkpoint {check.folder} is incomplete: {_why(check)}; skipped"
 
 
 # ---------------------------------------------------------------------- the grid's acks
@@ -209,7 +291,8 @@ class Resumed:
     folder: str
     written: dict[str, Any]  # the checkpoint's layout
     onto: dict[str, Any]  # this run's
-    rng: str  # "restored" (each rank its own), "shared" (rank 0's) or "re-derived"
+    rng: str  # "restored" (its own streams), "shared" (another rank's) or "re-derived"
+    source: int = 0  # the rank whose shard it read (its own unless it was lost)
 
     def describe(self) -> str:
         """``resumed epoch 10 from a 4-rank 2d checkpoint onto 2 ranks 1d``."""
@@ -228,7 +311,10 @@ class DistributedStore:
     ``identity`` must match to resume (graph, model, dtype); ``layout`` is recorded and may
     differ. ``block`` is this rank's vertex block when its dropout stream is per block
     (``None``: one stream shared by every rank), ``seed`` the run's seed, both needed to
-    re-derive a block's stream on another layout.
+    re-derive a block's stream on another layout. A folder that holds saved epochs is
+    only used with ``resume`` (continue it) or ``restart`` (train from epoch 0; its old
+    epochs are deleted once this run's first checkpoint has landed): without either, a
+    second run would silently bury the first one's progress.
     """
 
     root: Path
@@ -237,32 +323,51 @@ class DistributedStore:
     layout: dict[str, Any]
     seed: int
     block: int | None
+    resume: bool = False
+    restart: bool = False
     resumed: Resumed | None = None
     skipped: list[str] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)  # complete epochs of this run, oldest first
     # A communicator of its own: checkpoint acknowledgements are no epoch's traffic.
     comm: Communicator = field(default_factory=Communicator)
+    lock: RunLock | None = None
 
     def describe(self) -> str:
         return f"checkpoint {self.root}"
 
     def prepare(self) -> None:
-        """Rank 0: refuse a file, and delete temp files of saves that were killed."""
+        """Rank 0: refuse a file, a folder another run holds and a folder of saved epochs
+        without --resume or --restart; delete temp files of saves that were killed."""
         if self.grid.rank != 0:
             return
         check_folder(self.root)
-        for _, folder in epoch_folders(self.root):
+        self.lock = RunLock(self.root, folder=True)
+        self.lock.acquire()
+        saved = epoch_folders(self.root)
+        if saved and not (self.resume or self.restart):
+            self.close()
+            raise InvalidValueError(
+                f"checkpoint {self.root} holds saved epochs (the newest {saved[-1][1].name}): "
+                "add --resume to continue from them, or --restart to train from epoch 0 "
+                "(its epoch folders are deleted once this run's first checkpoint is saved)")
+        for _, folder in saved:
             for stale in folder.iterdir():
                 if _TEMP.fullmatch(stale.name):
                     stale.unlink(missing_ok=True)
 
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
     def load(self) -> dict[str, Any] | None:
-        """Rank 0 picks the newest complete checkpoint (every rank then reads its choice);
-        each rank loads its own shard on the same layout, else rank 0's."""
+        """Rank 0 picks the newest restorable checkpoint (every rank then reads its
+        choice); each rank loads its own shard on the same layout when it is intact,
+        else an intact shard of a rank with the same RNG streams, else any intact one."""
         chosen = -1
         if self.grid.rank == 0:
-            epoch, self.skipped = latest_complete(self.root)
-            chosen = -1 if epoch is None else epoch
+            check, self.skipped = newest_restorable(self.root)
+            chosen = -1 if check is None else check.epoch
         chosen = gather_grid(self.comm, self.grid, [chosen])[0][0]
         if chosen < 0:
             return None
@@ -270,21 +375,46 @@ class DistributedStore:
         manifest = json.loads((folder / MANIFEST).read_text())
         require_fingerprint(folder, manifest["fingerprint"], self.identity)
         written = manifest["layout"]
-        same = written == self.layout
-        source = self.grid.rank if same else 0
+        source, rng = self._source(folder, manifest)
         state = load_checkpoint(folder / shard_name(source),
                                 {**self.identity, "rank": source, "epoch": chosen})
-        rng = "restored" if same else "shared"
-        if not same and self.block is not None:
+        if rng == "re-derived":
+            assert self.block is not None
             state = {**state, "rng": derived_rng(self.seed, self.block, chosen)}
-            rng = "re-derived"
-        self.resumed = Resumed(chosen, str(folder), written, self.layout, rng)
+        self.resumed = Resumed(chosen, str(folder), written, self.layout, rng, source)
         self.kept = [chosen]
         return state
 
+    def _source(self, folder: Path, manifest: dict[str, Any]) -> tuple[int, str]:
+        """The shard this rank restores from and what becomes of its RNG streams."""
+        shards = _shard_entries(manifest, manifest["epoch"])
+        intact = [r for r in self._candidates(manifest["layout"], len(shards))
+                  if shard_problem(folder, r, shards[r]) is None]
+        if not intact:  # rank 0 found one a moment ago: the folder changed since
+            raise IncompleteCheckpoint(f"checkpoint {folder}: no intact shard left")
+        same = manifest["layout"] == self.layout
+        exact = same and intact[0] in self._same_streams(manifest["layout"], len(shards))
+        if exact:
+            return intact[0], "restored"
+        return intact[0], "shared" if self.block is None else "re-derived"
+
+    def _candidates(self, written: dict[str, Any], world: int) -> list[int]:
+        """Ranks whose shards may serve this one, best first: its own, its RNG twins."""
+        twins = self._same_streams(written, world) if written == self.layout else []
+        return list(dict.fromkeys([*twins, *range(world)]))
+
+    def _same_streams(self, written: dict[str, Any], world: int) -> list[int]:
+        """Ranks of the written layout that draw this rank's RNG streams, itself first:
+        every rank with shared masks, the ranks of its vertex block with per-block ones."""
+        me = self.grid.rank
+        if self.block is None:
+            return [me, *(r for r in range(world) if r != me)]
+        per_block = written["grid"][1] * written["grid"][2]
+        return [me, *(r for r in range(world) if r != me and r // per_block == self.block)]
+
     def save(self, epoch: int, payload: dict[str, Any]) -> None:
         """Write this rank's shard; after every rank's acknowledgement, rank 0 writes the
-        manifest and deletes all but the last :data:`KEEP` complete checkpoints."""
+        manifest and prunes older folders (:meth:`_prune`)."""
         folder = epoch_folder(self.root, epoch)
         folder.mkdir(parents=True, exist_ok=True)
         shard = folder / shard_name(self.grid.rank)
@@ -314,8 +444,14 @@ class DistributedStore:
                      lambda fh: fh.write(json.dumps(manifest, indent=1).encode()))
         _fsync_dir(folder)
         self.kept = [*self.kept, epoch][-KEEP:]
+        self._prune()
+
+    def _prune(self) -> None:
+        """Delete the folders older than the checkpoint just written (which is complete),
+        but the last :data:`KEEP` this run wrote; with ``restart``, also the earlier
+        run's newer folders. A newer folder of an earlier run is otherwise kept."""
         for old, path in epoch_folders(self.root):
-            if old not in self.kept:
+            if old not in self.kept and (old < self.kept[-1] or self.restart):
                 remove_checkpoint(path)
 
 

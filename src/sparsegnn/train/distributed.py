@@ -210,7 +210,7 @@ def train_rank(
     store = None if cfg.checkpoint is None else DistributedStore(
         Path(cfg.checkpoint), grid, _identity(source, shard, cfg),
         _layout(shape, dcfg, source, global_masks, cfg.seed), cfg.seed,
-        None if global_masks else grid.coords[0])
+        None if global_masks else grid.coords[0], resume=cfg.resume, restart=cfg.restart)
     result = fit(model, task, rank_cfg, is_main=grid.rank == 0, on_epoch=meter.on_epoch,
                  store=store)
     calls = spmm_schedule(cfg, shard.num_features, shard.num_classes, sliced)

@@ -54,10 +54,16 @@ class TrainConfig:
     checkpoint: Path | None = None
     checkpoint_every: int = 10
     resume: bool = False
+    # Train from epoch 0 on a checkpoint folder that holds saved epochs (deleted once this
+    # run's first checkpoint lands); without it or resume such a folder is refused.
+    restart: bool = False
     progress: bool | None = None  # a bar: always, never, or on a terminal only (None)
     logdir: Path | None = None  # TensorBoard event files (main rank)
 
     def __post_init__(self) -> None:
+        if self.resume and self.restart:
+            raise InvalidValueError("resume and restart exclude each other: resume "
+                                    "continues the saved epochs, restart discards them")
         if self.precision not in ("fp32", "bf16"):
             raise InvalidValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.dropout_mask not in MASK_KINDS:

@@ -39,8 +39,9 @@ from torch import nn
 from sparsegnn.errors import DataFormatError, NonFiniteError
 from sparsegnn.train.checkpoint import (
     Fingerprint,
+    check_checkpoint_path,
     load_checkpoint,
-    prepare_checkpoint,
+    remove_stale_temps,
     rng_state,
     save_checkpoint,
     seed_everything,
@@ -49,6 +50,7 @@ from sparsegnn.train.checkpoint import (
 from sparsegnn.train.eventlog import EventLog
 from sparsegnn.train.memory import peak_memory_bytes
 from sparsegnn.train.progress import EpochDisplay
+from sparsegnn.train.run_lock import RunLock
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +92,31 @@ class CheckpointStore(Protocol):
     def describe(self) -> str:
         """How messages name the store (``checkpoint run.pt``)."""
 
+    def close(self) -> None:
+        """Let go of the place (its lock): the run is over, however it ended."""
 
-@dataclass(frozen=True)
+
+@dataclass
 class FileStore:
-    """One checkpoint file, rewritten atomically; only the main rank writes it."""
+    """One checkpoint file, rewritten atomically; only the main rank writes it, holding
+    the file's :class:`~sparsegnn.train.run_lock.RunLock` while the run lasts."""
 
     path: Path
     stamp: Fingerprint
     is_main: bool = True
+    lock: RunLock | None = None
 
     def prepare(self) -> None:
         if self.is_main:
-            prepare_checkpoint(self.path)
+            check_checkpoint_path(self.path)
+            self.lock = RunLock(self.path, folder=False)
+            self.lock.acquire()
+            remove_stale_temps(self.path)
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def load(self) -> dict[str, Any] | None:
         return load_checkpoint(self.path, self.stamp) if self.path.exists() else None
@@ -184,9 +199,21 @@ def run_epochs(
     """
     if store is None and cfg.checkpoint is not None:
         store = FileStore(Path(cfg.checkpoint), stamp or {}, cfg.is_main)
-    state: LoopState[S] = LoopState()
     if store is not None:
         store.prepare()
+    try:
+        return _run(model, optimizer, epoch_fn, cfg, record, score, on_epoch, extra, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _run(model: nn.Module, optimizer: torch.optim.Optimizer, epoch_fn: Callable[[int], S],
+         cfg: LoopConfig, record: type[S], score: Callable[[S], float] | None,
+         on_epoch: Callable[[S], None] | None, extra: Resumable | None,
+         store: CheckpointStore | None) -> LoopState[S]:
+    """:func:`run_epochs` once the store (if any) is prepared and locked."""
+    state: LoopState[S] = LoopState()
     payload = store.load() if store is not None and cfg.resume else None
     saved: int | None = None  # the epoch whose state the store holds, if any
     if store is not None and payload is not None:
