@@ -5,7 +5,7 @@ recipe or the user's SQL, draws per-category code distributions and exports the
 selection. Every query goes through the same :class:`Sandbox` as ``curate query``, so the
 page can do nothing the CLI cannot, and every refusal reaches the page as a message.
 
-The server is the standard library's ``ThreadingHTTPServer`` and trusts nothing:
+The server (:class:`~sparsegnn.curation.serve_http.GuardedHTTPServer`) trusts nothing:
 
 - it listens on 127.0.0.1 only, and answers only requests naming that host (a page on
   another site cannot reach it by rebinding a DNS name to 127.0.0.1);
@@ -16,13 +16,15 @@ The server is the standard library's ``ThreadingHTTPServer`` and trusts nothing:
   own nonce-marked inline script and style and requests to itself;
 - there is no file-serving route (no path from a request ever reaches the disk), request
   bodies, rows per page, characters per cell and bars per chart are bounded, and at most
-  ``MAX_QUERIES`` queries run at once.
+  ``MAX_QUERIES`` queries run at once;
+- a connection costs no thread until its whole request head has arrived (within
+  ``timeout_s`` of connecting), a fixed pool of ``workers`` threads serves requests, every
+  read and write times out, and a client that goes away is one debug line, not a traceback.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 import tempfile
 import threading
@@ -30,7 +32,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -39,12 +40,16 @@ from sparsegnn.curation.errors import QueryError, SandboxError, SchemaError
 from sparsegnn.curation.export import export
 from sparsegnn.curation.recipes import list_recipes, recipe_sql
 from sparsegnn.curation.sandbox import CorpusFiles, Limits, Sandbox
+from sparsegnn.curation.serve_http import (
+    CONNECTION_TIMEOUT_S,
+    WORKERS,
+    GuardedHandler,
+    GuardedHTTPServer,
+)
 from sparsegnn.curation.serve_page import page_html
 from sparsegnn.curation.store import ANNOTATIONS_FILE, DOCUMENTS_FILE, GRAPH_FILE
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.optional import require
-
-log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 MAX_PAGE_ROWS = 200
@@ -225,12 +230,12 @@ def export_selection(box: Sandbox, selection: Selection, fmt: str, protected: It
 
 
 # --------------------------------------------------------------------------- the server
-class CurationServer(ThreadingHTTPServer):
-    """The page and its JSON API over one store, on 127.0.0.1 with a random token."""
+class CurationServer(GuardedHTTPServer):
+    """The page and its JSON API over one store, on 127.0.0.1 with a random token;
+    ``timeout_s`` and ``workers`` as in :class:`GuardedHTTPServer`."""
 
-    daemon_threads = True
-
-    def __init__(self, corpus: str | Path, port: int = 0, limits: Limits | None = None) -> None:
+    def __init__(self, corpus: str | Path, port: int = 0, limits: Limits | None = None, *,
+                 timeout_s: float = CONNECTION_TIMEOUT_S, workers: int = WORKERS) -> None:
         self.corpus = Path(corpus)
         self.files = CorpusFiles.in_dir(self.corpus)
         self.files.check()
@@ -238,7 +243,7 @@ class CurationServer(ThreadingHTTPServer):
         self.token = secrets.token_urlsafe(24)
         self.queries = threading.BoundedSemaphore(MAX_QUERIES)
         try:
-            super().__init__((HOST, port), _Handler)
+            super().__init__((HOST, port), _Handler, timeout_s=timeout_s, workers=workers)
         except OSError as err:  # a port in use or reserved: the user's choice, one line
             raise InvalidValueError(f"cannot listen on {HOST}:{port} ({err.strerror or err}); "
                                     "choose another --port, or 0 for any free one") from None
@@ -265,14 +270,10 @@ class CurationServer(ThreadingHTTPServer):
             self.queries.release()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     server: CurationServer
     server_version = "sparsegnn-curate"
     sys_version = ""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """To the debug log, without the query string: it holds the token."""
-        log.debug("%s %s", self.command, urlsplit(self.path).path)
 
     def do_GET(self) -> None:
         self._respond({"/": self._page, "/api/recipes": self._recipes})
