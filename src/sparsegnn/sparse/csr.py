@@ -5,7 +5,8 @@ always int64 (ids above 2**31 and, unlike float-cast indices, above 2**24 stay e
 values are float32 or float64. Column indices are sorted within each row and unique, so
 every structural operation (transpose, extraction, SpGEMM) can rely on it. The transpose
 is computed once and cached together with the permutation that maps this matrix's
-values onto the transpose's, which is what the value gradient of SpMM needs.
+values onto the transpose's, which is what the value gradient of SpMM needs. The checks
+that enforce these invariants on input are in :mod:`sparsegnn.sparse.invariants`.
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from sparsegnn.errors import (
-    DuplicateEntryError,
-    IndexOutOfRangeError,
-    InvalidValueError,
-    ShapeError,
-    UnsortedIndicesError,
+from sparsegnn.errors import DuplicateEntryError, InvalidValueError, ShapeError
+from sparsegnn.sparse.invariants import (
+    FLOAT_DTYPES,
+    check_bounds,
+    check_index_pair,
+    check_values,
+    validate_csr,
 )
 
 DuplicatePolicy = Literal["sum", "max", "error"]
-_FLOAT_DTYPES = (torch.float32, torch.float64)
 
 
 @dataclass(eq=False)
@@ -114,7 +115,7 @@ class CSRMatrix:
         Entries are sorted by (row, column). Repeated coordinates are combined by
         ``duplicates``: ``"sum"`` (the scipy convention), ``"max"``, or ``"error"``.
         """
-        row, col = _check_index_pair(row, col)
+        row, col = check_index_pair(row, col)
         nnz = row.numel()
         if val is None:
             val = torch.ones(nnz, dtype=torch.float32, device=row.device)
@@ -123,12 +124,12 @@ class CSRMatrix:
             raise ShapeError(
                 f"values must have shape ({nnz},) to match the indices, got {tuple(val.shape)}"
             )
-        _check_values(val)
+        check_values(val)
         if shape is None:
             shape = (int(row.max()) + 1 if nnz else 0, int(col.max()) + 1 if nnz else 0)
         shape = (int(shape[0]), int(shape[1]))
-        _check_bounds(row, shape[0], "row")
-        _check_bounds(col, shape[1], "column")
+        check_bounds(row, shape[0], "row")
+        check_bounds(col, shape[1], "column")
         key = row * max(shape[1], 1) + col
         key, order = torch.sort(key, stable=True)
         row, col, val = row[order], col[order], val[order]
@@ -189,7 +190,7 @@ class CSRMatrix:
         """Convert any scipy.sparse matrix (duplicates combined by ``duplicates``)."""
         coo = sp.coo_matrix(mat)
         val = torch.from_numpy(np.asarray(coo.data))
-        if val.dtype not in _FLOAT_DTYPES:
+        if val.dtype not in FLOAT_DTYPES:
             val = val.to(torch.float32)
         return cls.from_coo(
             torch.from_numpy(coo.row.astype(np.int64)),
@@ -217,43 +218,7 @@ class CSRMatrix:
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Check every invariant; raise the documented error on the first violation."""
-        rows, cols = self.shape
-        if rows < 0 or cols < 0:
-            raise ShapeError(f"shape must be non-negative, got {self.shape}")
-        if self.crow.dim() != 1 or self.crow.numel() != rows + 1:
-            raise ShapeError(
-                f"crow must have {rows + 1} entries for {rows} rows, got {self.crow.numel()}"
-            )
-        if self.col.dim() != 1 or self.val.shape != self.col.shape:
-            raise ShapeError(
-                "col and val must be 1-D of equal length, got "
-                f"{tuple(self.col.shape)} and {tuple(self.val.shape)}"
-            )
-        if int(self.crow[0]) != 0 or int(self.crow[-1]) != self.col.numel():
-            raise ShapeError(
-                f"crow must start at 0 and end at nnz={self.col.numel()}, "
-                f"got {int(self.crow[0])}..{int(self.crow[-1])}"
-            )
-        if rows and bool((self.crow[1:] < self.crow[:-1]).any()):
-            raise ShapeError("crow must be non-decreasing")
-        _check_bounds(self.col, cols, "column")
-        _check_values(self.val)
-        if self.col.numel() > 1:
-            rows_of = self.row_indices()
-            same_row = rows_of[1:] == rows_of[:-1]
-            step = self.col[1:] - self.col[:-1]
-            if bool((same_row & (step < 0)).any()):
-                bad = int(rows_of[1:][same_row & (step < 0)][0])
-                raise UnsortedIndicesError(
-                    f"column indices of row {bad} are not sorted; build with CSRMatrix.from_coo "
-                    "to sort them"
-                )
-            if bool((same_row & (step == 0)).any()):
-                i = int((same_row & (step == 0)).nonzero()[0, 0])
-                raise DuplicateEntryError(
-                    f"entry ({int(rows_of[i])}, {int(self.col[i])}) appears more than once; "
-                    "build with CSRMatrix.from_coo(duplicates='sum') to combine them"
-                )
+        validate_csr(self)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -297,7 +262,7 @@ class CSRMatrix:
         self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
     ) -> CSRMatrix:
         """Copy to another device and/or value dtype (indices stay int64)."""
-        if dtype is not None and dtype not in _FLOAT_DTYPES:
+        if dtype is not None and dtype not in FLOAT_DTYPES:
             raise InvalidValueError(f"value dtype must be float32 or float64, got {dtype}")
         val = self.val.to(device=device, dtype=dtype)
         return CSRMatrix(self.crow.to(device), self.col.to(device), val, self.shape,
@@ -404,7 +369,7 @@ class CSRMatrix:
         """``A[rows, :]`` in the order given (rows may repeat): the sampler's ``Q A``.
         ``ones``: A's values are all 1 (a pattern), so they are filled, not gathered."""
         rows = torch.as_tensor(rows, device=self.device).long()
-        _check_bounds(rows, self.shape[0], "row")
+        check_bounds(rows, self.shape[0], "row")
         starts = self.crow[rows]
         counts = self.crow[rows + 1] - starts
         crow = torch.zeros(rows.numel() + 1, dtype=torch.long, device=self.device)
@@ -417,7 +382,7 @@ class CSRMatrix:
     def select_cols(self, cols: torch.Tensor) -> CSRMatrix:
         """``A[:, cols]`` with columns renumbered to positions in ``cols`` (unique ids)."""
         cols = torch.as_tensor(cols, device=self.device).long()
-        _check_bounds(cols, self.shape[1], "column")
+        check_bounds(cols, self.shape[1], "column")
         mapping = torch.full((self.shape[1],), -1, dtype=torch.long, device=self.device)
         mapping[cols] = torch.arange(cols.numel(), device=self.device)
         if int((mapping >= 0).sum()) != cols.numel():
@@ -495,39 +460,3 @@ def _rows_to_crow(sorted_rows: torch.Tensor, n_rows: int) -> torch.Tensor:
     crow = torch.zeros(n_rows + 1, dtype=torch.long, device=sorted_rows.device)
     torch.cumsum(counts, 0, out=crow[1:])
     return crow
-
-
-def _check_index_pair(row: torch.Tensor, col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    row, col = torch.as_tensor(row), torch.as_tensor(col)
-    for name, idx in (("row", row), ("column", col)):
-        if idx.dtype.is_floating_point or idx.dtype == torch.bool or idx.is_complex():
-            raise InvalidValueError(f"{name} indices must be an integer tensor, got {idx.dtype}")
-        if idx.dim() != 1:
-            raise ShapeError(f"{name} indices must be 1-D, got shape {tuple(idx.shape)}")
-    if row.numel() != col.numel():
-        raise ShapeError(
-            f"row and column index lists differ in length: {row.numel()} vs {col.numel()}"
-        )
-    return row.long(), col.long()
-
-
-def _check_bounds(idx: torch.Tensor, size: int, what: str) -> None:
-    if idx.numel() == 0:
-        return
-    lo, hi = int(idx.min()), int(idx.max())
-    if lo < 0:
-        raise IndexOutOfRangeError(f"negative {what} index {lo}; indices must lie in [0, {size})")
-    if hi >= size:
-        raise IndexOutOfRangeError(f"{what} index {hi} out of range for dimension {size}")
-
-
-def _check_values(val: torch.Tensor) -> None:
-    if val.dtype not in _FLOAT_DTYPES:
-        raise InvalidValueError(
-            f"values must be float32 or float64, got {val.dtype}; convert with .float()"
-        )
-    if val.numel() and not bool(torch.isfinite(val).all()):
-        bad = int((~torch.isfinite(val)).nonzero()[0, 0])
-        raise InvalidValueError(
-            f"value at position {bad} is {float(val[bad])}; values must be finite"
-        )
