@@ -38,7 +38,7 @@ from _harness import Row, emit, make_parser, skipped
 from autoconfig import judge
 from sparsegnn.data import load_any
 from sparsegnn.distributed.autoplan import auto_plan
-from sparsegnn.distributed.cost import Profile
+from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 
 HOSTS = 4

@@ -14,20 +14,21 @@ from sparsegnn.data import load_any, sbm
 from sparsegnn.distributed.autoplan import auto_plan, configurations, shortlist
 from sparsegnn.distributed.comm_model import spmm_schedule
 from sparsegnn.distributed.cost import (
-    LinkCost,
-    Profile,
     host_compute_seconds,
     latency_scale,
-    loaded_graph_bytes,
-    predict_memory,
     rank_nonzeros,
     tile_products,
-    whole_graph_bytes,
 )
+from sparsegnn.distributed.cost_profile import LinkCost, Profile
 from sparsegnn.distributed.grid import grid_shape
 from sparsegnn.distributed.partition import stage_blocks
 from sparsegnn.distributed.plan import relabelled
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph, partitioned
+from sparsegnn.distributed.rank_memory import (
+    loaded_graph_bytes,
+    predict_memory,
+    whole_graph_bytes,
+)
 from sparsegnn.distributed.spmm import OVERLAP_LANES
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train.distributed import trial_winner

@@ -15,7 +15,8 @@ from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.comm import Communicator
 from sparsegnn.distributed.comm_model import spmm_schedule
-from sparsegnn.distributed.cost import LinkCost, Profile, collective_calls
+from sparsegnn.distributed.cost import collective_calls
+from sparsegnn.distributed.cost_profile import LinkCost, Profile
 from sparsegnn.distributed.grid import grid_shape
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph, plan
 from sparsegnn.errors import DataFormatError

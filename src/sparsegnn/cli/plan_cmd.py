@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def load_profile(path: str | None, parts: int) -> Any:
     """The profile at ``path``, or one measured now (quick, ``min(parts, 8)`` ranks)."""
-    from sparsegnn.distributed.cost import Profile
+    from sparsegnn.distributed.cost_profile import Profile
 
     if path is not None:
         return Profile.load(path)

@@ -6,7 +6,7 @@ Every rank of a job of the world size one plans for runs the same measurements a
 same time, after a barrier, so the rates are those of the machine *shared by* that many
 ranks (on a host with fewer cores than ranks, the ranks' compute slows down together,
 which a single-process measurement would miss). Rank 0's numbers become the
-:class:`~sparsegnn.distributed.cost.Profile`:
+:class:`~sparsegnn.distributed.cost_profile.Profile`:
 
 * local SpMM of a uniform random graph (random gathers: the rate of rows that miss
   the caches) at two densities and several widths, solved per width for the time per
@@ -46,7 +46,7 @@ from scipy.optimize import nnls
 from torch.nn import functional as F
 
 from sparsegnn.distributed.comm import Communicator, Group, new_group
-from sparsegnn.distributed.cost import LinkCost, Profile
+from sparsegnn.distributed.cost_profile import LinkCost, Profile
 from sparsegnn.distributed.session import Session, barrier
 from sparsegnn.names import DEFAULT_MASK, MaskKind
 from sparsegnn.nn.dropout import dropout

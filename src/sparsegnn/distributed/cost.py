@@ -1,11 +1,8 @@
-"""Predicted epoch time and per-rank memory of a distributed configuration, from a profile.
+"""Predicted epoch time of a distributed configuration, from a profile.
 
-A :class:`Profile` says what this machine (or a cluster one plans for) costs: a local
-SpMM per stored nonzero and feature column and per output row and column, a dense
-matmul per multiply-add, an elementwise pass per value, and, per collective, a latency
-and a time per byte at the busiest rank (``sparsegnn calibrate`` measures them; a
-profile can also be written by hand). :func:`predict_epoch` prices one training epoch
-of a :class:`~sparsegnn.distributed.planner.Layout`:
+:func:`predict_epoch` prices one training epoch of a
+:class:`~sparsegnn.distributed.planner.Layout` at the rates of a
+:class:`~sparsegnn.distributed.cost_profile.Profile` (what this machine costs):
 
 * communication per phase: the exact bytes of the planner (for an all-to-all or
   all-reduce the busiest rank's sent or received, whichever is larger; for broadcast
@@ -33,16 +30,13 @@ of a :class:`~sparsegnn.distributed.planner.Layout`:
 
 Ranks are assumed to wait for each other at every collective, so the epoch costs the
 busiest rank's compute plus the communication plus that overhead: no overlap is
-credited.
+credited. A rank's peak memory is predicted apart (:mod:`sparsegnn.distributed.rank_memory`).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import math
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,182 +47,9 @@ from sparsegnn.distributed.comm_model import (
     input_slicing,
     spmm_schedule,
 )
+from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.grid import GridShape
 from sparsegnn.distributed.partition import feature_columns, split_sizes, stage_blocks
-from sparsegnn.distributed.spmm import col_lanes
-from sparsegnn.errors import DataFormatError
-
-COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
-PROFILE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class LinkCost:
-    """One collective: seconds per call and seconds per byte at the busiest rank."""
-
-    latency_s: float
-    seconds_per_byte: float
-
-    def time(self, calls: int, nbytes: float, latency_scale: float = 1.0) -> float:
-        return calls * self.latency_s * latency_scale + nbytes * self.seconds_per_byte
-
-
-@dataclass
-class Profile:
-    """What a machine costs (see the module docstring); JSON-serialisable, hand-writable.
-
-    ``spmm_nnz_s`` maps a feature width to seconds per nonzero and column; widths in
-    between are interpolated on a log scale, outside clamped to the nearest.
-    """
-
-    backend: str
-    world_size: int
-    spmm_nnz_s: dict[int, float]
-    spmm_row_s: float
-    gemm_s: float
-    elementwise_s: float
-    collectives: dict[str, LinkCost]
-    notes: dict[str, Any] = field(default_factory=dict)
-    # What a rank's resident set grows by beyond its data: communication buffers, kernel
-    # workspaces, allocator slack (the calibration job's own growth).
-    rank_overhead_bytes: int = 0
-    # A rank's resident set before it holds any data (interpreter, torch, the backend's
-    # buffers): part of every rank's peak, which a memory limit caps.
-    rank_base_bytes: int = 0
-    # Hosts the ranks are spread over (torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE): how
-    # many groups' broadcasts can use separate links at the same time.
-    hosts: int = 1
-    # Seconds per value of a dropout mask drawn and applied (random numbers cost far
-    # more than an activation's pass: counted apart).
-    dropout_s: float = 0.0
-    # Broadcasts as the algorithms' stages make them, per group size: (bytes a call's
-    # root sends, seconds per call) pairs (calibrate.measure_broadcast_rounds); empty
-    # where not measured (one host: the collectives' straight lines price those).
-    broadcast_rounds: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    # How many times longer a rank computes while every rank of its host computes than
-    # alone (calibrate.measure_core_sharing; 1: a core per rank). The rates above are
-    # measured with all ranks at once, so they are the shared speed.
-    core_sharing: float = 1.0
-    # What the terms above miss, fitted on real epochs: per epoch, per collective call
-    # and per value of the busiest rank's rows (rows x the layers' output widths).
-    epoch_overhead_s: float = 0.0
-    call_overhead_s: float = 0.0
-    row_overhead_s: float = 0.0
-
-    def overhead(self, calls: int, row_values: int) -> float:
-        return (self.epoch_overhead_s + calls * self.call_overhead_s
-                + row_values * self.row_overhead_s)
-
-    def spmm_time(self, nnz: float, rows: float, width: int, products: int = 1) -> float:
-        """An SpMM of ``nnz`` nonzeros into ``rows`` output rows, made of ``products``
-        tile products that each write all the rows and are added up (an elementwise
-        pass each beyond the first)."""
-        return (nnz * width * self._per_nnz(width)
-                + products * rows * width * self.spmm_row_s
-                + (products - 1) * rows * width * self.elementwise_s)
-
-    def _per_nnz(self, width: int) -> float:
-        widths = sorted(self.spmm_nnz_s)
-        if width <= widths[0]:
-            return self.spmm_nnz_s[widths[0]]
-        if width >= widths[-1]:
-            return self.spmm_nnz_s[widths[-1]]
-        hi = next(w for w in widths if w >= width)
-        lo = widths[widths.index(hi) - 1]
-        t = (math.log(width) - math.log(lo)) / (math.log(hi) - math.log(lo))
-        return (1 - t) * self.spmm_nnz_s[lo] + t * self.spmm_nnz_s[hi]
-
-    def link(self, collective: str) -> LinkCost:
-        return self.collectives.get(collective) or self.collectives["broadcast"]
-
-    def broadcast_call_s(self, group: int, nbytes: float) -> float | None:
-        """Seconds of one stage broadcast in a group of ``group`` ranks whose root sends
-        ``nbytes``, from the measured rounds (None: none for that group size). Linear
-        between measured sizes, the smallest's time below them (latency-bound), the last
-        segment's slope beyond them."""
-        points = sorted(self.broadcast_rounds.get(group) or [])
-        if not points:
-            return None
-        sizes = [b for b, _ in points]
-        # A larger message never costs less: noise in the small, latency-bound sizes
-        # (a 16 KiB round measured slower than a 64 KiB one) is not a price.
-        times = np.maximum.accumulate([t for _, t in points]).tolist()
-        if nbytes <= sizes[-1] or len(points) == 1:
-            return float(np.interp(nbytes, sizes, times))
-        slope = (times[-1] - times[-2]) / max(sizes[-1] - sizes[-2], 1e-30)
-        return times[-1] + (nbytes - sizes[-1]) * max(slope, 0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["format"] = PROFILE_FORMAT
-        out["spmm_nnz_s"] = {str(k): v for k, v in self.spmm_nnz_s.items()}
-        out["broadcast_rounds"] = {str(g): [list(pt) for pt in pts]
-                                   for g, pts in self.broadcast_rounds.items()}
-        return out
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> Profile:
-        """A profile file, every field checked (a hand-written one is the usual case)."""
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as err:
-            raise DataFormatError(f"{path}: cannot read the profile: {err}") from err
-        try:
-            return cls.from_dict(raw)
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise DataFormatError(
-                f"{path}: not a sparsegnn profile ({err!r:.120}); write one with "
-                "`sparsegnn calibrate --out FILE`") from err
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> Profile:
-        if raw.get("format") != PROFILE_FORMAT:
-            raise ValueError(f"format {raw.get('format')!r}, expected {PROFILE_FORMAT}")
-
-        def seconds(value: Any, what: str) -> float:
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{what} must be a finite number >= 0, got {value!r:.40}")
-            return float(value)
-
-        spmm = {int(k): seconds(v, f"spmm_nnz_s[{k}]") for k, v in raw["spmm_nnz_s"].items()}
-        if not spmm or min(spmm) < 1:
-            raise ValueError("spmm_nnz_s needs at least one width >= 1")
-        links = {name: LinkCost(seconds(c["latency_s"], f"{name} latency_s"),
-                                seconds(c["seconds_per_byte"], f"{name} seconds_per_byte"))
-                 for name, c in raw["collectives"].items() if name in COLLECTIVES}
-        if "broadcast" not in links:
-            raise ValueError("collectives needs at least broadcast")
-        world = raw["world_size"]
-        if type(world) is not int or world < 1:
-            raise ValueError(f"world_size must be an integer >= 1, got {world!r:.40}")
-        optional = {key: seconds(raw.get(key, 0.0), key)
-                    for key in ("dropout_s", "epoch_overhead_s", "call_overhead_s",
-                                "row_overhead_s")}
-        rounds = {}
-        for key, pts in (raw.get("broadcast_rounds") or {}).items():
-            group = int(key)
-            if group < 2 or not pts:
-                raise ValueError(f"broadcast_rounds[{key}]: a group of >= 2 ranks with "
-                                 "at least one [bytes, seconds] point")
-            rounds[group] = [(seconds(b, f"broadcast_rounds[{key}] bytes"),
-                              seconds(t, f"broadcast_rounds[{key}] seconds"))
-                             for b, t in pts]
-        return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
-                   seconds(raw["gemm_s"], "gemm_s"),
-                   seconds(raw["elementwise_s"], "elementwise_s"), links,
-                   dict(raw.get("notes") or {}),
-                   int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")),
-                   int(seconds(raw.get("rank_base_bytes", 0), "rank_base_bytes")),
-                   max(1, int(seconds(raw.get("hosts", 1), "hosts"))),
-                   broadcast_rounds=rounds,
-                   core_sharing=max(1.0, seconds(raw.get("core_sharing", 1.0), "core_sharing")),
-                   **optional)
 
 
 @dataclass
@@ -491,7 +312,7 @@ def compute_seconds(
             width = call.width if shape.algo in ("1d", "1.5d") \
                 else split_sizes(call.width, shape.cols)[j]
             seconds += profile.spmm_time(float(nnz[rank]), rows, width, products)
-        mine = [_feature_columns(shape, j, widths[0]), *widths[1:]]
+        mine = [feature_column_count(shape, j, widths[0]), *widths[1:]]
         macs = sum(a * b for a, b in itertools.pairwise(mine))
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
         seconds += rows * sum(mine[:-1]) * profile.dropout_s  # a mask on each layer's input
@@ -577,76 +398,7 @@ def row_values(shape: GridShape, part: Any, widths: list[int]) -> int:
         * sum(widths[1:])
 
 
-def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
-                   whole_graph: bool = False) -> int:
-    """Predicted peak bytes of the busiest rank: what it holds (its tiles of A, stored
-    twice when A^T is kept apart; its feature rows, on 2D/3D only its column slice of
-    them; the model and Adam's two moments), what training adds, measured as about two
-    copies of its input rows (dropout's output and the gathered block of H) on a
-    4M-vertex graph (benchmarks/memory_scaling), the further blocks of H an overlapped
-    dense product holds in flight (``cfg.overlap``), and ``overhead``: what the process is
-    before its data (the profile's base) and its growth beyond it (the calibration
-    job's), so that the prediction is of the whole resident set a memory limit caps.
-    ``whole_graph``: every rank also keeps the graph it loaded (a dataset or generator
-    given by name; ranks that read a partitioned folder load only their share) and
-    builds the whole operator from it (:func:`whole_graph_bytes`). Counting the loaded
-    graph only twice (the transient copy loading passes through) left the prediction
-    8-85 MiB short of the measured peak on 131k- and 262k-vertex SBM graphs at p = 2,
-    and 25-195 MiB short under ``train --algo auto`` on 32k-131k-vertex SBM graphs of
-    degree 32 at p = 4, where building the operator is the peak."""
-    g, shape, part = layout.graph, layout.shape, layout.part
-    operator = g.operator()
-    nnz = rank_nonzeros(shape, part, operator)
-    f = g.num_features or cfg.hidden
-    widths = [f] + [cfg.hidden] * (cfg.num_layers - 1) + [g.num_classes or cfg.hidden]
-    params = sum(a * b + b for a, b in itertools.pairwise(widths))
-    tiles = 1 if operator.symmetric else 2
-    blocks_rows = max(part.size(b) for b in range(shape.row_blocks))
-    busiest = 0
-    for rank in range(shape.size):
-        i, j, _ = shape.coords(rank)
-        rows = part.size(i)
-        count = len(stage_blocks(shape, j)) if shape.algo in ("1d", "1.5d") else 1
-        topology = tiles * (count * (rows + 1) * 8 + int(nnz[rank]) * (8 + value_bytes))
-        features = rows * _feature_columns(shape, j, f) * value_bytes
-        held = topology + features + 3 * params * value_bytes
-        busiest = max(busiest, held + 2 * features
-                      + _blocks_in_flight(shape, j, cfg) * blocks_rows * max(widths) * value_bytes)
-    return busiest + overhead + (whole_graph_bytes(g, value_bytes) if whole_graph else 0)
-
-
-# What building the whole graph's operator takes at its peak beyond the loaded graph, per
-# nonzero of the operator: the CSR, its self loops and normalised values, row ids, and
-# the symmetry check's transpose (sort key, permutation, gathered copies). Measured 90
-# bytes on a 262k-vertex SBM of 8.6M nonzeros (session 11; /tmp script, not kept); the
-# ranks of one job peak up to 15% apart (754-868 MiB on a 131k-vertex SBM at p = 4),
-# which the rest of the prediction does not cover at that size, hence 112.
-OPERATOR_BUILD_BYTES_PER_NONZERO = 112
-
-
-def whole_graph_bytes(graph: Any, value_bytes: int) -> int:
-    """What a rank that loads ``graph`` whole adds to its peak: the loaded graph, plus the
-    larger of a transient copy of it (loading passes through one) and the building of
-    the whole operator it cuts its share from."""
-    loaded = loaded_graph_bytes(graph, value_bytes)
-    return loaded + max(loaded, OPERATOR_BUILD_BYTES_PER_NONZERO * graph.operator().nnz)
-
-
-def _blocks_in_flight(shape: GridShape, col: int, cfg: Any) -> int:
-    """Blocks of H an overlapped dense 1D/1.5D product holds beyond the one the plain
-    loop receives into: one per further lane its stages use (distributed.spmm)."""
-    lanes = col_lanes(shape.algo, cfg.comm, cfg.overlap)
-    return min(lanes, len(stage_blocks(shape, col))) - 1 if lanes > 1 else 0
-
-
-def loaded_graph_bytes(graph: Any, value_bytes: int) -> int:
-    """A loaded graph's bytes: its features, its edge list (two int64 per edge), its
-    labels (int64) and three split masks."""
-    n = graph.num_nodes
-    return n * (graph.num_features * value_bytes + 8 + 3) + graph.num_edges * 16
-
-
-def _feature_columns(shape: GridShape, col: int, num_features: int) -> int:
+def feature_column_count(shape: GridShape, col: int, num_features: int) -> int:
     """How many input feature columns a rank of grid column ``col`` holds."""
     lo, hi = feature_columns(shape, col, num_features)
     return hi - lo

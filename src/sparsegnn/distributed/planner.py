@@ -193,7 +193,7 @@ class PlanConfig:
     dtype: str = "float32"
     seed: int = 0
     # ``train --overlap``: a dense 1D/1.5D product then holds more blocks of H at once
-    # (:func:`~sparsegnn.distributed.cost.predict_memory` counts them).
+    # (:func:`~sparsegnn.distributed.rank_memory.predict_memory` counts them).
     overlap: bool = False
 
     @property

@@ -29,7 +29,8 @@ from scipy.optimize import nnls
 from sparsegnn.data import GraphData, sbm
 from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.calibrate import measure_profile
-from sparsegnn.distributed.cost import EpochCost, Profile
+from sparsegnn.distributed.cost import EpochCost
+from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
 from sparsegnn.train.distributed import (

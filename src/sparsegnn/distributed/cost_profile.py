@@ -1,0 +1,197 @@
+"""What a machine costs, as the cost model reads it: a :class:`Profile` and its file.
+
+A :class:`Profile` says what this machine (or a cluster one plans for) costs: a local
+SpMM per stored nonzero and feature column and per output row and column, a dense
+matmul per multiply-add, an elementwise pass per value, per collective a latency and a
+time per byte at the busiest rank (:class:`LinkCost`), the overheads the calibration
+fits on real epochs, and a rank's base memory (``sparsegnn calibrate`` measures them; a
+profile can also be written by hand). It is apart from :mod:`sparsegnn.distributed.cost`,
+which prices an epoch at these rates, because it is the record both sides share: the
+calibration writes it, the cost and memory models and the automatic choice read it, and
+its JSON file (every field checked, a hand-written one being the usual case) is a format
+of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sparsegnn.errors import DataFormatError
+
+COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
+PROFILE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """One collective: seconds per call and seconds per byte at the busiest rank."""
+
+    latency_s: float
+    seconds_per_byte: float
+
+    def time(self, calls: int, nbytes: float, latency_scale: float = 1.0) -> float:
+        return calls * self.latency_s * latency_scale + nbytes * self.seconds_per_byte
+
+
+@dataclass
+class Profile:
+    """What a machine costs (see the module docstring); JSON-serialisable, hand-writable.
+
+    ``spmm_nnz_s`` maps a feature width to seconds per nonzero and column; widths in
+    between are interpolated on a log scale, outside clamped to the nearest.
+    """
+
+    backend: str
+    world_size: int
+    spmm_nnz_s: dict[int, float]
+    spmm_row_s: float
+    gemm_s: float
+    elementwise_s: float
+    collectives: dict[str, LinkCost]
+    notes: dict[str, Any] = field(default_factory=dict)
+    # What a rank's resident set grows by beyond its data: communication buffers, kernel
+    # workspaces, allocator slack (the calibration job's own growth).
+    rank_overhead_bytes: int = 0
+    # A rank's resident set before it holds any data (interpreter, torch, the backend's
+    # buffers): part of every rank's peak, which a memory limit caps.
+    rank_base_bytes: int = 0
+    # Hosts the ranks are spread over (torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE): how
+    # many groups' broadcasts can use separate links at the same time.
+    hosts: int = 1
+    # Seconds per value of a dropout mask drawn and applied (random numbers cost far
+    # more than an activation's pass: counted apart).
+    dropout_s: float = 0.0
+    # Broadcasts as the algorithms' stages make them, per group size: (bytes a call's
+    # root sends, seconds per call) pairs (calibrate.measure_broadcast_rounds); empty
+    # where not measured (one host: the collectives' straight lines price those).
+    broadcast_rounds: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    # How many times longer a rank computes while every rank of its host computes than
+    # alone (calibrate.measure_core_sharing; 1: a core per rank). The rates above are
+    # measured with all ranks at once, so they are the shared speed.
+    core_sharing: float = 1.0
+    # What the terms above miss, fitted on real epochs: per epoch, per collective call
+    # and per value of the busiest rank's rows (rows x the layers' output widths).
+    epoch_overhead_s: float = 0.0
+    call_overhead_s: float = 0.0
+    row_overhead_s: float = 0.0
+
+    def overhead(self, calls: int, row_values: int) -> float:
+        return (self.epoch_overhead_s + calls * self.call_overhead_s
+                + row_values * self.row_overhead_s)
+
+    def spmm_time(self, nnz: float, rows: float, width: int, products: int = 1) -> float:
+        """An SpMM of ``nnz`` nonzeros into ``rows`` output rows, made of ``products``
+        tile products that each write all the rows and are added up (an elementwise
+        pass each beyond the first)."""
+        return (nnz * width * self._per_nnz(width)
+                + products * rows * width * self.spmm_row_s
+                + (products - 1) * rows * width * self.elementwise_s)
+
+    def _per_nnz(self, width: int) -> float:
+        widths = sorted(self.spmm_nnz_s)
+        if width <= widths[0]:
+            return self.spmm_nnz_s[widths[0]]
+        if width >= widths[-1]:
+            return self.spmm_nnz_s[widths[-1]]
+        hi = next(w for w in widths if w >= width)
+        lo = widths[widths.index(hi) - 1]
+        t = (math.log(width) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return (1 - t) * self.spmm_nnz_s[lo] + t * self.spmm_nnz_s[hi]
+
+    def link(self, collective: str) -> LinkCost:
+        return self.collectives.get(collective) or self.collectives["broadcast"]
+
+    def broadcast_call_s(self, group: int, nbytes: float) -> float | None:
+        """Seconds of one stage broadcast in a group of ``group`` ranks whose root sends
+        ``nbytes``, from the measured rounds (None: none for that group size). Linear
+        between measured sizes, the smallest's time below them (latency-bound), the last
+        segment's slope beyond them."""
+        points = sorted(self.broadcast_rounds.get(group) or [])
+        if not points:
+            return None
+        sizes = [b for b, _ in points]
+        # A larger message never costs less: noise in the small, latency-bound sizes
+        # (a 16 KiB round measured slower than a 64 KiB one) is not a price.
+        times = np.maximum.accumulate([t for _, t in points]).tolist()
+        if nbytes <= sizes[-1] or len(points) == 1:
+            return float(np.interp(nbytes, sizes, times))
+        slope = (times[-1] - times[-2]) / max(sizes[-1] - sizes[-2], 1e-30)
+        return times[-1] + (nbytes - sizes[-1]) * max(slope, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["format"] = PROFILE_FORMAT
+        out["spmm_nnz_s"] = {str(k): v for k, v in self.spmm_nnz_s.items()}
+        out["broadcast_rounds"] = {str(g): [list(pt) for pt in pts]
+                                   for g, pts in self.broadcast_rounds.items()}
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        """A profile file, every field checked (a hand-written one is the usual case)."""
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as err:
+            raise DataFormatError(f"{path}: cannot read the profile: {err}") from err
+        try:
+            return cls.from_dict(raw)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise DataFormatError(
+                f"{path}: not a sparsegnn profile ({err!r:.120}); write one with "
+                "`sparsegnn calibrate --out FILE`") from err
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Profile:
+        if raw.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"format {raw.get('format')!r}, expected {PROFILE_FORMAT}")
+
+        def seconds(value: Any, what: str) -> float:
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{what} must be a finite number >= 0, got {value!r:.40}")
+            return float(value)
+
+        spmm = {int(k): seconds(v, f"spmm_nnz_s[{k}]") for k, v in raw["spmm_nnz_s"].items()}
+        if not spmm or min(spmm) < 1:
+            raise ValueError("spmm_nnz_s needs at least one width >= 1")
+        links = {name: LinkCost(seconds(c["latency_s"], f"{name} latency_s"),
+                                seconds(c["seconds_per_byte"], f"{name} seconds_per_byte"))
+                 for name, c in raw["collectives"].items() if name in COLLECTIVES}
+        if "broadcast" not in links:
+            raise ValueError("collectives needs at least broadcast")
+        world = raw["world_size"]
+        if type(world) is not int or world < 1:
+            raise ValueError(f"world_size must be an integer >= 1, got {world!r:.40}")
+        optional = {key: seconds(raw.get(key, 0.0), key)
+                    for key in ("dropout_s", "epoch_overhead_s", "call_overhead_s",
+                                "row_overhead_s")}
+        rounds = {}
+        for key, pts in (raw.get("broadcast_rounds") or {}).items():
+            group = int(key)
+            if group < 2 or not pts:
+                raise ValueError(f"broadcast_rounds[{key}]: a group of >= 2 ranks with "
+                                 "at least one [bytes, seconds] point")
+            rounds[group] = [(seconds(b, f"broadcast_rounds[{key}] bytes"),
+                              seconds(t, f"broadcast_rounds[{key}] seconds"))
+                             for b, t in pts]
+        return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
+                   seconds(raw["gemm_s"], "gemm_s"),
+                   seconds(raw["elementwise_s"], "elementwise_s"), links,
+                   dict(raw.get("notes") or {}),
+                   int(seconds(raw.get("rank_overhead_bytes", 0), "rank_overhead_bytes")),
+                   int(seconds(raw.get("rank_base_bytes", 0), "rank_base_bytes")),
+                   max(1, int(seconds(raw.get("hosts", 1), "hosts"))),
+                   broadcast_rounds=rounds,
+                   core_sharing=max(1.0, seconds(raw.get("core_sharing", 1.0), "core_sharing")),
+                   **optional)
