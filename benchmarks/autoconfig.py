@@ -42,13 +42,9 @@ from sparsegnn.distributed.autoplan import auto_plan, shortlist
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import gather_objects
 from sparsegnn.train.calibrate import calibrate_rank, distributed_config
-from sparsegnn.train.distributed import (
-    DistributedConfig,
-    choose_by_trial,
-    median_epoch_over_rounds,
-    train_rank,
-)
 from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.rank_train import DistributedConfig, train_rank
+from sparsegnn.train.trials import choose_by_trial, median_epoch_over_rounds
 
 Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
 DEFAULT: Config = ("1d", 1, "dense", "block")

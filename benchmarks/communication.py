@@ -35,8 +35,8 @@ from sparsegnn.distributed.planner import layout, plan_epoch
 from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, partition, size_cap
 from sparsegnn.sparse import CSRMatrix
-from sparsegnn.train.distributed import DistributedConfig, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.rank_train import DistributedConfig, train_rank
 
 PARTITIONERS = ("block", "random", "metis", "balanced")
 # (label, algo, replication, comm)

@@ -31,8 +31,8 @@ from sparsegnn.distributed import (
     init_session,
     spawn,
 )
-from sparsegnn.train.distributed import DistributedConfig, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.rank_train import DistributedConfig, train_rank
 
 Case = tuple[str, int, int]  # (algorithm, p, replication)
 

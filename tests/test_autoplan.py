@@ -31,7 +31,7 @@ from sparsegnn.distributed.rank_memory import (
 )
 from sparsegnn.distributed.spmm import OVERLAP_LANES
 from sparsegnn.errors import DataFormatError
-from sparsegnn.train.distributed import trial_winner
+from sparsegnn.train.trials import trial_winner
 
 
 def profile(per_byte: float = 1e-9, latency: float = 1e-5, overhead: int = 0) -> Profile:
@@ -242,7 +242,8 @@ def test_overlap_twins_are_priced_apart_and_tried_only_where_they_fit(graph: Pla
              auto_plan(graph, 4, profile(), PlanConfig(4), max_rank_memory_gib=between,
                        overlap_twins=True)}
     assert tight["1d", "dense"].fits and not tight["1d", "dense"].twin_fits
-    from sparsegnn.train.distributed import DistributedConfig, with_overlap_variants
+    from sparsegnn.train.distributed import with_overlap_variants
+    from sparsegnn.train.rank_train import DistributedConfig
 
     got = with_overlap_variants([DistributedConfig(algo="1d"),
                                  DistributedConfig(algo="1d", comm="sparse")], [False, True])
@@ -253,7 +254,8 @@ def test_overlap_twins_are_priced_apart_and_tried_only_where_they_fit(graph: Pla
 def test_overlap_variants_follow_every_plain_candidate() -> None:
     """``--overlap auto``'s trials: each candidate without overlap first (the reference
     stays the model's choice, plain), then with it where overlap exists (1D/1.5D)."""
-    from sparsegnn.train.distributed import DistributedConfig, with_overlap_variants
+    from sparsegnn.train.distributed import with_overlap_variants
+    from sparsegnn.train.rank_train import DistributedConfig
 
     given = [DistributedConfig(algo="1.5d", replication=2, overlap=True),
              DistributedConfig(algo="2d"), DistributedConfig(algo="1d", comm="sparse")]
@@ -301,7 +303,7 @@ def test_rounds_rotate_and_pool_every_epoch(monkeypatch: pytest.MonkeyPatch) -> 
     """Every candidate runs once per round, the round's first one rotating (so a burst
     at a round's start does not always land on the same one); its time is the median of
     all its epochs, so neither one slow run nor one lucky run decides."""
-    from sparsegnn.train import distributed as td
+    from sparsegnn.train import trials as td
 
     seen: list[str] = []
     runs = iter([[0.5, 0.6], [0.2, 0.2], [0.9, 0.8],   # round 0: a b c

@@ -37,8 +37,8 @@ from sparsegnn.names import Algorithm
 from sparsegnn.train import dist_checkpoint
 from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint
 from sparsegnn.train.dist_checkpoint import MANIFEST, file_sha256
-from sparsegnn.train.distributed import DistributedConfig, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.rank_train import DistributedConfig, train_rank
 
 GRAPH_SPEC = "sbm:nodes=200,blocks=3,degree=6"
 CLOSE = 1e-5

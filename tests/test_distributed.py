@@ -48,11 +48,8 @@ from sparsegnn.distributed.planner import layout, plan_epoch
 from sparsegnn.distributed.shard import read_shard
 from sparsegnn.nn import GCN, operator_for
 from sparsegnn.sparse import CSRMatrix
-from sparsegnn.train.distributed import (
-    DistributedConfig,
-    train_rank,
-)
 from sparsegnn.train.fullgraph import TrainConfig, train_single
+from sparsegnn.train.rank_train import DistributedConfig, train_rank
 
 GRAPH_SPEC = "sbm:nodes=150,blocks=3,degree=6"
 RTOL = 1e-6

@@ -31,8 +31,8 @@ from sparsegnn.distributed.sparse_comm import compress_columns
 from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, partition
 from sparsegnn.sparse import CSRMatrix
-from sparsegnn.train.distributed import DistributedConfig, train_rank
 from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.rank_train import DistributedConfig, train_rank
 
 GRAPH_SPEC = "sbm:nodes=120,blocks=4,degree=6"
 CFG = TrainConfig(model="gcn", hidden=12, num_layers=2, dropout=0.5, epochs=2,

@@ -33,13 +33,11 @@ from sparsegnn.distributed.cost import EpochCost
 from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
-from sparsegnn.train.distributed import (
-    DistributedConfig,
-    median_epoch_over_rounds,
-    with_plan,
-)
+from sparsegnn.train.distributed import with_plan
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import peak_rss_bytes
+from sparsegnn.train.rank_train import DistributedConfig
+from sparsegnn.train.trials import median_epoch_over_rounds
 
 HIDDEN = 16
 ROUNDS = 3  # each configuration's epoch is the median of this many rounds' epochs
