@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "sparsegnn.cli.track_cmd",
     "sparsegnn.cli.plan_cmd",
     "sparsegnn.cli.calibrate_cmd",
+    "sparsegnn.cli.launch_cmd",
 )
 
 
