@@ -158,10 +158,10 @@ def test_a_stuck_torchrun_is_killed_once_its_store_is_unreachable(
     fake_torchrun: Path, tmp_path: Path
 ) -> None:
     """Its worker failed, it ignores SIGTERM and never exits, the store does not answer:
-    killed with every process it started, one line saying why, exit 1."""
+    killed with every process it started, one line saying why, exit 2."""
     started = time.monotonic()
     out, job = _supervise(fake_torchrun, "stuck", "unreachable", tmp_path)
-    assert out["code"] == 1
+    assert out["code"] == 2
     assert "10.9.9.9:29500 is unreachable" in str(out["killed"])
     assert time.monotonic() - started < 30
     assert not [p for p in job if _alive(p)]

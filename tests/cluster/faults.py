@@ -29,7 +29,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparsegnn.cli.main import main
@@ -39,10 +39,14 @@ from .launch import PORT, RUN_S, Elastic, last_json, log_tails, torchrun
 from .netns import Cluster
 
 MARGIN_S = 20.0  # beyond --timeout: the probe of the peers, exit, the agent's reaction
+# Beyond --timeout: by then every process of the job on either side of a cut has exited
+# (issue 50), the launches included.
+EXIT_MARGIN_S = 30.0
 UNDER_WAY_BYTES = 2_000_000  # host 1's traffic once epochs run (start-up moves ~60 kB)
 JOIN_TIMEOUT = "DistStoreError: wait timeout"  # a rank's join outlasted --timeout
 ENDLESS = ("--epochs", "1000000", "--patience", "1000000")
 _POLL_S = 0.1
+LAUNCH_ERROR = "sparsegnn launch: error: "  # the line of a launch that killed torchrun
 
 
 class ScenarioError(RuntimeError):
@@ -56,8 +60,10 @@ class FaultOutcome:
 
     ``ranks_gone_s``: when each rank that outlived the fault had ended (None: still there
     at the end of the watch); ``detect_s``: the last of them (None if any is missing).
-    ``agents_exit_s`` and ``codes``: each host's torchrun, when it exited and how (None:
-    still running when the watch ended). ``errors``: each host's rank error lines.
+    ``agents_exit_s`` and ``codes``: each host's launch (``sparsegnn launch``, which
+    runs torchrun), when it exited and how (None: still running when the watch ended).
+    ``errors``: each host's rank error lines. ``hosts_clear_s``: when each host had no
+    process of the job left (empty: not watched).
     """
 
     case: str
@@ -68,6 +74,7 @@ class FaultOutcome:
     errors: list[list[str]]
     logs: Path
     relaunched: bool = False  # started twice: a rank timed out joining on a loaded machine
+    hosts_clear_s: list[float | None] = field(default_factory=list)
 
     @property
     def detect_s(self) -> float | None:
@@ -79,7 +86,14 @@ class FaultOutcome:
         return (f"{self.case}: every surviving rank ended {detect} after the fault "
                 f"(--timeout {self.timeout_s:g}); per rank {self._times(self.ranks_gone_s)}; "
                 f"torchrun exits {self.codes} at {self._times(dict(enumerate(self.agents_exit_s)))}"
-                f"{'; launched twice' if self.relaunched else ''}; errors {self.errors}")
+                f"{self._clear()}{'; launched twice' if self.relaunched else ''}; "
+                f"errors {self.errors}")
+
+    def _clear(self) -> str:
+        if not self.hosts_clear_s:
+            return ""
+        clear = self._times(dict(enumerate(self.hosts_clear_s)))
+        return f"; no process left on the hosts at {clear}"
 
     @staticmethod
     def _times(times: dict[int, float | None]) -> str:
@@ -129,42 +143,69 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _environ_rank(pid: int) -> bytes | None:
+    """The ``RANK`` in ``pid``'s environment (None: none, or the process is gone)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((e[5:] for e in env if e.startswith(b"RANK=")), None)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None  # exited meanwhile
+
+
 def workers(c: Cluster, host: int, agent: subprocess.Popen[bytes]) -> dict[int, int]:
-    """``{global rank: pid}`` of the workers torchrun runs on ``host`` now: the agent's
-    children, each with its ``RANK`` in its environment."""
+    """``{global rank: pid}`` of the workers torchrun runs on ``host`` now (started by
+    ``agent``, the host's launch): processes with a ``RANK`` in their environment whose
+    parent (torchrun) has none, not the local ranks a worker may spawn."""
     found = {}
     for pid in c.pids(host):
-        try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue  # exited meanwhile
-        rank = [e[5:] for e in env if e.startswith(b"RANK=")]
-        if ppid == agent.pid and rank:
-            found[int(rank[0])] = pid
+        rank, parent = _environ_rank(pid), _parent(pid)
+        if rank and parent is not None and _environ_rank(parent) is None:
+            found[int(rank)] = pid
     return found
 
 
+@dataclass
+class Watched:
+    """Seconds after the fault: when each surviving rank ended, each host's launch
+    exited, and each host had no process left (None: not within the watch)."""
+
+    ranks_gone: dict[int, float | None]
+    exited: list[float | None]
+    clear: list[float | None]
+
+
 def _watch(agents: Sequence[subprocess.Popen[bytes]], survivors: dict[int, int],
-           fault: float, deadline: float, agents_awaited: Sequence[int]
-           ) -> tuple[dict[int, float | None], list[float | None]]:
-    """Until ``deadline``: when each surviving rank (``{rank: pid}``) ended and each
-    agent exited, seconds after ``fault``; done early once every survivor has ended and
-    the ``agents_awaited`` have exited."""
-    gone: dict[int, float | None] = dict.fromkeys(survivors)
-    exited: list[float | None] = [None] * len(agents)
+           fault: float, deadline: float, agents_awaited: Sequence[int],
+           c: Cluster | None = None, hosts_awaited: Sequence[int] = ()) -> Watched:
+    """Until ``deadline``: when each surviving rank (``{rank: pid}``) ended, each agent
+    exited and (with ``c``) each host of ``hosts_awaited`` had no process left, seconds
+    after ``fault``; done early once every survivor has ended, the ``agents_awaited``
+    have exited and the ``hosts_awaited`` are clear."""
+    seen = Watched(dict.fromkeys(survivors), [None] * len(agents), [None] * len(agents))
     while time.monotonic() < deadline:
         now = time.monotonic() - fault
         for rank, pid in survivors.items():
-            if gone[rank] is None and not _alive(pid):
-                gone[rank] = now
+            if seen.ranks_gone[rank] is None and not _alive(pid):
+                seen.ranks_gone[rank] = now
         for i, agent in enumerate(agents):
-            if exited[i] is None and agent.poll() is not None:
-                exited[i] = now
-        if None not in gone.values() and all(exited[i] is not None for i in agents_awaited):
+            if seen.exited[i] is None and agent.poll() is not None:
+                seen.exited[i] = now
+        for i in hosts_awaited:
+            if seen.clear[i] is None and c is not None and not c.pids(i):
+                seen.clear[i] = now
+        if None not in seen.ranks_gone.values() \
+                and all(seen.exited[i] is not None for i in agents_awaited) \
+                and all(seen.clear[i] is not None for i in hosts_awaited):
             break
         time.sleep(_POLL_S)
-    return gone, exited
+    return seen
 
 
 def rank_errors(stderr: Path) -> list[str]:
@@ -173,6 +214,8 @@ def rank_errors(stderr: Path) -> list[str]:
     (``[rank<r>]: SomeError: ...``, torchrun's prefix)."""
     ours, theirs = [], {}
     for line in stderr.read_text(errors="replace").splitlines():
+        if line.startswith(LAUNCH_ERROR):
+            continue  # the launch's own line, not a rank's
         if line.startswith("sparsegnn ") and ": error: " in line:
             ours.append(line)
         prefix, _, rest = line.partition("]: ")
@@ -251,17 +294,20 @@ def _errors(c: Cluster, logs: Path) -> list[list[str]]:
 def host_cut_off(c: Cluster, args: Sequence[str], datasets: Sequence[Path], logs: Path,
                  timeout_s: float, nproc: int = 1) -> FaultOutcome:
     """Host 1's link goes down mid-run (``sparsegnn ARGS``, endless, host i reading
-    ``datasets[i]``). Watched until every rank on every host has ended and host 0's
-    torchrun, which holds the store, has exited, or ``timeout_s + MARGIN_S``. Host 1's
-    torchrun polls the unreachable store, torchrun's own client, and is only reported."""
+    ``datasets[i]``). Watched until every rank on every host has ended, both hosts'
+    launches have exited and no process is left on either host, or ``timeout_s +
+    EXIT_MARGIN_S``. (Without ``sparsegnn launch`` host 1's torchrun would stay about 15
+    minutes, reading the unreachable store: :mod:`sparsegnn.distributed.torchrun`.)"""
     job = [*args, *ENDLESS, "--timeout", f"{timeout_s:g}"]
     agents, tried, again = start(c, _on_hosts(c, nproc, job, datasets), _traffic(c, 1), logs)
     ranks = {r: p for i, a in enumerate(agents) for r, p in workers(c, i, a).items()}
     c.link_down(1)
     cut = time.monotonic()
-    gone, exited = _watch(agents, ranks, cut, cut + timeout_s + MARGIN_S, [0])
-    return FaultOutcome("host cut off", timeout_s, gone, exited, [a.poll() for a in agents],
-                        _errors(c, tried), tried, again)
+    hosts = range(len(c.hosts))
+    seen = _watch(agents, ranks, cut, cut + timeout_s + EXIT_MARGIN_S, hosts, c, hosts)
+    return FaultOutcome("host cut off", timeout_s, seen.ranks_gone, seen.exited,
+                        [a.poll() for a in agents], _errors(c, tried), tried, again,
+                        seen.clear)
 
 
 def rank_stalled(c: Cluster, args: Sequence[str], dataset: Path, logs: Path,
@@ -281,13 +327,14 @@ def rank_stalled(c: Cluster, args: Sequence[str], dataset: Path, logs: Path,
     stop = time.monotonic()
     try:
         survivors = {r: p for r, p in ranks.items() if r != stalled}
-        gone, exited = _watch(agents, survivors, stop, stop + timeout_s + MARGIN_S, [0])
+        seen = _watch(agents, survivors, stop, stop + timeout_s + MARGIN_S, [0])
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(ranks[stalled], signal.SIGCONT)
             os.kill(ranks[stalled], signal.SIGKILL)
-    return FaultOutcome(f"rank {stalled} stalled (SIGSTOP)", timeout_s, gone, exited,
-                        [a.poll() for a in agents], _errors(c, tried), tried, again)
+    return FaultOutcome(f"rank {stalled} stalled (SIGSTOP)", timeout_s, seen.ranks_gone,
+                        seen.exited, [a.poll() for a in agents], _errors(c, tried), tried,
+                        again)
 
 
 def _checkpointed(root: Path, world: int, epoch: int) -> Callable[[], bool]:
@@ -339,12 +386,12 @@ def host_lost_elastic(c: Cluster, train: Sequence[str], dataset: Path, checkpoin
     c.link_down(1)
     c.kill(1)
     lost = time.monotonic()
-    gone, _ = _watch(agents[:1], first, lost, lost + timeout_s + MARGIN_S, [])
+    gone = _watch(agents[:1], first, lost, lost + timeout_s + MARGIN_S, []).ranks_gone
     # The restarted workers start only after the rendezvous's last call, so the folder
     # now shows what the first workers left.
     complete, _ = latest_complete(checkpoint)
     done = max((e for e, _ in epoch_folders(checkpoint)), default=None)
-    _, exited = _watch(agents[:1], {}, lost, lost + RUN_S, [0])
+    exited = _watch(agents[:1], {}, lost, lost + RUN_S, [0]).exited
     code = agents[0].poll()
     outcome = ElasticOutcome(
         "host lost, elastic restart", timeout_s, gone, [exited[0], None], [code, None],

@@ -89,16 +89,18 @@ class Elastic:
 def torchrun_argv(nnodes: int, nproc: int, node: int, endpoint: str, rdzv_id: str,
                   local_addr: str, args: Sequence[str],
                   elastic: Elastic | None = None) -> list[str]:
-    """The command line host ``node`` runs: torchrun with the c10d rendezvous at
-    ``endpoint`` (``host:port``), pinned to ``local_addr``, starting ``python -m sparsegnn
-    ARGS``. ``docs/examples/sparsegnn.sbatch`` runs the same flags (tested).
+    """The command line host ``node`` runs: torchrun under ``sparsegnn launch`` (which
+    ends torchrun on a host cut off from the store, see
+    :mod:`sparsegnn.distributed.torchrun`) with the c10d rendezvous at ``endpoint``
+    (``host:port``), pinned to ``local_addr``, starting ``python -m sparsegnn ARGS``.
+    ``docs/examples/sparsegnn.sbatch`` runs the same flags (tested).
 
     Host 0 is told that it serves the rendezvous store (``is_host``): torchrun recognises
     only the machine's hostname addresses as its own, not a namespace's. No
     ``--node-rank``: the c10d rendezvous ignores it."""
     restarts = [] if elastic is None else ["--max-restarts", str(elastic.max_restarts)]
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "sparsegnn", "launch", "--",
         "--nnodes", str(nnodes) if elastic is None else elastic.nnodes(nnodes), *restarts,
         "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
         "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
@@ -110,8 +112,9 @@ def torchrun_argv(nnodes: int, nproc: int, node: int, endpoint: str, rdzv_id: st
 
 def torchrun(c: Cluster, host: int, nproc: int, port: int, args: Sequence[str],
              logs: Path, elastic: Elastic | None = None) -> subprocess.Popen[bytes]:
-    """``torchrun ... -m sparsegnn ARGS`` on ``host``, output in ``logs/host<i>.out|err``;
-    gloo pinned to the host's interface, one thread per rank."""
+    """``sparsegnn launch -- ... -m sparsegnn ARGS`` (torchrun under its supervisor) on
+    ``host``, output in ``logs/host<i>.out|err``; gloo pinned to the host's interface,
+    one thread per rank."""
     h = c.hosts[host]
     argv = torchrun_argv(len(c.hosts), nproc, host, f"{c.hosts[0].address}:{port}",
                          f"sg{c.token}-{port}", h.address, args, elastic)

@@ -92,9 +92,9 @@ class LaunchRequest:
 @dataclass(frozen=True)
 class LaunchOutcome:
     """How the run ended: ``code`` is torchrun's exit status (128 + N for a signal), or
-    1 when the supervisor killed it; ``killed`` says why it did (None: torchrun exited
-    by itself); ``leftovers`` are processes of the job found after torchrun had gone,
-    killed."""
+    2 (sparsegnn's status for an error it names) when the supervisor killed it;
+    ``killed`` says why it did (None: torchrun exited by itself); ``leftovers`` are
+    processes of the job found after torchrun had gone, killed."""
 
     code: int
     killed: str | None = None
@@ -336,7 +336,7 @@ def supervise(request: LaunchRequest,
             if why is not None:
                 kill_tree({agent.pid}, spare=agent.pid)
                 agent.wait()
-                return LaunchOutcome(1, why)
+                return LaunchOutcome(2, why)
             time.sleep(request.poll_s)
         code = _status(agent.wait())
         # Only processes that came back to this subreaper: a pid of the job that is not
