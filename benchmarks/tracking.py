@@ -86,11 +86,13 @@ from _harness import (
 )
 from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.ckf import evaluate_ckf
+from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.filter import FilterConfig, train_filter
-from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap, learn_module_map
+from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.metrics import combine, track_metrics
 from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.module_map import ModuleMap, learn_module_map
 from sparsegnn.tracking.pipeline import (
     Evaluation,
     Reconstruction,

@@ -53,10 +53,11 @@ from _harness import (
     tracking_row,
 )
 from sparsegnn.tracking.ckf import evaluate_ckf
+from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.filter import FilterConfig, save_filter, train_filter
-from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
 from sparsegnn.tracking.infer import load_model
+from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.pipeline import Reconstruction, tune_and_evaluate
 from sparsegnn.tracking.sampling import SEED_ORDERS
 from sparsegnn.tracking.settings import TTBAR_CUTS, walkthrough_settings

@@ -14,7 +14,7 @@ otherwise gets a dphi window that stops short of zero). Events are simulated onc
 ``DIR/graph_map/gun4000v/chunkNNN`` (soft, 10 events a chunk, seed 8000 + N) and
 ``DIR/graph_map/gun4000v_straight/chunkNNN`` (stiff, seed 9000 + N) in ``--workers``
 processes, and each event's map is learnt in ``--workers`` processes too
-(``sparsegnn.tracking.graph.event_maps``), from particles with pT >= 0.9 GeV.
+(``sparsegnn.tracking.module_map.event_maps``), from particles with pT >= 0.9 GeV.
 
 At each number of map events the merged map builds the graphs of held-out pileup-200
 ttbar events (``tracking_dense.py``'s set: none of them is a map event) in three ways:
@@ -50,8 +50,10 @@ from _harness import (
     make_parser,
     print_table,
 )
+from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, event_files, read_events
-from sparsegnn.tracking.graph import DoubletCuts, ModuleMap, event_maps, module_map_graph
+from sparsegnn.tracking.graph import module_map_graph
+from sparsegnn.tracking.module_map import ModuleMap, event_maps
 from sparsegnn.tracking.settings import TTBAR_CUTS
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, segments, selected_particles
 

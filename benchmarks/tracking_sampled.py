@@ -56,10 +56,12 @@ from _harness import (
     rss_bytes,
 )
 from sparsegnn.tracking.ckf import evaluate_ckf
+from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
-from sparsegnn.tracking.graph import DoubletCuts, HitGraph, ModuleMap
+from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.infer import load_model
 from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.pipeline import Reconstruction, evaluate_events, tune
 from sparsegnn.tracking.sampling import SEED_ORDERS
 from sparsegnn.tracking.settings import TTBAR_CUTS, walkthrough_settings

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sparsegnn.tracking.events import Event, Particles
-from sparsegnn.tracking.graph import HitGraph
+from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.metrics import (
     MissedParticles,
     combine,

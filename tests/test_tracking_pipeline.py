@@ -12,11 +12,12 @@ import pytest
 from sparsegnn.cli.main import main
 from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
-from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
 from sparsegnn.tracking.infer import load_model, load_track_model, predict, save_model
 from sparsegnn.tracking.metrics import combine, track_metrics
 from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.pipeline import (
     Reconstruction,
     evaluate_events,

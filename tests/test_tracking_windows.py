@@ -13,16 +13,13 @@ from sparsegnn.cli.main import main
 from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking import graph as graph_module
+from sparsegnn.tracking import module_map as module_map_module
+from sparsegnn.tracking.doublet_cuts import DoubletCuts, apply_cuts
 from sparsegnn.tracking.events import read_event
-from sparsegnn.tracking.graph import (
-    DoubletCuts,
-    ModuleMap,
-    event_maps,
-    learn_module_map,
-    module_map_graph,
-)
+from sparsegnn.tracking.graph import module_map_graph
 from sparsegnn.tracking.infer import load_track_model, save_model
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
+from sparsegnn.tracking.module_map import ModuleMap, event_maps, learn_module_map
 from sparsegnn.tracking.simulate import GunConfig, simulate_gun
 from sparsegnn.tracking.train import TrainReport
 from sparsegnn.tracking.windows import (
@@ -218,13 +215,13 @@ def test_azimuth_search_keeps_every_edge_the_exact_tests_pass(angle: float) -> N
         if cuts.window_margin is not None:
             kept = graph_module._in_windows(ev, every, rows, mm.windows.widened(
                 cuts.window_margin, cuts.window_count_margin, cuts.window_min_count))
-        kept = graph_module._apply_cuts(ev, kept, cuts)
+        kept = apply_cuts(ev, kept, cuts)
         built = module_map_graph(ev, mm, cuts)
         assert built.num_edges == kept.shape[1] > 0
         assert {tuple(e) for e in np.sort(built.edge_index, axis=0).T.tolist()} == \
             {tuple(e) for e in np.sort(kept, axis=0).T.tolist()}
     narrow = DoubletCuts(window_margin=0.0)
-    searched, _ = graph_module._candidates(ev, mm, graph_module._dphi_ranges(
+    searched, _ = graph_module._candidates(ev, mm, module_map_module._dphi_ranges(
         mm, mm.windows.widened(0.0), narrow))
     assert searched.shape[1] < every.shape[1] / 2  # the search skips most hit pairs
 

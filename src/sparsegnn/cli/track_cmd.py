@@ -149,7 +149,7 @@ def _reconstruction(args: argparse.Namespace, base: Any, events: list[Any], mode
                     edge_filter: Any = None) -> Any:
     """The reconstruction the options ask for: the model's (its settings over ``base``),
     or an oracle on ``base``, with every given flag overriding, and its module map."""
-    from sparsegnn.tracking.graph import ModuleMap, learn_module_map
+    from sparsegnn.tracking.module_map import ModuleMap, learn_module_map
     from sparsegnn.tracking.pipeline import Reconstruction, with_module_map
 
     device = resolve_device(args.device) if hasattr(args, "device") else "cpu"

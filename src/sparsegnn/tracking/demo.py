@@ -19,10 +19,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
-from sparsegnn.tracking.graph import DoubletCuts, ModuleMap
 from sparsegnn.tracking.metrics import TrackMetrics
 from sparsegnn.tracking.model import INConfig
+from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.pipeline import Reconstruction, evaluate_events, plot_results
 from sparsegnn.tracking.settings import RecoConfig
 from sparsegnn.tracking.train import TrackTrainConfig, train

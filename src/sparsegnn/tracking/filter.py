@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
-from sparsegnn.tracking.graph import EDGE_SCALE, NODE_SCALE, HitGraph
+from sparsegnn.tracking.hit_graph import EDGE_SCALE, NODE_SCALE, HitGraph
 from sparsegnn.tracking.model import mlp
 from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint, seed_everything
 

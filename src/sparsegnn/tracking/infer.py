@@ -25,8 +25,9 @@ import torch
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.names import SCORING_PRECISIONS
-from sparsegnn.tracking.graph import HitGraph, ModuleMap
+from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork
+from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.reco import EdgeScores
 from sparsegnn.tracking.sampling import shadow_subgraphs
 from sparsegnn.tracking.settings import RecoConfig

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from sparsegnn.tracking.events import Event
-from sparsegnn.tracking.graph import HitGraph
+from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.reco import Tracks
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig, segments, selected_particles
 

@@ -25,7 +25,8 @@ import torch
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event
-from sparsegnn.tracking.graph import GraphStats, HitGraph, ModuleMap, module_map_graph, truth_graph
+from sparsegnn.tracking.graph import module_map_graph, truth_graph
+from sparsegnn.tracking.hit_graph import GraphStats, HitGraph
 from sparsegnn.tracking.infer import (
     TrackModel,
     load_track_model,
@@ -44,6 +45,7 @@ from sparsegnn.tracking.metrics import (
     track_metrics,
 )
 from sparsegnn.tracking.model import InteractionNetwork
+from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.reco import EdgeScores, HitGeometry, Tracks, build_tracks
 from sparsegnn.tracking.settings import RecoConfig
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig

@@ -38,7 +38,7 @@ from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import SEED_ORDERS
 from sparsegnn.sampling import ShadowSampler, batch_generator, epoch_permutation
 from sparsegnn.sparse import CSRMatrix
-from sparsegnn.tracking.graph import HitGraph
+from sparsegnn.tracking.hit_graph import HitGraph
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.names import SCORING_PRECISIONS
-from sparsegnn.tracking.graph import NO_CUTS, DoubletCuts
+from sparsegnn.tracking.doublet_cuts import NO_CUTS, DoubletCuts
 from sparsegnn.tracking.reco import METHODS, MIN_TRACK_HITS, TRIPLET_MISFIT
 
 GRAPH_KINDS = ("module-map", "truth")

@@ -124,6 +124,6 @@ def graph_paths(directory: Path) -> list[Path]:
 
 
 def load_graphs(directory: Path) -> list:
-    from sparsegnn.tracking.graph import HitGraph
+    from sparsegnn.tracking.hit_graph import HitGraph
 
     return [HitGraph.load(p) for p in graph_paths(directory)]

@@ -40,7 +40,7 @@ from sparsegnn.distributed import RankResult, close_session, init_session, spawn
 from sparsegnn.distributed.comm import Communicator, Group
 from sparsegnn.distributed.sampled import GradientSum
 from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.tracking.graph import HitGraph
+from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.infer import MODEL_KIND, TRAIN_KIND, graph_inputs, load_model, model_from
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
 from sparsegnn.tracking.sampling import shadow_subgraphs
