@@ -16,7 +16,8 @@ from sparsegnn.tracking.metrics import (
     track_metrics,
     trackml_score,
 )
-from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
+from sparsegnn.tracking.reco import build_tracks
+from sparsegnn.tracking.tracks import EdgeScores, Tracks
 from sparsegnn.tracking.truth import TargetConfig
 
 

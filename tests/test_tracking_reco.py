@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparsegnn.tracking.reco import EdgeScores, HitGeometry, build_tracks
+from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.tracks import EdgeScores, HitGeometry
 from tracking_toys import groups, scored
 
 

@@ -8,7 +8,7 @@ from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.graph import module_map_graph
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.module_map import ModuleMap
-from sparsegnn.tracking.reco import EdgeScores
+from sparsegnn.tracking.tracks import EdgeScores
 
 
 def straight_tracks(n_tracks: int, seed: int, layers: int = 5, n_noise: int = 5,

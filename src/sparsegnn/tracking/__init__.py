@@ -1,10 +1,10 @@
 """Exa.TrkX-style particle tracking: TrackML events -> hit graphs -> IN edge scores -> tracks.
 
 Stages hand each other typed objects: :class:`Event` (events.py), :class:`HitGraph`
-(hit_graph.py, built by graph.py), :class:`EdgeScores` and :class:`Tracks` (reco.py);
-metrics.py measures them against truth. The model and training loop (model.py, train.py)
-import torch; the ACTS simulation (simulate.py) and plots (plots.py) have optional
-dependencies and are imported only from their own modules.
+(hit_graph.py, built by graph.py), :class:`EdgeScores` and :class:`Tracks` (tracks.py,
+built by reco.py); metrics.py measures them against truth. The model and training loop
+(model.py, train.py) import torch; the ACTS simulation (simulate.py) and plots (plots.py)
+have optional dependencies and are imported only from their own modules.
 """
 
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
@@ -19,7 +19,8 @@ from sparsegnn.tracking.metrics import (
     trackml_score,
 )
 from sparsegnn.tracking.module_map import ModuleMap
-from sparsegnn.tracking.reco import EdgeScores, Tracks, build_tracks
+from sparsegnn.tracking.reco import build_tracks
+from sparsegnn.tracking.tracks import EdgeScores, Tracks
 from sparsegnn.tracking.truth import TargetConfig
 
 __all__ = [

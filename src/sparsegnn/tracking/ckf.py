@@ -3,7 +3,7 @@
 It runs on events that :mod:`sparsegnn.tracking.simulate` wrote, reading ACTS's own CSV
 (``DIR/acts``) so the CKF sees exactly the measurements our TrackML files hold. Our
 ``hit_id`` is ACTS's ``measurement_id + 1``, so each CKF track comes back as a
-:class:`~sparsegnn.tracking.reco.Tracks` labelling of OUR hits and is scored by
+:class:`~sparsegnn.tracking.tracks.Tracks` labelling of OUR hits and is scored by
 :func:`~sparsegnn.tracking.metrics.track_metrics`, the very code that scores the GNN.
 
 A track state's measurement is found by its module and local position, not by the
@@ -36,8 +36,8 @@ from sparsegnn.errors import DataFormatError
 from sparsegnn.optional import require
 from sparsegnn.tracking.events import Event, event_files, read_columns, read_event
 from sparsegnn.tracking.metrics import TrackMetrics, combine, track_metrics
-from sparsegnn.tracking.reco import Tracks
 from sparsegnn.tracking.simulate import ACTS_SUBDIR, generic_detector
+from sparsegnn.tracking.tracks import Tracks
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig
 
 # Seeding space points: every pixel-barrel layer, and the pixel end caps' even layers.

@@ -28,9 +28,9 @@ from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork
 from sparsegnn.tracking.module_map import ModuleMap
-from sparsegnn.tracking.reco import EdgeScores
 from sparsegnn.tracking.sampling import shadow_subgraphs
 from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.tracks import EdgeScores
 from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from scipy.stats import rankdata
 
 from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.hit_graph import HitGraph
-from sparsegnn.tracking.reco import Tracks
+from sparsegnn.tracking.tracks import Tracks
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig, segments, selected_particles
 
 

@@ -46,8 +46,9 @@ from sparsegnn.tracking.metrics import (
 )
 from sparsegnn.tracking.model import InteractionNetwork
 from sparsegnn.tracking.module_map import ModuleMap
-from sparsegnn.tracking.reco import EdgeScores, HitGeometry, Tracks, build_tracks
+from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import RecoConfig
+from sparsegnn.tracking.tracks import EdgeScores, HitGeometry, Tracks
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig
 
 # What tune() tries on training events: edge-score cuts, and minimum track lengths (the

@@ -17,7 +17,8 @@ from typing import Any
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.doublet_cuts import NO_CUTS, DoubletCuts
-from sparsegnn.tracking.reco import METHODS, MIN_TRACK_HITS, TRIPLET_MISFIT
+from sparsegnn.tracking.reco import METHODS, MIN_TRACK_HITS
+from sparsegnn.tracking.triplets import TRIPLET_MISFIT
 
 GRAPH_KINDS = ("module-map", "truth")
 MAP_LEVELS = ("module", "layer")
@@ -49,7 +50,7 @@ class RecoConfig:
     merge_cut: float | None = None
     # tracks crossing fewer distinct layers are dropped (1: no requirement)
     min_layers: int = 1
-    # triplets only: the largest geometric misfit of a triplet kept (reco.TRIPLET_MISFIT)
+    # triplets only: the largest geometric misfit of a triplet kept (triplets.TRIPLET_MISFIT)
     max_misfit: float = TRIPLET_MISFIT
     # triplets only: join pieces / attach free hits through edges down to this score
     # where the helix geometry agrees (reco.build_tracks; None: no linking)

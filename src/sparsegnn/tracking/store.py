@@ -22,7 +22,7 @@ import numpy as np
 from sparsegnn.data.io import atomic_dir
 from sparsegnn.errors import DataFormatError
 from sparsegnn.tracking.events import Event
-from sparsegnn.tracking.reco import Tracks
+from sparsegnn.tracking.tracks import Tracks
 
 MANIFEST = "manifest.json"
 GRAPHS_FORMAT = "sparsegnn-track-graphs"
