@@ -184,7 +184,7 @@ def test_demo_leaves_out_the_teacher_without_the_embedding_model(
 
 def test_knn_edges_get_their_own_operator(corpus: Path, tmp_path: Path):
     """k-NN edges propagate through their own hop; links and sites through the other."""
-    from sparsegnn.curation.distil import document_graph
+    from sparsegnn.curation.student_build import document_graph
 
     plain, knn = tmp_path / "plain", tmp_path / "knn"
     ingest(corpus / "corpus.jsonl", plain, IngestConfig(batch_rows=128))

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sparsegnn.curation.distil import Annotator, as_operand, corpus_ids
+from sparsegnn.curation.distil import Annotator
 from sparsegnn.curation.ingest import iter_ids, iter_texts
 from sparsegnn.curation.labels import Prediction, annotation_batch
 from sparsegnn.curation.store import (
@@ -39,6 +39,7 @@ from sparsegnn.curation.store import (
     parquet_metadata,
     refuse_overwrite,
 )
+from sparsegnn.curation.student_build import as_operand, corpus_ids
 from sparsegnn.distributed import (
     RankResult,
     all_reduce_sum,

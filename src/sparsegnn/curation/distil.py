@@ -11,48 +11,59 @@ A graph student (``mixing="learnt"``) is trained next to a text-only student of 
 size, and each category's mix of the two is then chosen on the validation documents
 (:class:`~sparsegnn.curation.student.TextFallback`), so the annotator falls back to the
 text wherever the document graph does not help.
+
+The student's inputs and network are built by :mod:`sparsegnn.curation.student_build`;
+an epoch's task and loss, and the minibatch epoch, are :mod:`sparsegnn.curation.distil_task`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
-from torch.nn import functional as F
 
-from sparsegnn.curation.ingest import edge_kinds, iter_ids, iter_texts, load_graph_edges
+from sparsegnn.curation.distil_task import DistilTask, sampled_epoch
+from sparsegnn.curation.ingest import iter_texts
 from sparsegnn.curation.labels import CategoryLabels, LabelSet
 from sparsegnn.curation.schema import Schema
-from sparsegnn.curation.store import DOCUMENTS_FILE, GRAPH_FILE, check_store
+from sparsegnn.curation.store import DOCUMENTS_FILE, check_store
 from sparsegnn.curation.student import (
     ALPHAS,
-    POOLED,
     DocumentGraph,
     GraphStudent,
     StudentConfig,
     TextFallback,
     mix_log_probs,
 )
-from sparsegnn.data.edges import undirected_edge_index
-from sparsegnn.data.embed import SentenceEmbedder
+from sparsegnn.curation.student_build import (
+    Featurizer,
+    as_operand,
+    build_model,
+    corpus_ids,
+    document_graph,
+    featurizer_for,
+    label_matrix,
+    label_targets,
+    operator_names,
+    operators,
+    raw_adjacency,
+    resolve_graph,
+    text_config,
+)
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.errors import DataFormatError
-from sparsegnn.sampling import ShadowSampler, batch_generator, epoch_permutation
-from sparsegnn.sparse import CSRMatrix, gcn_norm, row_norm
+from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train import EpochStats
 from sparsegnn.train.checkpoint import content_hash, read_checkpoint, save_checkpoint
 from sparsegnn.train.fullgraph import train_epoch
 from sparsegnn.train.loop import LoopConfig, run_epochs
 
-Split = Literal["train", "val", "test"]
-Featurizer = HashedTfidf | SentenceEmbedder
 # Layout of a saved annotator's state (2: inside a checksummed sparsegnn checkpoint;
 # 3: a channel per edge kind and hop, learnt channel weights, the text-only fallback).
 ANNOTATOR_FORMAT = 3
@@ -112,7 +123,7 @@ class Annotator:
     @classmethod
     def _from_checkpoint(cls, ckpt: dict[str, Any]) -> Annotator:
         cfg = StudentConfig(**ckpt["config"])
-        featurizer = _featurizer(cfg)
+        featurizer = featurizer_for(cfg)
         if isinstance(featurizer, HashedTfidf):
             featurizer.idf_ = ckpt["idf"].numpy()
         model = build_model(cfg, {c: len(v) for c, v in ckpt["classes"].items()})
@@ -145,168 +156,6 @@ def _known_to_dict(labels: LabelSet) -> dict[str, Any]:
 def _known_from_dict(data: dict[str, Any]) -> LabelSet:
     return LabelSet(data["ids"], {c: CategoryLabels(list(v), [None] * len(v))
                                   for c, v in data["codes"].items()})
-
-
-def _featurizer(cfg: StudentConfig) -> Featurizer:
-    if cfg.featurizer == "minilm":
-        return SentenceEmbedder()
-    if cfg.featurizer != "tfidf":
-        raise ValueError(f"unknown featurizer {cfg.featurizer!r}: use 'tfidf' or 'minilm'")
-    return HashedTfidf(n_features=cfg.n_features, ngram_range=(1, cfg.ngram_max),
-                       sublinear_tf=True, min_df=cfg.min_df)
-
-
-def in_features(cfg: StudentConfig) -> int:
-    """Width of the feature rows the input projection reads."""
-    return SentenceEmbedder.dim if cfg.featurizer == "minilm" else cfg.n_features
-
-
-def as_operand(block: sp.csr_matrix | np.ndarray) -> CSRMatrix | torch.Tensor:
-    """A featurized block as the input projection's operand: sparse TF-IDF rows as our
-    CSRMatrix (float32, multiplied by SpMM), dense embeddings as a tensor."""
-    if sp.issparse(block):
-        return CSRMatrix.from_scipy(block.astype(np.float32))
-    return torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
-
-
-def operator_names(cfg: StudentConfig) -> list[str]:
-    """The operators a (resolved) configuration multiplies by: its edge kinds (or
-    ``graph``, links and sites pooled), ``knn``, and ``mean`` for label inputs."""
-    return list(cfg.operator_hops()) + (["mean"] if cfg.label_inputs else [])
-
-
-def document_graph(store_dir: str | Path, names: list[str]) -> DocumentGraph:
-    """The named operators over the undirected graphs written by ingest."""
-    return operators(raw_adjacency(store_dir, names))
-
-
-_EDGES_OF = {"link": ("link",), "site": ("site",), "knn": ("knn",), POOLED: ("link", "site"),
-             "mean": ("link", "site")}
-
-
-def raw_adjacency(store_dir: str | Path, names: list[str]) -> dict[str, CSRMatrix]:
-    """Each named operator's undirected adjacency, unnormalised (``graph`` and ``mean``:
-    links and same-site edges together)."""
-    path = Path(store_dir) / GRAPH_FILE
-    if "knn" in names and "knn" not in edge_kinds(path):
-        raise DataFormatError(f"{path}: no k-NN edges for a student that propagates over "
-                              "them; ingest with --knn K")
-    return {name: _adjacency(*load_graph_edges(path, _EDGES_OF[name])) for name in names}
-
-
-def operators(raw: dict[str, CSRMatrix]) -> DocumentGraph:
-    """A student's operators from the raw adjacencies (of a corpus or of a subgraph)."""
-    ops = {name: gcn_norm(a, symmetric=True) for name, a in raw.items() if name != "mean"}
-    return DocumentGraph(ops, row_norm(raw["mean"]) if "mean" in raw else None)
-
-
-def _adjacency(n: int, src: np.ndarray, dst: np.ndarray) -> CSRMatrix:
-    return CSRMatrix.from_edge_index(undirected_edge_index(src, dst, n), n)
-
-
-def text_config(cfg: StudentConfig) -> StudentConfig:
-    """The text-only student trained beside a graph student: the same, with no graph."""
-    return replace(cfg, hops=0, knn_hops=0, label_inputs=False)
-
-
-def build_model(cfg: StudentConfig, heads: dict[str, int], seed: int | None = None
-                ) -> GraphStudent | TextFallback:
-    """The annotator network ``cfg`` describes (``knn_hops`` and ``edge_kinds`` already
-    resolved): a graph student with its text-only fallback, or one student alone (text
-    only, or the previous design). With ``seed``, torch is seeded before each student is
-    built, so each starts as a run of that student alone would."""
-    if cfg.mixing == "none" or not cfg.uses_graph:
-        return _student(cfg, heads, seed)
-    return TextFallback(_student(text_config(cfg), heads, seed), _student(cfg, heads, seed))
-
-
-def _student(cfg: StudentConfig, heads: dict[str, int], seed: int | None) -> GraphStudent:
-    if seed is not None:
-        torch.manual_seed(seed)
-    return GraphStudent(in_features(cfg), cfg.hidden, cfg.operator_hops(), heads, cfg.dropout,
-                        cfg.label_inputs, learn_weights=cfg.mixing != "none")
-
-
-def resolve_graph(cfg: StudentConfig, store_dir: str | Path) -> StudentConfig:
-    """``knn_hops=None`` means one k-NN hop when ingest made k-NN edges, none otherwise;
-    ``edge_kinds=None`` the kinds among links and same-site edges the corpus has."""
-    path = Path(store_dir) / GRAPH_FILE
-    kinds = edge_kinds(path)
-    if cfg.knn_hops is None:
-        cfg = replace(cfg, knn_hops=1 if "knn" in kinds else 0)
-    if cfg.edge_kinds is None:
-        present = tuple(k for k in ("link", "site")
-                        if k in kinds and load_graph_edges(path, (k,))[1].size)
-        cfg = replace(cfg, edge_kinds=present)
-    return cfg
-
-
-def label_matrix(row_of: dict[str, int], labels: LabelSet, classes: dict[str, list[str]],
-                 n: int) -> torch.Tensor:
-    """``Y``: each labelled document's label distribution per head, side by side.
-
-    Labelled ids absent from this corpus are skipped (an annotator may label a corpus
-    other than the one it was trained on)."""
-    labels = labels.subset([d for d in labels.ids if d in row_of])
-    targets = _targets(labels, classes)
-    y = torch.zeros(n, sum(len(v) for v in classes.values()))
-    rows = torch.tensor([row_of[d] for d in labels.ids], dtype=torch.long)
-    y[rows] = torch.cat([targets[c] for c in classes], dim=1)
-    return y
-
-
-def corpus_ids(store_dir: str | Path, batch_rows: int = 65536) -> list[str]:
-    return [d for chunk in iter_ids(Path(store_dir) / DOCUMENTS_FILE, batch_rows) for d in chunk]
-
-
-@dataclass
-class DistilTask:
-    """Labelled rows per split and soft targets per category (hard labels are one-hot)."""
-
-    x: CSRMatrix | torch.Tensor
-    adj: DocumentGraph | None
-    heads: dict[str, slice]
-    rows: dict[str, torch.Tensor]
-    targets: dict[str, dict[str, torch.Tensor]]
-
-    def loss(self, logits: torch.Tensor, split: Split) -> torch.Tensor:
-        return heads_loss(logits[self.rows[split]], self.heads, self.targets[split])
-
-    def accuracy(self, logits: torch.Tensor, split: Split) -> float:
-        """Mean accuracy over the heads; NaN for a split without labels (``test``: the
-        teacher's labels are all used for training and early stopping)."""
-        if split not in self.rows:
-            return float("nan")
-        out = logits[self.rows[split]]
-        accs = [float((out[:, cols].argmax(1) == self.targets[split][c].argmax(1)).float().mean())
-                for c, cols in self.heads.items()]
-        return float(np.mean(accs))
-
-    def sync_gradients(self, model: torch.nn.Module) -> None:
-        """One process: nothing to synchronise."""
-
-
-def heads_loss(out: torch.Tensor, heads: dict[str, slice],
-               targets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Sum over the heads of the cross entropy of each head's logits to its targets."""
-    losses = [-(targets[c] * F.log_softmax(out[:, cols], dim=1)).sum(1).mean()
-              for c, cols in heads.items()]
-    return torch.stack(losses).sum()
-
-
-def _targets(labels: LabelSet, classes: dict[str, list[str]]) -> dict[str, torch.Tensor]:
-    out = {}
-    for cat, codes in classes.items():
-        col = {c: j for j, c in enumerate(codes)}
-        lab = labels.categories[cat]
-        t = torch.zeros(len(labels.ids), len(codes))
-        if lab.probs is not None:
-            src = [col[c] for c in lab.classes]
-            t[:, src] = torch.from_numpy(lab.probs)
-        else:
-            t[torch.arange(len(labels.ids)), torch.tensor([col[p] for p in lab.primary])] = 1.0
-        out[cat] = t
-    return out
 
 
 def _classes(labels: LabelSet, schema: Schema) -> dict[str, list[str]]:
@@ -364,7 +213,7 @@ def distil(
                               f"e.g. {unknown[:3]}")
     train_ids, val = _split_ids(labels.ids, val_ids, val_fraction, cfg.seed)
     classes = _classes(labels, schema)
-    featurizer = _featurizer(cfg)
+    featurizer = featurizer_for(cfg)
     store = Path(store_dir) / DOCUMENTS_FILE
     if isinstance(featurizer, HashedTfidf):  # embeddings have nothing to fit
         featurizer.fit(t for chunk in iter_texts(store, 8192) for t in chunk)
@@ -379,7 +228,7 @@ def distil(
     task = DistilTask(as_operand(features), graph, _heads(model), {}, {})
     for split, split_ids in (("train", train_ids), ("val", val)):
         task.rows[split] = torch.tensor([row_of[d] for d in split_ids], dtype=torch.long)
-        task.targets[split] = _targets(labels.subset(split_ids), classes)
+        task.targets[split] = label_targets(labels.subset(split_ids), classes)
     stamp = {"classes": content_hash(classes)[:16], "documents": len(ids),
              "labels": content_hash([train_ids, val])[:16]}
     fit = partial(_fit, features=features, stamp=stamp, progress=progress, resume=resume,
@@ -408,7 +257,7 @@ def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None
     """Train one student with early stopping and restore its best weights; the loop's
     final state."""
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    epoch_fn = (_sampled_epoch(model, task, features, raw, cfg, optimizer) if cfg.batch_size
+    epoch_fn = (sampled_epoch(model, task, features, raw, cfg, optimizer) if cfg.batch_size
                 else partial(train_epoch, model, task, optimizer))
     # Every student reseeds after its model is built (as full-graph training does), so
     # each one's dropout stream is its own: the text student of a fallback pair trains
@@ -449,70 +298,6 @@ def _model_fields(cfg: StudentConfig) -> dict[str, Any]:
     """The student's settings a checkpoint must match (not epochs, rates or patience)."""
     free = {"epochs", "lr", "weight_decay", "patience"}
     return {k: v for k, v in cfg.to_dict().items() if k not in free}
-
-
-def _sampled_epoch(model: GraphStudent, task: DistilTask,
-                   features: sp.csr_matrix | np.ndarray,
-                   raw: dict[str, CSRMatrix] | None, cfg: StudentConfig,
-                   opt: torch.optim.Optimizer) -> Callable[[int], EpochStats]:
-    """One epoch of Adam on ShaDow minibatches of ``cfg.batch_size`` training documents,
-    then whole-graph validation accuracy.
-
-    Each step samples ``cfg.fanouts`` neighbours per hop from the seeds over the union of
-    the document graphs (our :class:`~sparsegnn.sampling.ShadowSampler`), builds the
-    student's operators on the induced subgraph and its feature rows only, and takes the
-    loss on the seeds. Memory per step grows with the subgraph, not the corpus.
-    """
-    graphs = None if raw is None else {name: a.to_scipy() for name, a in raw.items()}
-    sampler = None if graphs is None else ShadowSampler(_union(graphs), cfg.fanouts)
-    rows, targets = task.rows["train"], task.targets["train"]
-
-    def epoch_fn(epoch: int) -> EpochStats:
-        start, losses = time.perf_counter(), []
-        model.train()
-        for i, pos in enumerate(epoch_permutation(len(rows), cfg.seed, epoch).split(
-                cfg.batch_size)):
-            seeds = rows[pos]
-            nodes = seeds if sampler is None else sampler.sample_one(
-                seeds, batch_generator(cfg.seed, epoch, i)).node_ids
-            sub = None if graphs is None else _induced(graphs, nodes, task.adj)
-            out = model(_feature_rows(features, nodes), sub)[:len(seeds)]
-            loss = heads_loss(out, task.heads, {c: t[pos] for c, t in targets.items()})
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
-        model.eval()
-        with torch.no_grad():
-            val = task.accuracy(model(task.x, task.adj), "val")
-        return EpochStats(epoch, float(np.mean(losses)), float("nan"), val,
-                          time.perf_counter() - start)
-
-    return epoch_fn
-
-
-def _union(graphs: dict[str, sp.csr_matrix]) -> CSRMatrix:
-    """The graph the sampler walks: every edge the student's operators have (so each hop,
-    of each kind, sees sampled neighbours)."""
-    both = sum(graphs.values()).tocsr()
-    both.data[:] = 1
-    return CSRMatrix.from_scipy(both.astype(np.float32))
-
-
-def _induced(graphs: dict[str, sp.csr_matrix], nodes: torch.Tensor,
-             full: DocumentGraph | None) -> DocumentGraph:
-    """The student's operators on the subgraph induced by ``nodes`` (in their order)."""
-    idx = nodes.numpy()
-    out = operators({name: CSRMatrix.from_scipy(a[idx][:, idx].astype(np.float32))
-                     for name, a in graphs.items()})
-    if full is not None and full.labels is not None:
-        out.labels = full.labels[nodes]
-    return out
-
-
-def _feature_rows(features: sp.csr_matrix | np.ndarray, nodes: torch.Tensor
-                  ) -> CSRMatrix | torch.Tensor:
-    return as_operand(features[nodes.numpy()])
 
 
 def _split_ids(ids: list[str], val_ids: list[str] | None, fraction: float, seed: int
