@@ -15,9 +15,7 @@ simulated events and scores it with the same metrics. The reconstruction itself 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
-from typing import Any
 
 from sparsegnn.cli.common import (
     add_device_flag,
@@ -32,8 +30,19 @@ from sparsegnn.cli.common import (
     output_file,
     resolve_device,
 )
-from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.names import SCORING_PRECISIONS, SEED_ORDERS, TRACK_METHODS
+from sparsegnn.cli.track_evaluate import register_ckf, register_evaluate
+from sparsegnn.cli.track_options import (
+    clean,
+    events_dir,
+    events_flags,
+    graph_flags,
+    model_and_events,
+    reco_flags,
+    reconstruction,
+    target_flags,
+)
+from sparsegnn.errors import DataFormatError
+from sparsegnn.names import SEED_ORDERS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,146 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     stages = p.add_subparsers(dest="stage", required=True, metavar="STAGE")
     for add in (_register_simulate, _register_build, _register_train_filter, _register_train,
-                _register_reconstruct, _register_evaluate, _register_ckf, _register_demo):
+                _register_reconstruct, register_evaluate, register_ckf, _register_demo):
         add(stages)
-
-
-def _events_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--events", type=Path, default=None,
-                   help="directory of TrackML CSV events (default: the TrackML sample event "
-                        "from $SPARSEGNN_DATA, the nearest shared/data or the bundled copy)")
-    p.add_argument("--limit", type=int_range(1), default=None,
-                   help="read only the first N events")
-
-
-def _events_dir(args: argparse.Namespace) -> Path:
-    """``--events``, else the sample event, so ``track evaluate`` runs from a clone alone."""
-    from sparsegnn.data.paths import dataset_dir
-
-    return args.events if args.events is not None else dataset_dir("trackml_sample")
-
-
-def _target_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("target / reconstructable particles")
-    g.add_argument("--min-pt", type=float_range(0.0), default=1.0, help="GeV (default 1)")
-    g.add_argument("--min-hits", type=int_range(1), default=3)
-    g.add_argument("--max-eta", type=float_range(0.0, lo_open=True), default=4.0,
-                   help="|eta| bound (default 4)")
-
-
-_CUT_FLAGS = (("dphi", "rad"), ("dz", "mm"), ("deta", ""), ("phi-slope", "rad/mm"), ("z0", "mm"))
-
-
-def _graph_flags(p: argparse.ArgumentParser, default: str) -> None:
-    """Graph settings; unset ones keep the model's (``--model``) or the defaults."""
-    g = p.add_argument_group("graph construction (default: the model's settings, if any)")
-    g.add_argument("--graph", choices=("module-map", "truth"), default=None,
-                   help=f"module map + cuts, or edges between consecutive hits (default {default})")
-    g.add_argument("--module-map", type=Path, default=None,
-                   help="module map file (.npz); else the model's, else learnt from "
-                        "--train-events (and written here)")
-    g.add_argument("--map-level", choices=("module", "layer"), default=None,
-                   help="learn module pairs (default), or (volume, layer) pairs for few "
-                        "training events")
-    g.add_argument("--train-events", type=Path, default=None,
-                   help="events to learn the module map from (default: --events, which "
-                        "makes graph efficiency optimistic)")
-    for cut, unit in _CUT_FLAGS:
-        g.add_argument(f"--{cut}", type=float_range(0.0, lo_open=True), default=None,
-                       help=f"max |{cut}| {unit}".strip())
-    g.add_argument("--min-dr", type=float_range(0.0), default=None,
-                   help="pairs closer than this in r (mm) skip the phi-slope and z0 cuts "
-                        "(default 1; 10 keeps overlapping-module pairs in dense events)")
-    g.add_argument("--map-windows", action="store_true",
-                   help="learn the module map with a cut window per module pair (min/max "
-                        "of dphi, dz, deta, phi slope, z0 of its segments)")
-    g.add_argument("--map-min-pt", type=float_range(0.0), default=0.0,
-                   help="learn the map from particles above this pT only (GeV; default 0, "
-                        "0.9 for windows fitted to pT >= 1 GeV targets)")
-    g.add_argument("--map-workers", type=int_range(1), default=1,
-                   help="processes reading --train-events to learn the map (default 1)")
-    g.add_argument("--window-margin", type=float_range(0.0), default=None,
-                   help="apply the map's windows, widened by this fraction of their width")
-    g.add_argument("--window-count-margin", type=float_range(0.0), default=None,
-                   help="widen each window by this many widths / segments seen (default 0)")
-    g.add_argument("--window-min-count", type=int_range(1), default=None,
-                   help="pairs seen fewer times get no window, only the global cuts "
-                        "(default 1)")
-
-
-def _reco_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("scoring and track building (default: the model's settings)")
-    g.add_argument("--cut", type=float_range(0.0, 1.0), help="edge score cut (default 0.5)")
-    g.add_argument("--method", choices=TRACK_METHODS,
-                   help="track building (default components; triplets: junctions resolved "
-                        "by edge score and helix geometry)")
-    g.add_argument("--min-track-hits", type=int_range(1), default=None, help="drop shorter "
-                   "tracks (default: keep all; 5 drops most fragments, which count as fakes)")
-    g.add_argument("--precision", choices=SCORING_PRECISIONS, default=None,
-                   help="edge scoring precision: bf16 runs the network's message passing in "
-                        "bfloat16 (faster on CPUs with AMX and on GPUs; default: the "
-                        "model's, else fp32)")
-    g.add_argument("--max-sample-nodes", type=int_range(1), default=None,
-                   help="score ShaDow subgraphs of at most this many hits instead of whole "
-                        "events: bounded memory, many times slower (default: whole events)")
-    g.add_argument("--min-layers", type=int_range(1), default=None,
-                   help="drop tracks crossing fewer distinct layers (default: the model's, "
-                        "else 1)")
-    g.add_argument("--extend-cut", type=float_range(0.0, 1.0), default=None,
-                   help="walkthrough: extend chain ends with free hits through edges down "
-                        "to this score (default: no extension)")
-    g.add_argument("--bridge-misfit", type=float_range(0.0, lo_open=True), default=None,
-                   help="triplets: join chains too short alone across a missing segment "
-                        "(no edge) where the helix fits up to this misfit (default: the "
-                        "model's, else no bridging)")
-    g.add_argument("--merge-cut", type=float_range(0.0, 1.0), default=None,
-                   help="walkthrough: merge pieces whose end and start an edge of at least "
-                        "this score joins (default: no merging)")
-
-
-def _targets(args: argparse.Namespace) -> Any:
-    from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig
-
-    has_flags = hasattr(args, "min_pt")  # reconstruct has none: labels only
-    return TargetConfig(args.min_pt, args.min_hits, args.max_eta) if has_flags else DEFAULT_TARGETS
-
-
-def _reconstruction(args: argparse.Namespace, base: Any, events: list[Any], model: Any = None,
-                    edge_filter: Any = None) -> Any:
-    """The reconstruction the options ask for: the model's (its settings over ``base``),
-    or an oracle on ``base``, with every given flag overriding, and its module map."""
-    from sparsegnn.tracking.module_map import ModuleMap, learn_module_map
-    from sparsegnn.tracking.pipeline import Reconstruction, with_module_map
-
-    device = resolve_device(args.device) if hasattr(args, "device") else "cpu"
-    reco = (Reconstruction(base, targets=_targets(args)) if model is None else
-            Reconstruction.from_model(model, device, _targets(args), base))
-    given = {k: getattr(args, k.replace("-", "_"), None)
-             for k in ("graph", "map_level", "min_dr", "cut", "method", "min_track_hits",
-                       "window_margin", "window_count_margin", "window_min_count",
-                       "extend_cut", "merge_cut", "min_layers", "precision", "bridge_misfit")}
-    given |= {c.replace("-", "_"): getattr(args, c.replace("-", "_")) for c, _ in _CUT_FLAGS}
-    reco = reco.with_config(**given, sample_nodes=getattr(args, "max_sample_nodes", None))
-    if edge_filter is not None:
-        reco.edge_filter = edge_filter
-    if getattr(args, "graphs", None) is not None:  # saved graphs: no map needed
-        return reco
-    def learn(level: str) -> Any:
-        if args.train_events is None:
-            return ModuleMap.learn(events, level, args.map_min_pt, args.map_windows)
-        return learn_module_map([args.train_events], level, args.map_min_pt, args.map_windows,
-                                args.map_workers)
-
-    return with_module_map(reco, args.module_map, learn)
-
-
-def _clean(obj: Any) -> Any:
-    """NaN -> None so --json prints valid JSON."""
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clean(v) for v in obj]
-    return None if isinstance(obj, float) and math.isnan(obj) else obj
 
 
 # ---------------------------------------------------------------------------- simulate
@@ -219,9 +90,9 @@ def _simulate(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- build-graphs
 def _register_build(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("build-graphs", help="module-map or truth graphs, one .npz per event")
-    _events_flags(p)
-    _graph_flags(p, "module-map")
-    _target_flags(p)
+    events_flags(p)
+    graph_flags(p, "module-map")
+    target_flags(p)
     p.add_argument("--filter", type=Path, default=None,
                    help="doublet filter from 'track train-filter': keep only the edges it "
                         "passes (dropped target segments count against graph efficiency)")
@@ -242,8 +113,8 @@ def _build(args: argparse.Namespace) -> int:
         from sparsegnn.tracking.filter import load_filter
 
         edge_filter = load_filter(args.filter)
-    events = read_events(_events_dir(args), args.limit)
-    reco = _reconstruction(args, RecoConfig(), events, edge_filter=edge_filter)
+    events = read_events(events_dir(args), args.limit)
+    reco = reconstruction(args, RecoConfig(), events, edge_filter=edge_filter)
     graphs = [reco.graph(ev) for ev in events]
     with output_folder(args.out, GRAPHS_FORMAT) as (tmp, manifest):
         for g in graphs:
@@ -254,7 +125,7 @@ def _build(args: argparse.Namespace) -> int:
     summary = (f"{len(graphs)} {reco.config.graph} graphs -> {args.out}: mean "
                f"{result['mean_num_edges']:.0f} edges, efficiency "
                f"{result['mean_efficiency']:.4f}, purity {result['mean_purity']:.4f}")
-    return emit(args, _clean(result), summary)
+    return emit(args, clean(result), summary)
 
 
 # ---------------------------------------------------------------------------- train-filter
@@ -285,7 +156,7 @@ def _train_filter(args: argparse.Namespace) -> int:
     summary = (f"filter -> {args.out}: on its {len(graphs)} training graphs it keeps "
                f"{result['targets_kept']:.4f} of the target edges with "
                f"{result['edges_kept']:.3f} of the edges")
-    return emit(args, _clean(result), summary)
+    return emit(args, clean(result), summary)
 
 
 # ---------------------------------------------------------------------------- train
@@ -366,48 +237,32 @@ def _train(args: argparse.Namespace) -> int:
         summary += (f"; last epoch loss {last.loss:.4f}, {last.events_used} events used, "
                     f"{last.events_skipped} skipped, largest step {last.max_step_nodes} hits")
     return finish_run(args, f"sparsegnn track train: Interaction Network on {args.graphs}",
-                      _clean(result), summary)
+                      clean(result), summary)
 
 
 # ---------------------------------------------------------------------------- reconstruct
 def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("reconstruct", help="score edges and build tracks (TrackML CSV), "
                           "as the model's saved settings say unless flags override them")
-    _events_flags(p)
+    events_flags(p)
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--graphs", type=Path, default=None,
                    help="saved graphs (default: build them as the model was tuned)")
     p.add_argument("--out", type=output_dir, required=True,
                    help="directory for {event}-tracks.csv (replaced whole, with a manifest)")
-    _reco_flags(p)
-    _graph_flags(p, "module-map")
+    reco_flags(p)
+    graph_flags(p, "module-map")
     add_device_flag(p)
     add_json_flag(p)
     p.set_defaults(func=_reconstruct)
-
-
-def _model_and_events(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any] | None]:
-    """The model file (read first: a bad --model is refused before minutes of reading),
-    the events, and their saved graphs when --graphs is given."""
-    from sparsegnn.tracking.events import read_events
-    from sparsegnn.tracking.infer import load_track_model
-    from sparsegnn.tracking.pipeline import graphs_by_event
-    from sparsegnn.tracking.store import load_graphs
-
-    device = resolve_device(args.device)
-    found = None if args.model is None else load_track_model(args.model, device)
-    events = read_events(_events_dir(args), args.limit)
-    graphs = (None if args.graphs is None
-              else graphs_by_event(load_graphs(args.graphs), events, args.graphs))
-    return found, events, graphs
 
 
 def _reconstruct(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.settings import RecoConfig
     from sparsegnn.tracking.store import TRACKS_FORMAT, output_folder, tracks_file, write_tracks
 
-    found, events, graphs = _model_and_events(args)
-    reco = _reconstruction(args, RecoConfig(), events, found)
+    found, events, graphs = model_and_events(args)
+    reco = reconstruction(args, RecoConfig(), events, found)
     counts = []
     with output_folder(args.out, TRACKS_FORMAT) as (tmp, manifest):
         for i, ev in enumerate(events):
@@ -417,125 +272,7 @@ def _reconstruct(args: argparse.Namespace) -> int:
         manifest([tracks_file(c["event"]) for c in counts], settings=reco.config.to_dict(),
                  model=str(args.model), graphs=None if graphs is None else str(args.graphs))
     result = {"out": str(args.out), "settings": reco.config.to_dict(), "events": counts}
-    return emit(args, _clean(result), f"tracks of {len(counts)} events -> {args.out}")
-
-
-# ---------------------------------------------------------------------------- evaluate
-def _register_evaluate(stages: argparse._SubParsersAction) -> None:
-    p = stages.add_parser("evaluate", help="edge and tracking metrics against truth")
-    _events_flags(p)
-    p.add_argument("--tracks", type=Path, default=None,
-                   help="score the tracks 'track reconstruct' wrote here (track metrics "
-                        "only) instead of reconstructing")
-    p.add_argument("--graphs", type=Path, default=None,
-                   help="saved graphs (default: build them with the graph flags)")
-    p.add_argument("--model", type=Path, default=None,
-                   help="trained model (default: oracle scores from the truth labels)")
-    p.add_argument("--plots", type=output_dir, default=None, help="write PNG plots here")
-    p.add_argument("--report", type=output_file, default=None, metavar="HTML",
-                   help="write one static HTML page: settings, metrics, efficiency vs pT "
-                        "and eta (needs matplotlib)")
-    _reco_flags(p)
-    _graph_flags(p, "truth, or the model's")
-    _target_flags(p)
-    add_device_flag(p)
-    add_json_flag(p)
-    p.set_defaults(func=_evaluate)
-
-
-def _evaluate(args: argparse.Namespace) -> int:
-    from sparsegnn.tracking.pipeline import evaluate_events, plot_results
-    from sparsegnn.tracking.settings import RecoConfig
-
-    if args.tracks is not None:
-        return _evaluate_tracks(args)
-    found, events, graphs = _model_and_events(args)
-    reco = _reconstruction(args, RecoConfig(graph="truth"), events, found)
-    evaluation = evaluate_events(reco, events, graphs)
-    pooled, cfg = evaluation.tracks, reco.config
-    result = {
-        "events": len(events), "graph": "saved" if args.graphs else cfg.graph,
-        "scores": "model" if found is not None else "oracle", "cut": cfg.cut,
-        "method": cfg.method, "min_track_hits": cfg.min_track_hits,
-        **evaluation.edges(), **pooled.to_dict(), "missed_particles": evaluation.missed(),
-    }
-    if args.plots is not None:
-        result["plots"] = [str(p) for p in plot_results(evaluation.results, reco.targets,
-                                                        args.plots)]
-    summary = (f"{len(events)} events, {result['scores']} scores, {cfg.method} at cut "
-               f"{cfg.cut}: " + _track_line(pooled) + _missed_line(result["missed_particles"]))
-    if args.report is not None:
-        _evaluation_report(args, evaluation, reco, _clean(result))
-        summary += f"\nreport: {args.report}"
-    return emit(args, _clean(result), summary)
-
-
-def _evaluation_report(args: argparse.Namespace, evaluation: Any, reco: Any,
-                       result: dict[str, Any]) -> None:
-    """The ``--report`` page: the JSON figures, the settings and efficiency vs pT and eta."""
-    from sparsegnn.tracking.metrics import concat_matches
-    from sparsegnn.tracking.plots import efficiency_curves
-    from sparsegnn.train.report import write_report
-
-    matches = concat_matches([r.matches for r in evaluation.results])
-    write_report(args.report, f"sparsegnn track evaluate: {args.events}",
-                 {**result, **efficiency_curves(matches, reco.targets),
-                  "config": reco.config.to_dict()})
-
-
-def _evaluate_tracks(args: argparse.Namespace) -> int:
-    """Track metrics of the tracks a reconstruct stage wrote (no scores: no edge metrics)."""
-    from sparsegnn.tracking.events import read_events
-    from sparsegnn.tracking.pipeline import score_written_tracks
-
-    for flag in ("model", "graphs", "plots", "report"):
-        if getattr(args, flag) is not None:
-            raise InvalidValueError(f"--tracks scores written tracks; --{flag} does not apply")
-    events = read_events(_events_dir(args), args.limit)
-    pooled, manifest = score_written_tracks(events, args.tracks, _targets(args))
-    result = {"tracks": str(args.tracks), "events": len(events),
-              "settings": manifest.get("settings"), "model": manifest.get("model"),
-              **pooled.to_dict()}
-    return emit(args, _clean(result), f"tracks in {args.tracks}: " + _track_line(pooled))
-
-
-def _track_line(m: Any) -> str:
-    return (f"tracking efficiency {m.efficiency:.4f} ({m.num_matched}/{m.num_reconstructable})"
-            f", fake rate {m.fake_rate:.4f}, duplicate rate {m.duplicate_rate:.4f}, TrackML "
-            f"score {m.trackml_score:.4f}")
-
-
-def _missed_line(missed: dict[str, int]) -> str:
-    """Where the unmatched particles were lost, for the human summary."""
-    if not missed["missed"]:
-        return ""
-    return (f"\n{missed['missed']} reconstructable particles missed, first lost in graph "
-            f"construction {missed['lost_in_graph']}, at the score cut "
-            f"{missed['lost_at_score_cut']}, in track building "
-            f"{missed['lost_in_track_building']}")
-
-
-# ---------------------------------------------------------------------------- ckf
-def _register_ckf(stages: argparse._SubParsersAction) -> None:
-    p = stages.add_parser("ckf", help="ACTS seeding + combinatorial Kalman filter (the peer)")
-    _events_flags(p)
-    _target_flags(p)
-    p.add_argument("--max-seeds-per-spm", type=int_range(1), default=1,
-                   help="seeds kept per middle space point (more: slower, better in dense "
-                        "events)")
-    add_json_flag(p)
-    p.set_defaults(func=_ckf)
-
-
-def _ckf(args: argparse.Namespace) -> int:
-    from sparsegnn.tracking.ckf import evaluate_ckf
-
-    pooled, run = evaluate_ckf(args.events, args.limit, _targets(args), args.max_seeds_per_spm)
-    result = {"events": len(run.tracks), **pooled.to_dict(),
-              "seconds_per_event": run.seconds_per_event, "wall_seconds": run.wall_seconds}
-    summary = (f"CKF on {len(run.tracks)} events: " + _track_line(pooled) + f", "
-               f"{run.seconds_per_event:.3f} s/event (space points + seeding + CKF + ambiguity)")
-    return emit(args, _clean(result), summary)
+    return emit(args, clean(result), f"tracks of {len(counts)} events -> {args.out}")
 
 
 # ---------------------------------------------------------------------------- demo
@@ -571,4 +308,4 @@ def _demo(args: argparse.Namespace) -> int:
                                            "max_sample_nodes", "cut", "min_track_hits", "seed")}
     cfg = DemoConfig(ckf=not args.no_ckf, progress=not args.no_progress).overridden(**given)
     result = run_demo(args.out, cfg)
-    return emit(args, _clean(result.to_dict()), result.summary())
+    return emit(args, clean(result.to_dict()), result.summary())
