@@ -38,6 +38,11 @@ class ResourceError(SparseGNNError, MemoryError):
     """A size the machine cannot hold, refused before allocating; names the bytes needed."""
 
 
+class DiskFullError(SparseGNNError, OSError):
+    """A write that ran out of space (ENOSPC, EDQUOT); names the output as the user gave it
+    and the bytes it needed where known. An OSError too, so ``except OSError`` still works."""
+
+
 class NonFiniteError(InvalidValueError):
     """A NaN or infinite value where training needs finite numbers (inputs, loss, weights)."""
 

@@ -35,6 +35,7 @@ from sparsegnn.data.graph import GraphData, check_features, check_labels
 from sparsegnn.data.ogb import is_ogb_folder, is_ogb_name, load_ogb, read_ogb_folder
 from sparsegnn.data.planetoid import load_cora
 from sparsegnn.data.pyg import is_pyg_dir, read_pyg
+from sparsegnn.data.write_errors import size_on_disk, user_error
 from sparsegnn.errors import DataFormatError
 
 FORMAT_VERSION = 1
@@ -60,23 +61,38 @@ DATASETS: dict[str, Callable[[PathLike | None], GraphData]] = {
 
 
 # ---------------------------------------------------------------------- save / load
-def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> Path:
+def atomic_write(path: PathLike, write: Callable[[BinaryIO], None], *,
+                 needed: int | None = None) -> Path:
     """Call ``write`` on a temp file beside ``path``, fsync it, then rename it into place.
 
     A crash mid-write leaves the previous file intact, never a truncated one; graphs and
-    checkpoints both go through here.
+    checkpoints both go through here. A full disk is a
+    :class:`~sparsegnn.errors.DiskFullError` naming ``path`` (and ``needed`` bytes, when
+    the caller knows them), and other errors name ``path``, not the temp file
+    (:func:`~sparsegnn.data.write_errors.user_error`).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp_name = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                        dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+    except Exception as err:
+        written = size_on_disk(tmp_name)
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+        new = user_error(err, path, needed=needed, written=written)
+        if new is err:
+            raise
+        raise new from err
+    except BaseException:  # Ctrl-C, SystemExit: only the temp file goes
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
         raise
     return path
 
@@ -97,7 +113,6 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
     if path.exists() and not path.is_dir():
         raise DataFormatError(f"{path}: exists and is not a directory; choose another output")
     created = _missing_parents(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with _replaced_whole(path) as tmp:
             yield tmp
@@ -123,8 +138,10 @@ def _missing_parents(path: Path) -> list[Path]:
 @contextmanager
 def _replaced_whole(path: Path) -> Iterator[Path]:
     """The temp folder of :func:`atomic_dir`, renamed to ``path`` when the block succeeds."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp: Path | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         yield tmp
         old = None
         if path.exists():
@@ -140,9 +157,14 @@ def _replaced_whole(path: Path) -> Iterator[Path]:
             raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except BaseException as err:
+        written = size_on_disk(tmp)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        new = user_error(err, path, written=written)
+        if new is err:
+            raise
+        raise new from err
 
 
 def save_graph(g: GraphData, path: PathLike, *, compress: bool = False) -> Path:
@@ -152,7 +174,14 @@ def save_graph(g: GraphData, path: PathLike, *, compress: bool = False) -> Path:
     """
     arrays = _to_arrays(g)
     savez = np.savez_compressed if compress else np.savez
-    return atomic_write(path, lambda f: savez(f, **arrays))
+    return atomic_write(path, lambda f: savez(f, **arrays),
+                        needed=None if compress else npz_bytes(arrays))
+
+
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> int:
+    """The size of an uncompressed ``.npz`` of ``arrays``: the data, plus a .npy header and
+    the zip's two headers per array (a few hundred bytes each, counted generously)."""
+    return sum(a.nbytes + 512 + 2 * len(key) for key, a in arrays.items()) + 64
 
 
 def load_graph(path: PathLike) -> GraphData:
