@@ -39,7 +39,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsegnn.curation.store import DOCUMENTS_FILE, FINGERPRINT_KEY, GRAPH_FILE
+from sparsegnn.data.leftovers import pid_temp_prefix, sweep_temp_files
 from sparsegnn.data.text import HashedTfidf
+from sparsegnn.data.write_errors import named_for
 from sparsegnn.errors import DataFormatError
 from sparsegnn.optional import require
 
@@ -189,12 +191,15 @@ def ingest(
 ) -> IngestReport:
     """Write ``documents.parquet`` and ``graph.npz`` for the corpus in ``source``.
 
-    Both appear together or not at all; on any error the folder is left as it was."""
+    Both appear together or not at all; on any error the folder is left as it was (a
+    folder made for it is removed again), a full disk is one
+    :class:`~sparsegnn.errors.DiskFullError` naming ``out_dir``, and a success removes
+    the temporary files that killed ingests left there (:func:`sweep_temp_files`)."""
     cfg = cfg or IngestConfig()
     source, out = Path(source), Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     store, graph = out / DOCUMENTS_FILE, out / GRAPH_FILE
-    with _temp_beside(store) as docs_tmp, _temp_beside(graph) as graph_tmp:
+    with _made_folder(out), named_for(out, store, graph), _temp_beside(store) as docs_tmp, \
+            _temp_beside(graph) as graph_tmp, named_for(out, temps=(docs_tmp, graph_tmp)):
         n, fingerprint, row_of, site_edges = _write_documents(source, docs_tmp, cfg)
         link_src, link_dst, dangling = _link_edges(docs_tmp, row_of, cfg.batch_rows)
         kinds = {"link": (link_src, link_dst), "site": site_edges.arrays()}
@@ -204,15 +209,35 @@ def ingest(
         save_graph_edges(graph_tmp, n, kinds, fingerprint)
         os.replace(docs_tmp, store)
         os.replace(graph_tmp, graph)  # last: until now readers see a mismatched graph
+    sweep_temp_files(out, (DOCUMENTS_FILE, GRAPH_FILE))
     return IngestReport(n, {k: int(v[0].size) for k, v in kinds.items()}, dangling,
                         str(store), str(graph))
 
 
 @contextmanager
+def _made_folder(out: Path) -> Iterator[None]:
+    """``out`` (and its parents) created for the block, and removed again if the block
+    fails and they are still empty: a failed ingest leaves no empty store behind."""
+    absolute = out.absolute()
+    made = [p for p in (absolute, *absolute.parents) if not p.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        yield
+    except BaseException:
+        for folder in made:  # innermost first; stop at one that is not empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+@contextmanager
 def _temp_beside(path: Path) -> Iterator[Path]:
-    """A hidden temporary file name beside ``path``, removed on the way out unless it was
-    renamed into place."""
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """A hidden temporary file name beside ``path`` (this pid in it, see
+    :func:`pid_temp_prefix`), removed on the way out unless it was renamed into place."""
+    fd, name = tempfile.mkstemp(prefix=pid_temp_prefix(path.name), suffix=".tmp",
+                                dir=path.parent)
     os.close(fd)
     try:
         yield Path(name)
