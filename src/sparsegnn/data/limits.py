@@ -9,6 +9,7 @@ one line that says how much was needed and how much there is.
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 from sparsegnn.errors import ResourceError
@@ -35,6 +36,30 @@ def require_memory(nbytes: int, what: str) -> None:
             f"{what} needs about {format_bytes(nbytes)} of memory but only "
             f"{format_bytes(have)} is available; choose a smaller size"
         )
+
+
+# Less than any local rank needs: one forked from the fork server (torch already imported
+# there) holds 170-190 MiB of private memory training Cora (measured), so a refusal
+# against this floor is certain, never a guess.
+RANK_MEMORY_FLOOR = 64 * 2**20
+# Descriptors the launcher holds per rank while starting it: the rank's report pipe (both
+# ends until it starts) and its sentinel; plus a margin for everything else it has open.
+_FDS_PER_RANK, _FDS_MARGIN = 3, 64
+
+
+def require_ranks(nprocs: int) -> None:
+    """Refuse (:class:`ResourceError`) ``nprocs`` local ranks this machine cannot start:
+    more than available memory at :data:`RANK_MEMORY_FLOOR` each, or more than the open-
+    file limit lets the launcher watch. More ranks than CPU cores is allowed: it is slow,
+    not wrong (the tests run four ranks on two cores)."""
+    require_memory(nprocs * RANK_MEMORY_FLOOR,
+                   f"--nprocs {nprocs} ({format_bytes(RANK_MEMORY_FLOOR)} or more per rank)")
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = _FDS_PER_RANK * nprocs + _FDS_MARGIN
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        raise ResourceError(
+            f"--nprocs {nprocs} needs about {needed} open files in the launcher but the "
+            f"limit is {soft} (ulimit -n); use fewer ranks or raise the limit")
 
 
 def format_bytes(nbytes: float) -> str:

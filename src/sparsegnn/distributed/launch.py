@@ -40,6 +40,8 @@ import torch
 import torch.multiprocessing as mp
 import tqdm
 
+from sparsegnn.data.leftovers import launcher_temp_dir
+from sparsegnn.data.limits import require_ranks
 from sparsegnn.distributed.affinity import rank_cpus
 from sparsegnn.errors import SparseGNNError
 
@@ -89,13 +91,15 @@ def spawn(
     code in the launcher; nothing is written to disk, so no exit path leaves files behind.
     Each rank is bound to its own CPUs (:func:`~sparsegnn.distributed.affinity.rank_cpus`).
     """
+    require_ranks(nprocs)  # --nprocs 100000: one line, not EMFILE mid-start
+    launcher_temp_dir()  # named after this pid: removed even after a SIGKILL (leftovers)
     port = free_port()
     cpus = rank_cpus(nprocs) or [None] * nprocs
     # A fork server imports torch and ``fn``'s module once and forks every rank from that
     # clean (thread-free) process: much faster than a fresh interpreter per rank, and
     # safe where forking this possibly multi-threaded process would not be.
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", fn.__module__])
+    ctx.set_forkserver_preload(["torch", "sparsegnn.data.leftovers", fn.__module__])
     beats = ctx.Array("Q", nprocs, lock=False)  # shared memory: one counter per rank
     pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]
     ranks = [
