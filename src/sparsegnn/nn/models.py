@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from sparsegnn.data.limits import require_memory
 from sparsegnn.names import DEFAULT_MASK
 from sparsegnn.nn.conv import Aggr, GCNConv, SAGEConv
 from sparsegnn.nn.dropout import MASK_KINDS, MaskKind, dropout
@@ -24,6 +25,17 @@ def _widths(in_channels: int, hidden: int, out_channels: int, num_layers: int) -
     if num_layers < 1:
         raise ValueError(f"num_layers must be at least 1, got {num_layers}")
     return [in_channels] + [hidden] * (num_layers - 1) + [out_channels]
+
+
+def _require_weights(model: str, widths: list[int], matrices: int) -> None:
+    """Refuse (:class:`~sparsegnn.errors.ResourceError`) a model whose weights alone
+    (``matrices`` weight matrices and a bias per layer) exceed available memory, before
+    torch allocates them: ``--hidden 99999999999`` would otherwise end in a RuntimeError
+    from the allocator, or, where memory is overcommitted, in the OOM killer."""
+    params = sum(matrices * a * b + b for a, b in itertools.pairwise(widths))
+    itemsize = torch.empty(0).element_size()  # parameters are made in the default dtype
+    require_memory(params * itemsize, f"a {model} of layer widths "
+                   f"{' -> '.join(map(str, widths))} ({params} weights; --hidden, --layers)")
 
 
 def _per_layer(adj: Operator | torch.Tensor | Sequence[Operator], n: int) -> list:
@@ -93,6 +105,7 @@ class GCN(_Stack):
     ):
         super().__init__(dropout, dropout_mask)
         w = _widths(in_channels, hidden, out_channels, num_layers)
+        _require_weights("GCN", w, 1)
         self.layers = nn.ModuleList(GCNConv(a, b, cached=cached) for a, b in itertools.pairwise(w))
 
 
@@ -111,4 +124,5 @@ class GraphSAGE(_Stack):
     ):
         super().__init__(dropout, dropout_mask)
         w = _widths(in_channels, hidden, out_channels, num_layers)
+        _require_weights("GraphSAGE", w, 2)  # neighbour and root weights
         self.layers = nn.ModuleList(SAGEConv(a, b, aggr=aggr) for a, b in itertools.pairwise(w))
