@@ -17,6 +17,7 @@ import torch
 
 from sparsegnn.data.graph import GraphData, row_normalize
 from sparsegnn.data.limits import require_memory
+from sparsegnn.data.vectors import read_int_vector
 from sparsegnn.distributed.grid import GridError, GridShape, grid_shape
 from sparsegnn.distributed.partition import BlockPartition
 from sparsegnn.distributed.shard import (
@@ -78,7 +79,7 @@ def partition_for(
             f"({', '.join(PARTITIONERS)}) or a file with one block id in "
             f"[0, {shape.row_blocks}) per vertex (.npy or text)"
         )
-    parts = np.load(path) if Path(path).suffix == ".npy" else np.loadtxt(path, dtype=np.int64)
+    parts = read_int_vector(path)
     if parts.shape != (num_nodes,):
         raise GridError(
             f"partition {path} has {parts.size} entries for a graph of {num_nodes} vertices"
@@ -139,9 +140,9 @@ def write_partitioned(
     rows = {"x": row_normalize(graph.x) if normalize_features else graph.x, "y": graph.y}
     rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
     adj, rows = relabel(adj, rows, part.order)
-    write_shards(out, graph.name, adj, rows, part, shape, operator_kind(model))
-    if parts is not None and str(parts) in PARTITIONERS and part.order is not None:
-        np.save(out / "parts.npy", _parts_vector(part).numpy())
+    named = parts is not None and str(parts) in PARTITIONERS and part.order is not None
+    write_shards(out, graph.name, adj, rows, part, shape, operator_kind(model),
+                 extras={"parts": _parts_vector(part).numpy()} if named else None)
     return {
         "out": str(out), "grid": shape.describe(), "ranks": shape.size,
         "operator": operator_kind(model),
