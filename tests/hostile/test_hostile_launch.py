@@ -178,6 +178,41 @@ def test_a_sigterm_stops_the_ranks_and_leaves_nothing_behind(workdir):
         assert left == []
 
 
+def _launcher_dirs(tmp: Path) -> list[str]:
+    """multiprocessing's temp folders of launchers: its own ``pymp-*`` or ours."""
+    return sorted(p.name for p in tmp.iterdir()
+                  if p.name.startswith(("pymp-", "sg-")))
+
+
+@pytest.mark.slow
+def test_a_sigkilled_launcher_leaves_no_temp_folder(workdir):
+    """Its fork server outlives it for a moment and removes the launcher's folder."""
+    with _launch(workdir, "train", "--algo", "1d", "--nprocs", "2", *_LONG) as job:
+        _wait_for_training(job, 2)
+        assert _launcher_dirs(_tmpdir(workdir))
+        job.launcher.send_signal(signal.SIGKILL)
+        job.launcher.wait()
+        assert not _all_gone_within(job.spawned, 10.0), "processes outlived the launcher"
+        assert _launcher_dirs(_tmpdir(workdir)) == []
+
+
+@pytest.mark.slow
+def test_the_next_launch_removes_the_folder_of_a_launcher_killed_with_its_group(workdir):
+    """SIGKILL to the whole process group leaves no survivor to clean up: the next
+    launcher removes the folder of a launcher that no longer exists."""
+    with _launch(workdir, "train", "--algo", "1d", "--nprocs", "2", *_LONG) as job:
+        _wait_for_training(job, 2)
+        os.killpg(job.launcher.pid, signal.SIGKILL)
+        job.launcher.wait()
+        assert not _all_gone_within(job.spawned, 10.0), "processes outlived the launcher"
+    left = _launcher_dirs(_tmpdir(workdir))
+    assert left, "nothing was left to clean up: the case proves nothing"
+    proc = run_cli("train", "--nprocs", "2", "--dataset", "cora", "--epochs", "1",
+                   "--no-progress", env={"TMPDIR": str(_tmpdir(workdir))})
+    assert proc.returncode == 0, proc.stderr
+    assert _launcher_dirs(_tmpdir(workdir)) == []
+
+
 # ---------------------------------------------------------------------- a rank's mistake
 def test_a_user_error_inside_a_rank_reads_as_on_one_process(workdir):
     """The partition's length is checked against the graph, which only the ranks load."""
