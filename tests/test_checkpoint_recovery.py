@@ -230,3 +230,14 @@ def test_a_lock_from_another_host_counts_while_it_is_refreshed(tmp_path):
     lock.acquire()
     assert json.loads(path.read_text())["pid"] == os.getpid()
     lock.release()
+
+
+@pytest.mark.parametrize("folder", [False, True], ids=["file", "folder"])
+def test_an_unwritable_checkpoint_is_named_as_given(tmp_path, folder):
+    """Where the lock cannot be made, the error names the --checkpoint path, not the
+    lock file's internal name alone."""
+    ckpt = Path("/proc/sparsegnn-nowhere") / ("ckpt" if folder else "run.pt")
+    code, _, err = _train(ckpt, nprocs=1, epochs=2, ranks=folder)
+    assert code == 2
+    line, = [t for t in err.strip().splitlines() if "error" in t]
+    assert f"checkpoint {ckpt}" in line

@@ -418,7 +418,13 @@ class DistributedStore:
         folder = epoch_folder(self.root, epoch)
         folder.mkdir(parents=True, exist_ok=True)
         shard = folder / shard_name(self.grid.rank)
-        save_checkpoint(shard, payload, {**self.identity, "rank": self.grid.rank, "epoch": epoch})
+        try:
+            save_checkpoint(shard, payload,
+                            {**self.identity, "rank": self.grid.rank, "epoch": epoch})
+        except BaseException:
+            with contextlib.suppress(OSError):  # an empty folder a failed save made
+                folder.rmdir()
+            raise
         replicated = content_hash([payload["model"], payload["optimizer"]])
         ack = [shard.stat().st_size, *_ints(file_sha256(shard)), *_ints(replicated)]
         acks = gather_grid(self.comm, self.grid, ack)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sparsegnn.errors import SparseGNNError
+from sparsegnn.errors import InvalidValueError, SparseGNNError
 
 BEAT_S = 5.0
 STALE_S = 60.0
@@ -48,9 +48,8 @@ class RunLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`CheckpointInUseError` naming its holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # the holder may unlink the file between our open and flock
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -72,6 +71,16 @@ class RunLock:
         self._beat = threading.Thread(target=self._refresh, name="checkpoint-lock",
                                       daemon=True)
         self._beat.start()
+
+    def _open(self) -> int:
+        """The lock file, opened; a place where it cannot be made is named as the user
+        named it (the checkpoint), with the reason."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise InvalidValueError(f"checkpoint {self.checkpoint}: cannot create its lock "
+                                    f"file {self.path.name} ({err.strerror or err})") from err
 
     def release(self) -> None:
         """Remove the lock file and drop the lock (the kernel drops it at exit anyway)."""
