@@ -25,7 +25,6 @@ drawn per vertex block, as a partitioned run draws them, so a rank's work is its
 
 from __future__ import annotations
 
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, emit, make_parser
+from _judge import judge
 from sparsegnn.data import GraphData, rmat, sbm
 from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan, shortlist
@@ -45,9 +45,6 @@ from sparsegnn.train.calibrate import calibrate_rank, distributed_config
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.rank_train import DistributedConfig, train_rank
 from sparsegnn.train.trials import choose_by_trial, median_epoch_over_rounds
-
-Config = tuple[str, int, str, str]  # algo, replication, comm, partitioner
-DEFAULT: Config = ("1d", 1, "dense", "block")
 
 
 def make_graph(kind: str, nodes: int, width: int, seed: int = 0) -> GraphData:
@@ -137,51 +134,6 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
                      "predicted_memory_bytes": cand.memory_bytes,
                      "measured_peak_rss_bytes": peak if c == short[won] else None})
     return rows
-
-
-def judge(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Per case: auto choice (and the model's own first choice) vs best and vs default;
-    overall: the model's errors."""
-    errors = [abs(r["predicted_s"] - r["measured_s"]) / r["measured_s"] for r in rows]
-    cases: dict[str, list[Row]] = {}
-    for r in rows:
-        cases.setdefault(r["case"], []).append(r)
-    speedups, per_case = {}, {}
-    for case, mine in cases.items():
-        best = min(mine, key=lambda r: r["measured_s"])
-        auto = next(r for r in mine if r["auto_choice"])
-        model = next(r for r in mine if r["auto_rank"] == 0)
-        default = next((r for r in mine if tuple(r["config"]) == DEFAULT), None)
-        # Picking the sweep's fastest of ~10 noisy times favours one measured low (the
-        # winner's curse): the confirmation times it and the auto choice afresh, together.
-        confirmed = best is not auto and best.get("confirm_s") and auto.get("confirm_s")
-        per_case[case] = {"best": best["config"], "best_s": best["measured_s"],
-                          "auto": auto["config"], "auto_s": auto["measured_s"],
-                          "auto_over_best_sweep": auto["measured_s"] / best["measured_s"],
-                          "auto_over_best": (auto["confirm_s"] / best["confirm_s"] if confirmed
-                                             else auto["measured_s"] / best["measured_s"]),
-                          "tried": sum(r["tried"] for r in mine),
-                          "model_choice": model["config"],
-                          "model_choice_over_best": model["measured_s"] / best["measured_s"],
-                          "auto_peak_rss_over_predicted": auto["measured_peak_rss_bytes"]
-                          / auto["predicted_memory_bytes"]}
-        if default is not None:
-            speedups[f"auto_vs_default {case}"] = default["measured_s"] / auto["measured_s"]
-    metrics = {
-        "median_abs_relative_error": statistics.median(errors),
-        "within_30_percent": sum(e <= 0.3 for e in errors) / len(errors),
-        "auto_within_10_percent_of_best": sum(c["auto_over_best"] <= 1.1
-                                              for c in per_case.values()) / len(per_case),
-        "auto_within_10_percent_of_best_sweep": sum(
-            c["auto_over_best_sweep"] <= 1.1 for c in per_case.values()) / len(per_case),
-        "model_choice_within_10_percent_of_best": sum(
-            c["model_choice_over_best"] <= 1.1 for c in per_case.values()) / len(per_case),
-        "auto_better_than_default": sum(v > 1 for v in speedups.values()) / max(len(speedups), 1),
-        "auto_peak_within_predicted_memory": sum(
-            c["auto_peak_rss_over_predicted"] <= 1 for c in per_case.values()) / len(per_case),
-        "cases": per_case,
-    }
-    return speedups, metrics
 
 
 def scaling_table(kind: str, nodes: int, width: int, ranks: list[int],

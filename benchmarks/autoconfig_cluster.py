@@ -35,7 +35,7 @@ from tests.cluster.launch import EXIT_ABORT, PORT, last_json, log_tails, torchru
 from tests.cluster.netns import Cluster, available, sweep_stale
 
 from _harness import Row, emit, make_parser, skipped
-from autoconfig import judge
+from _judge import judge
 from sparsegnn.data import load_any
 from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.cost_profile import Profile

@@ -84,6 +84,7 @@ from _harness import (
     tracking_report,
     tracking_row,
 )
+from _map_events import LEARN_BELOW, map_chunks, map_folder
 from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
@@ -104,7 +105,6 @@ from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import walkthrough_settings
 from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.tracking.truth import TargetConfig
-from tracking_graph import LEARN_BELOW, map_chunks, map_folder
 
 # The per-pair windows that met issue 23's graph-efficiency point (0.9965 at pileup 200,
 # 400 map events; docs/tracking.md): one setting for training, tuning and held-out events.
