@@ -1,0 +1,101 @@
+"""``sparsegnn train`` on ranks: full-graph training on a grid of processes.
+
+This module owns the distributed full-graph path: it builds the
+:class:`~sparsegnn.train.distributed.DistributedJob` from the options (with ``--algo
+auto``'s choice and trials, :mod:`sparsegnn.cli.train_auto`, and ``--overlap auto``'s
+variants), checks ``--max-rank-memory`` and the checkpoint folder before any rank starts,
+runs it, and prints rank 0's summary. Like every CLI module it imports the library only
+inside functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sparsegnn.cli.common import finish_run
+from sparsegnn.cli.train_auto import auto_report, auto_summary, choose_auto, overlap_summary
+from sparsegnn.cli.train_cmd import (
+    config_from_args,
+    fullgraph_summary,
+    title,
+    training_graph,
+    world_size,
+)
+from sparsegnn.names import PARTITIONERS
+
+
+def train_on_ranks(args: argparse.Namespace) -> int:
+    """Full-graph training on a grid of ranks (``--nprocs``/``--algo``, or torchrun); a
+    partitioned folder as ``--dataset`` supplies its own grid when none is given."""
+    from sparsegnn.train.distributed import (
+        DistributedConfig,
+        DistributedJob,
+        run_distributed,
+        with_overlap_variants,
+        with_plan,
+    )
+
+    auto, trials = choose_auto(args) if args.algo == "auto" else (None, [])
+    partition = args.partition if args.partition in (None, *PARTITIONERS) else Path(
+        args.partition)
+    dcfg = DistributedConfig(replication=args.replication, backend=args.backend,
+                             timeout_s=args.timeout, partition=partition, comm=args.comm,
+                             overlap=args.overlap == "on", dropout_masks=_masks(args, auto))
+    job = DistributedJob.for_dataset(
+        args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
+        data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
+    candidates = [with_plan(job.dcfg, c) for c in trials] or [job.dcfg]
+    if args.overlap == "auto":
+        twin_fits = [p["overlapped_memory_fits"] for p in auto["predicted"]] if auto else None
+        candidates = with_overlap_variants(candidates, twin_fits)
+    if len(candidates) > 1:
+        job = replace(job, trials=tuple(candidates))
+    if args.max_rank_memory is not None:
+        from sparsegnn.distributed.shard import is_shard_dir, read_manifest
+        from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
+
+        if is_shard_dir(args.dataset):
+            check_shards_rank_memory(read_manifest(args.dataset), job.cfg,
+                                     args.max_rank_memory)
+        else:
+            nprocs = job.nprocs if job.nprocs > 1 else world_size(args)
+            check_graph_rank_memory(training_graph(args), job.cfg, args.max_rank_memory, nprocs,
+                                    mode="fullgraph", algo=job.dcfg.algo,
+                                    replication=job.dcfg.replication)
+    if job.cfg.checkpoint is not None:
+        from sparsegnn.train.dist_checkpoint import check_folder
+
+        check_folder(job.cfg.checkpoint)
+    run = run_distributed(job)
+    if run is None:  # not rank 0 of a torchrun job: rank 0 reports
+        return 0
+    for warning in run.reports[0].checkpoint_warnings:
+        print(f"sparsegnn train: warning: {warning}", file=sys.stderr)
+    out = run.to_dict(job)
+    text = fullgraph_summary(run.graph, job.cfg.model, run.result)
+    mib = out["comm"]["total_bytes_per_epoch"] / 2**20
+    text += f"\n{run.shape.describe()}: {mib:.2f} MiB sent per epoch (all ranks)"
+    if run.reports[0].resumed is not None:
+        text += f"\n{run.reports[0].resumed.describe()}"
+    if auto is not None:
+        out["auto"] = auto_report(auto, run)
+        out["auto"]["measured_epoch_s"] = out["epoch_time_s"]
+        text += auto_summary(out["auto"])
+    elif run.trials:  # --overlap auto on a given configuration
+        text += overlap_summary(run.trials, run.dcfg.overlap)
+    return finish_run(args, title(run.graph, job.cfg.model, f", {run.shape.describe()}"),
+                      out, text)
+
+
+def _masks(args: argparse.Namespace, auto: dict[str, Any] | None) -> Any:
+    """``--dropout-masks``, where not given: per block for ``--algo auto``, whose cost model
+    prices a rank's share of the work (a whole-graph mask on every rank would undo the
+    distribution it chose), else ``auto``."""
+    if args.dropout_masks is not None:
+        return args.dropout_masks
+    return "block" if auto is not None else "auto"
+
