@@ -1,4 +1,4 @@
-"""``sparsegnn launch`` (:mod:`sparsegnn.distributed.torchrun`): torchrun under a
+"""``sparsegnn launch`` (:mod:`sparsegnn.torchrun`): torchrun under a
 supervisor that ends it on a host cut off from the rendezvous store (issue 50).
 
 The cluster suite cuts a real host off (``tests/cluster/test_cluster.py``); here a fake
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sparsegnn.distributed.torchrun import (
+from sparsegnn.torchrun import (
     Endpoint,
     WorkerWatch,
     rendezvous_endpoint,
@@ -56,17 +56,28 @@ elif mode == "leaves":  # exits 0 while a worker still runs
     time.sleep(0.5)
 elif mode == "fails":  # its worker fails and so does it, at once
     sys.exit(worker(0.3, 2).wait() and 1)
+elif mode == "stops":  # one worker stopped (SIGSTOP); the other fails; SIGTERM for the
+    stopped = worker(600, 0)  # stopped one, waited on for 30 s as torchrun does
+    os.kill(stopped.pid, signal.SIGSTOP)
+    worker(0.3, 2).wait()
+    stopped.terminate()
+    try:
+        stopped.wait(30)
+    except subprocess.TimeoutExpired:
+        stopped.kill()
+    sys.exit(1)
 '''
 
 # The supervisor, in a process of its own; the store's reachability is FAKE_REACH.
 _SUPERVISE = r'''
 import json, os, sys
-from sparsegnn.distributed.torchrun import LaunchRequest, supervise
+from sparsegnn.torchrun import LaunchRequest, supervise
 args = ("--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.9.9.9:29500",
         "-m", "sparsegnn", "train")
 request = LaunchRequest(args, grace_s=1.0, probe_s=0.5, poll_s=0.05, python=sys.argv[1])
 out = supervise(request, reach=lambda endpoint, timeout: os.environ["FAKE_REACH"])
-print(json.dumps({"code": out.code, "killed": out.killed, "leftovers": out.leftovers}))
+print(json.dumps({"code": out.code, "killed": out.killed, "leftovers": out.leftovers,
+                  "continued": out.continued}))
 '''
 
 
@@ -89,16 +100,28 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _started(pids: Path, count: int) -> None:
+    """Wait until the fake torchrun has written ``count`` pids (itself, its workers)."""
+    deadline = time.monotonic() + 60
+    while not (pids.is_file() and len(pids.read_text().split()) >= count):
+        assert time.monotonic() < deadline, "the fake torchrun did not start"
+        time.sleep(0.05)
+
+
 def _supervise(fake: Path, mode: str, reach: str, tmp_path: Path,
                signal_after_s: float | None = None) -> tuple[dict[str, object], list[int]]:
-    """Run the supervisor on the fake torchrun; its outcome and the job's pids."""
-    pids = tmp_path / f"{mode}.pids"
+    """Run the supervisor on the fake torchrun; its outcome and the job's pids. With
+    ``signal_after_s``: SIGTERM that long after its worker started, once the supervisor
+    is seen to be still running."""
+    pids = tmp_path / f"{mode}-{reach}.pids"
     env = {**os.environ, "FAKE_MODE": mode, "FAKE_REACH": reach, "FAKE_PIDS": str(pids)}
     proc = subprocess.Popen([sys.executable, "-c", _SUPERVISE, str(fake)], env=env,
                             stdout=subprocess.PIPE, text=True)
     try:
         if signal_after_s is not None:
+            _started(pids, 2)
             time.sleep(signal_after_s)
+            assert proc.poll() is None, "the supervisor ended before its SIGTERM"
             proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -171,11 +194,13 @@ def test_a_store_that_answers_or_refuses_leaves_torchrun_alone(
     fake_torchrun: Path, tmp_path: Path
 ) -> None:
     """An agent that outlives its workers while its store answers (an exit barrier, a
-    re-rendezvous) is not killed; here it only ends on SIGTERM, which the supervisor
-    passes on and, being ignored, follows with SIGKILL after the grace: exit 128 + 15."""
+    re-rendezvous) is not killed (still running three graces after its worker ended);
+    here it only ends on SIGTERM, which the supervisor passes on and, being ignored,
+    follows with SIGKILL after the grace: exit 128 + 15."""
     for reach in ("answers", "refused"):
-        out, job = _supervise(fake_torchrun, "stuck", reach, tmp_path, signal_after_s=4.0)
-        assert out == {"code": 128 + signal.SIGTERM, "killed": None, "leftovers": []}, reach
+        out, job = _supervise(fake_torchrun, "stuck", reach, tmp_path, signal_after_s=3.3)
+        assert out == {"code": 128 + signal.SIGTERM, "killed": None, "leftovers": [],
+                       "continued": []}, reach
         assert not [p for p in job if _alive(p)]
 
 
@@ -183,7 +208,19 @@ def test_an_elastic_restart_is_not_an_end(fake_torchrun: Path, tmp_path: Path) -
     """A worker fails and a new one starts within the grace: nothing is killed even with
     the store unreachable, and torchrun's own status is the outcome."""
     out, job = _supervise(fake_torchrun, "restart", "unreachable", tmp_path)
-    assert out == {"code": 0, "killed": None, "leftovers": []}
+    assert out == {"code": 0, "killed": None, "leftovers": [], "continued": []}
+    assert not [p for p in job if _alive(p)]
+
+
+def test_a_stopped_worker_is_continued_to_take_torchruns_sigterm(
+    fake_torchrun: Path, tmp_path: Path
+) -> None:
+    """One worker stopped, the other failed, torchrun SIGTERMs the stopped one and waits
+    30 s: continued after the grace, it takes the SIGTERM and torchrun exits at once."""
+    started = time.monotonic()
+    out, job = _supervise(fake_torchrun, "stops", "answers", tmp_path)
+    assert out == {"code": 1, "killed": None, "leftovers": [], "continued": [job[1]]}
+    assert time.monotonic() - started < 20
     assert not [p for p in job if _alive(p)]
 
 
@@ -191,7 +228,7 @@ def test_torchruns_status_passes_and_what_it_leaves_is_killed(
     fake_torchrun: Path, tmp_path: Path
 ) -> None:
     out, _ = _supervise(fake_torchrun, "fails", "unreachable", tmp_path)
-    assert out == {"code": 1, "killed": None, "leftovers": []}
+    assert out == {"code": 1, "killed": None, "leftovers": [], "continued": []}
     out, job = _supervise(fake_torchrun, "leaves", "answers", tmp_path)
     assert out["code"] == 0 and out["killed"] is None and out["leftovers"] == job[1:]
     assert not [p for p in job if _alive(p)]

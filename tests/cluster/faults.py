@@ -181,7 +181,7 @@ class Watched:
     clear: list[float | None]
 
 
-def _watch(agents: Sequence[subprocess.Popen[bytes]], survivors: dict[int, int],
+def watch(agents: Sequence[subprocess.Popen[bytes]], survivors: dict[int, int],
            fault: float, deadline: float, agents_awaited: Sequence[int],
            c: Cluster | None = None, hosts_awaited: Sequence[int] = ()) -> Watched:
     """Until ``deadline``: when each surviving rank (``{rank: pid}``) ended, each agent
@@ -273,7 +273,7 @@ def _traffic(c: Cluster, host: int) -> Callable[[], bool]:
     return ready
 
 
-def _on_hosts(c: Cluster, nproc: int, args: Sequence[str], datasets: Sequence[Path],
+def on_hosts(c: Cluster, nproc: int, args: Sequence[str], datasets: Sequence[Path],
               elastic: Elastic | None = None) -> Launcher:
     """Start ``sparsegnn ARGS --dataset D_i`` on every host i, the last host first (with
     the elastic c10d rendezvous the first host to join waits only ``last_call_s`` for
@@ -286,7 +286,7 @@ def _on_hosts(c: Cluster, nproc: int, args: Sequence[str], datasets: Sequence[Pa
     return launch
 
 
-def _errors(c: Cluster, logs: Path) -> list[list[str]]:
+def host_errors(c: Cluster, logs: Path) -> list[list[str]]:
     return [rank_errors(logs / f"host{i}.err") for i in range(len(c.hosts))]
 
 
@@ -297,16 +297,16 @@ def host_cut_off(c: Cluster, args: Sequence[str], datasets: Sequence[Path], logs
     ``datasets[i]``). Watched until every rank on every host has ended, both hosts'
     launches have exited and no process is left on either host, or ``timeout_s +
     EXIT_MARGIN_S``. (Without ``sparsegnn launch`` host 1's torchrun would stay about 15
-    minutes, reading the unreachable store: :mod:`sparsegnn.distributed.torchrun`.)"""
+    minutes, reading the unreachable store: :mod:`sparsegnn.torchrun`.)"""
     job = [*args, *ENDLESS, "--timeout", f"{timeout_s:g}"]
-    agents, tried, again = start(c, _on_hosts(c, nproc, job, datasets), _traffic(c, 1), logs)
+    agents, tried, again = start(c, on_hosts(c, nproc, job, datasets), _traffic(c, 1), logs)
     ranks = {r: p for i, a in enumerate(agents) for r, p in workers(c, i, a).items()}
     c.link_down(1)
     cut = time.monotonic()
     hosts = range(len(c.hosts))
-    seen = _watch(agents, ranks, cut, cut + timeout_s + EXIT_MARGIN_S, hosts, c, hosts)
+    seen = watch(agents, ranks, cut, cut + timeout_s + EXIT_MARGIN_S, hosts, c, hosts)
     return FaultOutcome("host cut off", timeout_s, seen.ranks_gone, seen.exited,
-                        [a.poll() for a in agents], _errors(c, tried), tried, again,
+                        [a.poll() for a in agents], host_errors(c, tried), tried, again,
                         seen.clear)
 
 
@@ -319,7 +319,7 @@ def rank_stalled(c: Cluster, args: Sequence[str], dataset: Path, logs: Path,
     and kills it after its own grace period: reported, not awaited.)"""
     job = [*args, *ENDLESS, "--timeout", f"{timeout_s:g}"]
     last = len(c.hosts) - 1
-    launch = _on_hosts(c, nproc, job, [dataset] * len(c.hosts))
+    launch = on_hosts(c, nproc, job, [dataset] * len(c.hosts))
     agents, tried, again = start(c, launch, _traffic(c, last), logs)
     ranks = {r: p for i, a in enumerate(agents) for r, p in workers(c, i, a).items()}
     stalled = max(ranks)
@@ -327,13 +327,13 @@ def rank_stalled(c: Cluster, args: Sequence[str], dataset: Path, logs: Path,
     stop = time.monotonic()
     try:
         survivors = {r: p for r, p in ranks.items() if r != stalled}
-        seen = _watch(agents, survivors, stop, stop + timeout_s + MARGIN_S, [0])
+        seen = watch(agents, survivors, stop, stop + timeout_s + MARGIN_S, [0])
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(ranks[stalled], signal.SIGCONT)
             os.kill(ranks[stalled], signal.SIGKILL)
     return FaultOutcome(f"rank {stalled} stalled (SIGSTOP)", timeout_s, seen.ranks_gone,
-                        seen.exited, [a.poll() for a in agents], _errors(c, tried), tried,
+                        seen.exited, [a.poll() for a in agents], host_errors(c, tried), tried,
                         again)
 
 
@@ -380,22 +380,22 @@ def host_lost_elastic(c: Cluster, train: Sequence[str], dataset: Path, checkpoin
            str(checkpoint), "--checkpoint-every", "1", "--resume", "--timeout",
            f"{timeout_s:g}", "--json", "--no-progress"]
     world = nproc * len(c.hosts)
-    launch = _on_hosts(c, nproc, job, [dataset] * len(c.hosts), elastic)
+    launch = on_hosts(c, nproc, job, [dataset] * len(c.hosts), elastic)
     agents, tried, again = start(c, launch, _checkpointed(checkpoint, world, after_epoch), logs)
     first = workers(c, 0, agents[0])
     c.link_down(1)
     c.kill(1)
     lost = time.monotonic()
-    gone = _watch(agents[:1], first, lost, lost + timeout_s + MARGIN_S, []).ranks_gone
+    gone = watch(agents[:1], first, lost, lost + timeout_s + MARGIN_S, []).ranks_gone
     # The restarted workers start only after the rendezvous's last call, so the folder
     # now shows what the first workers left.
     complete, _ = latest_complete(checkpoint)
     done = max((e for e, _ in epoch_folders(checkpoint)), default=None)
-    exited = _watch(agents[:1], {}, lost, lost + RUN_S, [0]).exited
+    exited = watch(agents[:1], {}, lost, lost + RUN_S, [0]).exited
     code = agents[0].poll()
     outcome = ElasticOutcome(
         "host lost, elastic restart", timeout_s, gone, [exited[0], None], [code, None],
-        _errors(c, tried), tried, again, checkpoint_epoch=complete, epochs_done=done)
+        host_errors(c, tried), tried, again, checkpoint_epoch=complete, epochs_done=done)
     if code == 0:
         result = last_json((tried / "host0.out").read_text())
         resumed = result.get("resumed_from") or {}

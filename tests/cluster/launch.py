@@ -91,7 +91,7 @@ def torchrun_argv(nnodes: int, nproc: int, node: int, endpoint: str, rdzv_id: st
                   elastic: Elastic | None = None) -> list[str]:
     """The command line host ``node`` runs: torchrun under ``sparsegnn launch`` (which
     ends torchrun on a host cut off from the store, see
-    :mod:`sparsegnn.distributed.torchrun`) with the c10d rendezvous at ``endpoint``
+    :mod:`sparsegnn.torchrun`) with the c10d rendezvous at ``endpoint``
     (``host:port``), pinned to ``local_addr``, starting ``python -m sparsegnn ARGS``.
     ``docs/examples/sparsegnn.sbatch`` runs the same flags (tested).
 

@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparsegnn.distributed.torchrun import LaunchRequest, supervise
+    from sparsegnn.torchrun import LaunchRequest, supervise
 
     rest = list(args.torchrun_args)
     if rest[:1] == ["--"]:
@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
         raise SparseGNNError("no torchrun arguments: sparsegnn launch -- --nnodes N ... "
                              "-m sparsegnn train ...")
     outcome = supervise(LaunchRequest(tuple(rest), args.grace, args.probe_timeout))
+    if outcome.continued:
+        print(f"sparsegnn launch: continued stopped worker(s) "
+              f"{', '.join(map(str, outcome.continued))} so that they could take torchrun's "
+              "SIGTERM", file=sys.stderr)
     if outcome.killed is not None:
         raise LauncherStuckError(outcome.killed)
     if outcome.leftovers:

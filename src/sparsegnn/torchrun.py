@@ -20,6 +20,13 @@ store that answers or refuses leaves torchrun alone: an elastic agent re-forming
 after a lost host (its store is reachable), an agent in its exit barrier waiting for the
 other hosts' workers, or one whose store host has exited (its own calls fail at once).
 
+A worker stopped by a signal (SIGSTOP) cannot take the SIGTERM torchrun stops it with
+once another worker has failed, and torchrun waits a fixed 30 s before it SIGKILLs it; so
+``grace_s`` after a worker ended, stopped workers are continued (SIGCONT) and take it.
+
+It imports neither torch nor :mod:`sparsegnn.distributed` (which does): it lives for the
+whole job on every host, next to the ranks, and should cost them no memory or start-up.
+
 Also: the supervisor is the job's subreaper, so workers torchrun leaves behind (it was
 killed, or it exited past them) come back to it and are killed; torchrun dies with the
 supervisor (``PR_SET_PDEATHSIG``); SIGTERM, SIGINT and SIGHUP are passed on to torchrun,
@@ -94,11 +101,13 @@ class LaunchOutcome:
     """How the run ended: ``code`` is torchrun's exit status (128 + N for a signal), or
     2 (sparsegnn's status for an error it names) when the supervisor killed it;
     ``killed`` says why it did (None: torchrun exited by itself); ``leftovers`` are
-    processes of the job found after torchrun had gone, killed."""
+    processes of the job found after torchrun had gone, killed; ``continued`` the
+    stopped workers it continued once the job had ended."""
 
     code: int
     killed: str | None = None
     leftovers: tuple[int, ...] = ()
+    continued: tuple[int, ...] = ()  # stopped workers continued (see _continue_stopped)
 
 
 # ---------------------------------------------------------------------- arguments
@@ -314,6 +323,22 @@ def _stuck(request: LaunchRequest, watch: WorkerWatch, now: float,
             "the connection (about 15 minutes); killed torchrun and its workers")
 
 
+def _continue_stopped(watch: WorkerWatch, workers: set[int],
+                      table: dict[int, tuple[int, str]], now: float, grace_s: float
+                      ) -> set[int]:
+    """SIGCONT the workers stopped by a signal (state ``T``) once another worker has
+    ended ``grace_s`` ago: torchrun then stops them with SIGTERM, which a stopped process
+    only takes once continued, so it would wait its fixed 30 s and SIGKILL them. (A
+    process stopped under a debugger, state ``t``, is left alone.)"""
+    if watch.ended_at is None or now - watch.ended_at < grace_s:
+        return set()
+    stopped = {p for p in workers if table.get(p, (0, ""))[1] == "T"}
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    return stopped
+
+
 def supervise(request: LaunchRequest,
               reach: Callable[[Endpoint, float], Reach] = probe) -> LaunchOutcome:
     """Run torchrun with ``request.torchrun_args`` until it ends, killing it (and every
@@ -323,6 +348,7 @@ def supervise(request: LaunchRequest,
     signals = _Signals(agent)
     watch = WorkerWatch()
     job: set[int] = set()  # every process torchrun started, for what it leaves behind
+    continued: set[int] = set()
     try:
         while agent.poll() is None:
             now = time.monotonic()
@@ -331,12 +357,14 @@ def supervise(request: LaunchRequest,
             if signals.at is not None and now - signals.at > request.grace_s:
                 kill_tree({agent.pid}, spare=agent.pid)
                 break
-            watch.update(children(agent.pid, table), now)
+            live = children(agent.pid, table)
+            watch.update(live, now)
+            continued |= _continue_stopped(watch, live, table, now, request.grace_s)
             why = _stuck(request, watch, now, reach)
             if why is not None:
                 kill_tree({agent.pid}, spare=agent.pid)
                 agent.wait()
-                return LaunchOutcome(2, why)
+                return LaunchOutcome(2, why, continued=tuple(sorted(continued)))
             time.sleep(request.poll_s)
         code = _status(agent.wait())
         # Only processes that came back to this subreaper: a pid of the job that is not
@@ -344,7 +372,7 @@ def supervise(request: LaunchRequest,
         left = kill_tree(job & children(os.getpid(), _table()))
         if signals.received is not None:
             code = 128 + signals.received
-        return LaunchOutcome(code, None, tuple(sorted(left)))
+        return LaunchOutcome(code, None, tuple(sorted(left)), tuple(sorted(continued)))
     finally:
         signals.restore()
         if agent.poll() is None:  # an exception of our own: take the job along
