@@ -25,9 +25,20 @@ every surviving rank had ended, whether training resumed, its final test accurac
 to the same training without a fault, and what the fault cost (epochs redone, complete
 checkpoints lost); the first two cases end the job by design, so nothing resumes there.
 
+The chaos run (``tests/cluster/chaos.py``, issue 50) hits one 2-host job (2 ranks per
+host, ``--checkpoint-every 1 --resume --timeout 10``) in turn with a cut link, a killed
+host, a stopped rank, a deleted shard and a corrupted shard, each followed by a resume.
+Per fault: whether every surviving rank on both hosts ended within ``--timeout`` + 30 s,
+when each host had no process of the job left, what was left then, the epoch it resumed
+from against the newest restorable one (epochs lost); at the end, whether the final
+weights (the last manifest's ``replicated_sha256``) are bit-identical to an uninterrupted
+run's.
+
     python benchmarks/cluster.py --json          # 1D/1.5D/2D/3D, 1/2/4 hosts at 1gbit,
-                                                 # 4 hosts at 100mbit; three faults
-    python benchmarks/cluster.py --quick --json  # 2D, 1 and 2 hosts, 1gbit; host cut off
+                                                 # 4 hosts at 100mbit; three faults; chaos
+    python benchmarks/cluster.py --quick --json  # 2D, 1 and 2 hosts, 1gbit; host cut off;
+                                                 # chaos to 40 epochs
+    python benchmarks/cluster.py --only chaos --json  # one part: epochs, faults or chaos
 
 Needs root (network namespaces); elsewhere it says why, prints a JSON saying so and exits
 0. No peer runs here (the reference is the same job on one host), so no speedups; the
@@ -49,6 +60,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
 
+from tests.cluster.chaos import ChaosOutcome, chaos_run
 from tests.cluster.faults import (
     FaultOutcome,
     ScenarioError,
@@ -91,15 +103,16 @@ class Setup:
     algos: tuple[str, ...]
     links: tuple[tuple[int, str], ...]
     faults: tuple[str, ...]
+    chaos_epochs: int  # the chaos run's --epochs (its faults take ~25 of them)
 
 
 QUICK = Setup("sbm:nodes=4096,blocks=8,degree=16,features=64", 32, 3, ("2d",),
-              ((1, LOOPBACK), (2, "1gbit")), ("host cut off",))
+              ((1, LOOPBACK), (2, "1gbit")), ("host cut off",), 40)
 # 100 Mbit/s only at 4 hosts, where every rank's traffic crosses a link: a full run
 # stays near 15 minutes on the shared 2-core machine (launching the ranks dominates).
 FULL = Setup("sbm:nodes=16384,blocks=8,degree=16,features=64", 64, 5, tuple(ALGOS),
              ((1, LOOPBACK), (2, "1gbit"), (4, "1gbit"), (4, "100mbit")),
-             ("host cut off", "rank stalled", "host lost, elastic restart"))
+             ("host cut off", "rank stalled", "host lost, elastic restart"), 100)
 
 
 # ---------------------------------------------------------------------- data
@@ -228,10 +241,18 @@ def fault_row(out: FaultOutcome, resumed: bool, accuracy: float | None,
     fault cost, None where the job is meant to end and nothing resumes)."""
     return {
         "what": "fault", "case": out.case, "timeout_s": out.timeout_s,
-        "seconds_to_detect": out.detect_s, "resumed": resumed, "final_accuracy": accuracy,
+        "seconds_to_detect": out.detect_s, "seconds_to_clear": _clear_s(out),
+        "resumed": resumed, "final_accuracy": accuracy,
         "uninterrupted_accuracy": reference, "data_lost": lost, "torchrun_exit": out.codes,
         "error_host0": (out.errors[0] or [None])[0], "launched_twice": out.relaunched,
     }
+
+
+def _clear_s(out: FaultOutcome) -> float | None:
+    """When the last watched host had no process of the job left (None: not watched, or
+    one still had)."""
+    clear = out.hosts_clear_s
+    return None if not clear or None in clear else max(t for t in clear if t is not None)
 
 
 def cut_off(c: Cluster, graph: Path, work: Path) -> Row:
@@ -268,11 +289,18 @@ FAULTS = {"host cut off": cut_off, "rank stalled": stalled,
           "host lost, elastic restart": elastic}
 
 
+def fault_graph(work: Path) -> Path:
+    """The fault runs' graph, generated once."""
+    graph = work / "fault-graph.npz"
+    if not graph.is_file():
+        sparsegnn("data", "generate", FAULT_GRAPH, "--out", str(graph))
+    return graph
+
+
 def run_faults(setup: Setup, work: Path) -> list[Row]:
     """Each fault case on two fresh unshaped hosts; a case that could not reach its fault
     is a row with the reason."""
-    graph = work / "fault-graph.npz"
-    sparsegnn("data", "generate", FAULT_GRAPH, "--out", str(graph))
+    graph = fault_graph(work)
     rows = []
     for k, case in enumerate(setup.faults):
         (work / f"fault{k}").mkdir()
@@ -285,34 +313,92 @@ def run_faults(setup: Setup, work: Path) -> list[Row]:
     return rows
 
 
+# ---------------------------------------------------------------------- chaos
+CHAOS_TRAIN = ("train", "--seed", "0")
+CHAOS_COLUMNS = ["case", "detected", "detect_s", "clear_s", "nothing_left", "saved_epoch",
+                 "resumed_epoch", "epochs_lost", "source_shard"]
+
+
+def chaos_metrics(out: ChaosOutcome) -> dict[str, Any]:
+    """The chaos run in ``metrics``: per fault its verdicts and worst times, then the
+    final weights against the uninterrupted run's."""
+    metrics: dict[str, Any] = {"chaos/ok": out.ok, "chaos/epochs": out.epochs}
+    for f in out.faults:
+        key = f"chaos/{f.case.replace(' ', '_')}"
+        times = [t for t in f.detect_s if t is not None]
+        clear = [t for t in f.clear_s if t is not None]
+        metrics |= {f"{key}/detected": f.detected, f"{key}/nothing_left": f.nothing_left,
+                    f"{key}/epochs_lost": f.epochs_lost,
+                    f"{key}/detect_s": max(times) if times else None,
+                    f"{key}/clear_s": max(clear) if clear else None}
+    return metrics | {
+        "chaos/bit_identical": out.bit_identical, "chaos/final_sha256": out.final_sha256,
+        "chaos/uninterrupted_sha256": out.reference_sha256,
+        "chaos/test_accuracy": out.accuracy,
+        "chaos/uninterrupted_test_accuracy": out.reference_accuracy,
+    }
+
+
+def run_chaos(setup: Setup, work: Path) -> tuple[list[Row], dict[str, Any]]:
+    """The chaos run on two fresh unshaped hosts: a row per fault and the metrics; a run
+    that could not reach its faults is one row with the reason."""
+    graph = fault_graph(work)
+    (work / "chaos").mkdir()
+    with Cluster(2) as c:
+        try:
+            out = chaos_run(c, CHAOS_TRAIN, graph, work / "chaos", FAULT_TIMEOUT_S,
+                            setup.chaos_epochs)
+        except ScenarioError as err:
+            return [{"what": "chaos", "case": "chaos run",
+                     "error": str(err).splitlines()[0]}], {"chaos/ok": False}
+    rows = [{"what": "chaos", **f.row()} for f in out.faults]
+    for row in rows:
+        print(f"chaos: {row}", flush=True)
+    return rows, chaos_metrics(out)
+
+
 # ---------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(__doc__ or "", quick_help="2D at 1 and 2 hosts on a 4096-vertex graph, 1gbit")
+    ap = make_parser(__doc__ or "", quick_help="2D at 1 and 2 hosts on a 4096-vertex graph, "
+                     "1gbit; host cut off; chaos to 40 epochs")
+    ap.add_argument("--only", choices=("epochs", "faults", "chaos"), default=None,
+                    help="run one part only")
     args = ap.parse_args(argv)
     if skipped(*available(), args.json):
         return 0
     sweep_stale()
     setup = QUICK if args.quick else FULL
+    parts = {args.only} if args.only else {"epochs", "faults", "chaos"}
     started = time.perf_counter()
+    rows: list[Row] = []
+    failed: list[Row] = []
+    faults: list[Row] = []
+    chaos: list[Row] = []
+    metrics: dict[str, Any] = {"graph": setup.graph, "hidden": setup.hidden,
+                               "epochs": setup.epochs,
+                               "links": [f"{h} x {rate}" for h, rate in setup.links]}
     with tempfile.TemporaryDirectory(prefix="sparsegnn-cluster-") as tmp:
-        folders = partitions(setup, Path(tmp))
-        nodes, nonzeros = graph_sizes(folders[setup.algos[0]])
-        rows, failed = run_epochs(setup, folders)
-        faults = run_faults(setup, Path(tmp))
+        if "epochs" in parts:
+            folders = partitions(setup, Path(tmp))
+            metrics["nodes"], metrics["nonzeros"] = graph_sizes(folders[setup.algos[0]])
+            rows, failed = run_epochs(setup, folders)
+        if "faults" in parts:
+            faults = run_faults(setup, Path(tmp))
+        if "chaos" in parts:
+            chaos, chaos_found = run_chaos(setup, Path(tmp))
+            metrics |= chaos_found
     print()
     print_table(rows, ["algo", "hosts", "ranks_per_host", "link", "epoch_time_s",
                        "test_accuracy", "accounted_bytes_per_epoch", "wire_over_accounted"])
-    print_table(faults, ["case", "seconds_to_detect", "resumed", "final_accuracy",
-                         "uninterrupted_accuracy", "data_lost"])
-    metrics: dict[str, Any] = {
-        "graph": setup.graph, "nodes": nodes, "nonzeros": nonzeros, "hidden": setup.hidden,
-        "epochs": setup.epochs, "links": [f"{h} x {rate}" for h, rate in setup.links],
-        **slowdowns(rows),
-        "fault_graph": FAULT_GRAPH, "fault_timeout_s": FAULT_TIMEOUT_S,
-        "failed": failed, "seconds": time.perf_counter() - started,
-    }
-    emit(rows + faults, {}, metrics, args.json)
-    return 1 if failed or any("error" in f for f in faults) else 0
+    print_table(faults, ["case", "seconds_to_detect", "seconds_to_clear", "resumed",
+                         "final_accuracy", "uninterrupted_accuracy", "data_lost"])
+    print_table(chaos, CHAOS_COLUMNS)
+    metrics |= {**slowdowns(rows), "fault_graph": FAULT_GRAPH,
+                "fault_timeout_s": FAULT_TIMEOUT_S, "failed": failed,
+                "seconds": time.perf_counter() - started}
+    emit(rows + faults + chaos, {}, metrics, args.json)
+    broken = any("error" in f for f in faults + chaos) or metrics.get("chaos/ok") is False
+    return 1 if failed or broken else 0
 
 
 if __name__ == "__main__":

@@ -211,6 +211,10 @@ class Cluster:
         pulled at the switch. Its packets are dropped silently; no socket is reset."""
         _ip("link", "set", self.hosts[i].peer, "down")
 
+    def link_up(self, i: int) -> None:
+        """Plug host ``i`` back in after :meth:`link_down`."""
+        _ip("link", "set", self.hosts[i].peer, "up")
+
     def kill(self, i: int) -> None:
         """SIGKILL everything running on host ``i`` and wait until it is gone (a launch
         that cannot finish, before its host is used again)."""
