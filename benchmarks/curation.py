@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, Stopwatch, emit, make_parser
 from sparsegnn.curation import cohen_kappa, essential_web, read_labels
+from sparsegnn.curation.agreement_report import agreement_report
 from sparsegnn.curation.annotate import annotate, annotate_over_ranks
-from sparsegnn.curation.citeseer import run_citeseer
-from sparsegnn.curation.demo import CONFIGS
+from sparsegnn.curation.citeseer_corpus import run_citeseer
+from sparsegnn.curation.curate_demo import CONFIGS
 from sparsegnn.curation.distil import distil
 from sparsegnn.curation.ingest import IngestConfig, ingest
-from sparsegnn.curation.report import agreement_report
 from sparsegnn.curation.student import PROPAGATE, StudentConfig
 from sparsegnn.curation.synthetic import FDC, SyntheticConfig, measured_homophily, write_corpus
 from sparsegnn.optional import pyplot, require

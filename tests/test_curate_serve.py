@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 
 from sparsegnn.curation import Prediction, annotation_batch, essential_web
-from sparsegnn.curation.ingest import IngestConfig, ingest
-from sparsegnn.curation.sandbox import Limits
-from sparsegnn.curation.store import (
+from sparsegnn.curation.document_store import (
     DOCUMENTS_FINGERPRINT_KEY,
     FINGERPRINT_KEY,
     parquet_metadata,
 )
+from sparsegnn.curation.ingest import IngestConfig, ingest
+from sparsegnn.curation.sandbox import Limits
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -173,7 +173,7 @@ def test_cli_ingest_and_query(corpus: Path, tmp_path: Path, capsys: pytest.Captu
 
 def test_demo_leaves_out_the_teacher_without_the_embedding_model(
         monkeypatch: pytest.MonkeyPatch):
-    from sparsegnn.curation import demo
+    from sparsegnn.curation import curate_demo as demo
 
     monkeypatch.setattr(demo.embed, "available", lambda: False)
     configs, notes = demo.demo_configs()

@@ -118,7 +118,7 @@ def _distil(args: argparse.Namespace) -> int:
 
     from sparsegnn.curation import load_schema, read_labels
     from sparsegnn.curation.distil import distil
-    from sparsegnn.curation.store import refuse_overwrite
+    from sparsegnn.curation.document_store import refuse_overwrite
 
     refuse_overwrite(args.out, args.labels, *_store_files(args.corpus))
     schema = load_schema(args.schema)
@@ -161,7 +161,7 @@ def _finite_fields(record: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- annotate
 def _store_files(corpus: str) -> list[Path]:
     """The files of a store folder, which no output may replace."""
-    from sparsegnn.curation.store import ANNOTATIONS_FILE, DOCUMENTS_FILE, GRAPH_FILE
+    from sparsegnn.curation.document_store import ANNOTATIONS_FILE, DOCUMENTS_FILE, GRAPH_FILE
 
     return [Path(corpus) / name for name in (DOCUMENTS_FILE, GRAPH_FILE, ANNOTATIONS_FILE)]
 
@@ -231,7 +231,7 @@ def _register_query(cmds: argparse._SubParsersAction) -> None:
 
 def _query(args: argparse.Namespace) -> int:
     from sparsegnn.curation import CorpusFiles, Sandbox, recipe_sql
-    from sparsegnn.curation.errors import QueryError
+    from sparsegnn.curation.curation_errors import QueryError
     from sparsegnn.curation.export import export
     from sparsegnn.curation.sandbox import Limits
 
@@ -292,7 +292,7 @@ def _register_agreement(cmds: argparse._SubParsersAction) -> None:
 
 def _agreement(args: argparse.Namespace) -> int:
     from sparsegnn.curation import load_schema, read_labels
-    from sparsegnn.curation.report import agreement_report
+    from sparsegnn.curation.agreement_report import agreement_report
     from sparsegnn.errors import DataFormatError
 
     flags = [f for f in (args.reference, args.annotations) if f is not None]
@@ -321,7 +321,7 @@ def _register_demo(cmds: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from sparsegnn.curation.demo import run_demo
+    from sparsegnn.curation.curate_demo import run_demo
 
     if args.out:
         return _finish_demo(args, run_demo(args.data_dir, args.out, args.seed,

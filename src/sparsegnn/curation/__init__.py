@@ -12,7 +12,7 @@ from sparsegnn.curation.agreement import (
     normalized_mutual_info,
     plot_confusion,
 )
-from sparsegnn.curation.errors import QueryError, SandboxError, SchemaError
+from sparsegnn.curation.curation_errors import QueryError, SandboxError, SchemaError
 from sparsegnn.curation.fdc import fdc_levels, parse_fdc
 from sparsegnn.curation.labels import (
     CategoryLabels,

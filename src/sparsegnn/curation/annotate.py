@@ -27,9 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from sparsegnn.curation.distil import Annotator
-from sparsegnn.curation.ingest import iter_ids, iter_texts
-from sparsegnn.curation.labels import Prediction, annotation_batch
-from sparsegnn.curation.store import (
+from sparsegnn.curation.document_store import (
     ANNOTATIONS_FILE,
     DOCUMENTS_FILE,
     DOCUMENTS_FINGERPRINT_KEY,
@@ -39,6 +37,8 @@ from sparsegnn.curation.store import (
     parquet_metadata,
     refuse_overwrite,
 )
+from sparsegnn.curation.ingest import iter_ids, iter_texts
+from sparsegnn.curation.labels import Prediction, annotation_batch
 from sparsegnn.curation.student_build import as_operand, corpus_ids
 from sparsegnn.distributed import (
     RankResult,

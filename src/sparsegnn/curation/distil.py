@@ -29,10 +29,10 @@ import scipy.sparse as sp
 import torch
 
 from sparsegnn.curation.distil_task import DistilTask, sampled_epoch
+from sparsegnn.curation.document_store import DOCUMENTS_FILE, check_store
 from sparsegnn.curation.ingest import iter_texts
 from sparsegnn.curation.labels import CategoryLabels, LabelSet
 from sparsegnn.curation.schema import Schema
-from sparsegnn.curation.store import DOCUMENTS_FILE, check_store
 from sparsegnn.curation.student import (
     ALPHAS,
     DocumentGraph,

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sparsegnn.curation.errors import QueryError
-from sparsegnn.curation.store import refuse_overwrite
+from sparsegnn.curation.curation_errors import QueryError
+from sparsegnn.curation.document_store import refuse_overwrite
 from sparsegnn.data.io import atomic_write
 from sparsegnn.optional import require
 

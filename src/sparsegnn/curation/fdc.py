@@ -15,7 +15,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from sparsegnn.curation.errors import SchemaError
+from sparsegnn.curation.curation_errors import SchemaError
 
 # Level-1 labels as Essential-Web words them (the FDC file words its "X00" lines longer).
 LEVEL_1_LABELS = {

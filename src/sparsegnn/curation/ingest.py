@@ -10,7 +10,7 @@ of the wrong type and bytes that are not UTF-8 are all refused.
 The store is written whole or not at all: documents and graph go to hidden temporary
 files beside their final names and are renamed into place only after both are complete,
 the graph last. The graph records the fingerprint of the documents it was built from
-(see :mod:`sparsegnn.curation.store`), so a crash between the two renames, or an older
+(see :mod:`sparsegnn.curation.document_store`), so a crash between the two renames, or an older
 graph beside newer documents, is refused by every reader instead of being used.
 
 The document graph has three kinds of edges: explicit links (``links``: ids of other
@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import scipy.sparse as sp
 
-from sparsegnn.curation.store import DOCUMENTS_FILE, FINGERPRINT_KEY, GRAPH_FILE
+from sparsegnn.curation.document_store import DOCUMENTS_FILE, FINGERPRINT_KEY, GRAPH_FILE
 from sparsegnn.data.leftovers import pid_temp_prefix, sweep_temp_files
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.data.write_errors import named_for

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from sparsegnn.curation.errors import SchemaError
+from sparsegnn.curation.curation_errors import SchemaError
 from sparsegnn.curation.fdc import fdc_levels
 from sparsegnn.curation.schema import Category, Schema
 from sparsegnn.errors import DataFormatError

@@ -41,8 +41,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sparsegnn.curation.errors import QueryError, SandboxError
-from sparsegnn.curation.store import check_annotations
+from sparsegnn.curation.curation_errors import QueryError, SandboxError
+from sparsegnn.curation.document_store import check_annotations
 from sparsegnn.optional import require
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from sparsegnn.curation.errors import SchemaError
+from sparsegnn.curation.curation_errors import SchemaError
 from sparsegnn.curation.fdc import fdc_levels, fdc_tree, is_fdc_code
 from sparsegnn.optional import require
 

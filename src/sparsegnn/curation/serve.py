@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sparsegnn.curation.errors import QueryError, SandboxError, SchemaError
+from sparsegnn.curation.curation_errors import QueryError, SandboxError, SchemaError
+from sparsegnn.curation.document_store import ANNOTATIONS_FILE, DOCUMENTS_FILE, GRAPH_FILE
 from sparsegnn.curation.export import export
 from sparsegnn.curation.recipes import list_recipes, recipe_sql
 from sparsegnn.curation.sandbox import CorpusFiles, Limits, Sandbox
@@ -47,7 +48,6 @@ from sparsegnn.curation.serve_http import (
     GuardedHTTPServer,
 )
 from sparsegnn.curation.serve_page import page_html
-from sparsegnn.curation.store import ANNOTATIONS_FILE, DOCUMENTS_FILE, GRAPH_FILE
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.optional import require
 

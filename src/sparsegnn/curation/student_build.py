@@ -19,9 +19,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from sparsegnn.curation.document_store import DOCUMENTS_FILE, GRAPH_FILE
 from sparsegnn.curation.ingest import edge_kinds, iter_ids, load_graph_edges
 from sparsegnn.curation.labels import LabelSet
-from sparsegnn.curation.store import DOCUMENTS_FILE, GRAPH_FILE
 from sparsegnn.curation.student import (
     POOLED,
     DocumentGraph,

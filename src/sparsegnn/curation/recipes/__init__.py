@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from sparsegnn.curation.errors import SchemaError
+from sparsegnn.curation.curation_errors import SchemaError
 
 
 def list_recipes() -> list[str]:

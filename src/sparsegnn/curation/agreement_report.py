@@ -15,7 +15,7 @@ from sparsegnn.curation.agreement import (
     normalized_mutual_info,
     plot_confusion,
 )
-from sparsegnn.curation.errors import SchemaError
+from sparsegnn.curation.curation_errors import SchemaError
 from sparsegnn.curation.fdc import fdc_prefix
 from sparsegnn.curation.labels import CategoryLabels, LabelSet
 from sparsegnn.curation.schema import Schema

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparsegnn.curation.agreement_report import AgreementReport, agreement_report
 from sparsegnn.curation.annotate import ANNOTATIONS_FILE
-from sparsegnn.curation.citeseer import AnnotatorScore, citeseer_schema, run_citeseer
+from sparsegnn.curation.citeseer_corpus import AnnotatorScore, citeseer_schema, run_citeseer
 from sparsegnn.curation.labels import read_labels
-from sparsegnn.curation.report import AgreementReport, agreement_report
 from sparsegnn.curation.sandbox import CorpusFiles, Sandbox
 from sparsegnn.curation.student import TEACHER_SIDE, TEXT_ONLY, StudentConfig
 from sparsegnn.data import embed
