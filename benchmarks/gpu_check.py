@@ -240,7 +240,7 @@ def reconstruction_stages(reco: Any, event: Any, dev: torch.device, repeats: int
                           ) -> tuple[dict[str, float], Any]:
     """Median seconds of each of :data:`TRACKING_STAGES` on ``event`` (``reco`` on
     ``dev``), and the edge scores."""
-    from sparsegnn.tracking.graph import module_map_graph
+    from sparsegnn.tracking.graph_construction import module_map_graph
 
     out: dict[str, Any] = {}
     steps = {"graph": lambda: module_map_graph(event, reco.module_map, reco.config.cuts,

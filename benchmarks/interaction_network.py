@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import emit, make_parser
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
-from sparsegnn.tracking.graph import module_map_graph
+from sparsegnn.tracking.graph_construction import module_map_graph
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.model import EdgeOperators, INConfig, InteractionNetwork, weighted_bce
 from sparsegnn.tracking.module_map import ModuleMap

@@ -51,7 +51,7 @@ from _harness import (
 from _map_events import LEARN_BELOW, map_chunks
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, read_events
-from sparsegnn.tracking.graph import module_map_graph
+from sparsegnn.tracking.graph_construction import module_map_graph
 from sparsegnn.tracking.module_map import ModuleMap, event_maps
 from sparsegnn.tracking.settings import TTBAR_CUTS
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, segments, selected_particles

@@ -18,7 +18,7 @@ from sparsegnn.tracking.filter import (
     train_filter,
     vertex_z,
 )
-from sparsegnn.tracking.graph import module_map_graph
+from sparsegnn.tracking.graph_construction import module_map_graph
 from sparsegnn.tracking.infer import save_model
 from sparsegnn.tracking.module_map import ModuleMap
 from tracking_toys import straight_tracks

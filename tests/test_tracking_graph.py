@@ -11,7 +11,7 @@ from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, Particles, read_event
-from sparsegnn.tracking.graph import module_map_graph, truth_graph
+from sparsegnn.tracking.graph_construction import module_map_graph, truth_graph
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.sampling import max_nodes_per_seed, shadow_subgraphs

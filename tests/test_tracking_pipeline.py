@@ -26,7 +26,7 @@ from sparsegnn.tracking.pipeline import (
 )
 from sparsegnn.tracking.reco import MIN_TRACK_HITS, build_tracks
 from sparsegnn.tracking.settings import RecoConfig
-from sparsegnn.tracking.store import read_tracks, write_tracks
+from sparsegnn.tracking.stage_outputs import read_tracks, write_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, train
 from tracking_toys import straight_tracks
 

@@ -12,11 +12,11 @@ import pytest
 from sparsegnn.cli.main import main
 from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.tracking import graph as graph_module
+from sparsegnn.tracking import graph_construction as graph_module
 from sparsegnn.tracking import module_map as module_map_module
 from sparsegnn.tracking.doublet_cuts import DoubletCuts, apply_cuts
 from sparsegnn.tracking.events import read_event
-from sparsegnn.tracking.graph import module_map_graph
+from sparsegnn.tracking.graph_construction import module_map_graph
 from sparsegnn.tracking.infer import load_track_model, save_model
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
 from sparsegnn.tracking.module_map import ModuleMap, event_maps, learn_module_map

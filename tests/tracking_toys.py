@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sparsegnn.tracking.events import Event, Particles
-from sparsegnn.tracking.graph import module_map_graph
+from sparsegnn.tracking.graph_construction import module_map_graph
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.module_map import ModuleMap
 from sparsegnn.tracking.tracks import EdgeScores

@@ -25,7 +25,7 @@ from conftest import (
     write_crafted_checkpoint,
 )
 from sparsegnn.tracking.events import Event, read_events
-from sparsegnn.tracking.graph import HitGraph, ModuleMap, module_map_graph
+from sparsegnn.tracking.graph_construction import HitGraph, ModuleMap, module_map_graph
 from sparsegnn.tracking.infer import save_model
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
 from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, train

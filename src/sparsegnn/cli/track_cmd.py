@@ -106,7 +106,7 @@ def _build(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.events import read_events
     from sparsegnn.tracking.pipeline import graph_summary
     from sparsegnn.tracking.settings import RecoConfig
-    from sparsegnn.tracking.store import GRAPHS_FORMAT, output_folder
+    from sparsegnn.tracking.stage_outputs import GRAPHS_FORMAT, output_folder
 
     edge_filter = None
     if args.filter is not None:
@@ -145,7 +145,7 @@ def _register_train_filter(stages: argparse._SubParsersAction) -> None:
 
 def _train_filter(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.filter import FilterConfig, filter_summary, save_filter, train_filter
-    from sparsegnn.tracking.store import load_graphs
+    from sparsegnn.tracking.stage_outputs import load_graphs
 
     graphs = load_graphs(args.graphs)
     edge_filter = train_filter(graphs, FilterConfig(hidden=args.hidden, epochs=args.epochs,
@@ -205,7 +205,7 @@ def _train(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.infer import save_model
     from sparsegnn.tracking.model import INConfig
     from sparsegnn.tracking.pipeline import trained_settings
-    from sparsegnn.tracking.store import graph_paths
+    from sparsegnn.tracking.stage_outputs import graph_paths
     from sparsegnn.tracking.train import TrackTrainConfig, run_training
 
     device = resolve_device(args.device)  # a bogus --device is refused before any graph is read
@@ -259,7 +259,12 @@ def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
 
 def _reconstruct(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.settings import RecoConfig
-    from sparsegnn.tracking.store import TRACKS_FORMAT, output_folder, tracks_file, write_tracks
+    from sparsegnn.tracking.stage_outputs import (
+        TRACKS_FORMAT,
+        output_folder,
+        tracks_file,
+        write_tracks,
+    )
 
     found, events, graphs = model_and_events(args)
     reco = reconstruction(args, RecoConfig(), events, found)
@@ -299,7 +304,7 @@ def _register_demo(stages: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from sparsegnn.tracking.demo import DemoConfig, run_demo
+    from sparsegnn.tracking.track_demo import DemoConfig, run_demo
 
     if args.out.exists() and any(args.out.iterdir()):
         raise DataFormatError(f"{args.out} is not empty; the demo simulates into a fresh "

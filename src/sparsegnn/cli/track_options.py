@@ -166,7 +166,7 @@ def model_and_events(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any
     from sparsegnn.tracking.events import read_events
     from sparsegnn.tracking.infer import load_track_model
     from sparsegnn.tracking.pipeline import graphs_by_event
-    from sparsegnn.tracking.store import load_graphs
+    from sparsegnn.tracking.stage_outputs import load_graphs
 
     device = resolve_device(args.device)
     found = None if args.model is None else load_track_model(args.model, device)

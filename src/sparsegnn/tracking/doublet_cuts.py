@@ -4,8 +4,9 @@
 how widely the module map's per-pair windows are taken; :func:`apply_cuts` keeps the
 candidates that pass, each cut computed only on the survivors of the ones before;
 :func:`edge_values` gives the hit-pair differences the cuts and the graph's edge features
-are made of. It is apart from the construction (:mod:`sparsegnn.tracking.graph`) because
-the settings, the module map's search ranges and the graph all read the cuts.
+are made of. It is apart from the construction
+(:mod:`sparsegnn.tracking.graph_construction`) because the settings, the module map's
+search ranges and the graph all read the cuts.
 """
 
 from __future__ import annotations

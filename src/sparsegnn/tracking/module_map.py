@@ -10,7 +10,7 @@ the range of each doublet variable its segments showed, as GNN4ITk's module map)
 ``DoubletCuts.window_margin`` applies them. Maps of many events are learnt in worker
 processes (:func:`learn_module_map`), one event per task, and merged.
 
-It is apart from graph construction (:mod:`sparsegnn.tracking.graph`) because it is
+It is apart from graph construction (:mod:`sparsegnn.tracking.graph_construction`) because it is
 learnt once from training events and saved, then read by every event's graph.
 """
 

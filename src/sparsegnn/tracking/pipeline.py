@@ -25,7 +25,7 @@ import torch
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.events import Event
-from sparsegnn.tracking.graph import module_map_graph, truth_graph
+from sparsegnn.tracking.graph_construction import module_map_graph, truth_graph
 from sparsegnn.tracking.hit_graph import GraphStats, HitGraph
 from sparsegnn.tracking.infer import (
     TrackModel,
@@ -366,7 +366,12 @@ def score_written_tracks(events: Sequence[Event], directory: Path,
                          ) -> tuple[TrackMetrics, dict]:
     """Track metrics, pooled over ``events``, of the tracks ``track reconstruct`` wrote to
     ``directory``; and its manifest (the settings they were built with)."""
-    from sparsegnn.tracking.store import TRACKS_FORMAT, read_manifest, read_tracks, tracks_file
+    from sparsegnn.tracking.stage_outputs import (
+        TRACKS_FORMAT,
+        read_manifest,
+        read_tracks,
+        tracks_file,
+    )
 
     manifest = read_manifest(directory, TRACKS_FORMAT)
     missing = [ev.name for ev in events if tracks_file(ev.name) not in manifest["files"]]
@@ -382,7 +387,7 @@ def trained_settings(cfg: object, graphs_dir: Path | None = None) -> RecoConfig:
     the graph settings ``track build-graphs`` recorded in ``graphs_dir``'s manifest (if
     any) and the ShaDow sampling of training (fan-outs and seed order also score it when
     sampled scoring is asked for). Score cut and track length keep their defaults."""
-    from sparsegnn.tracking.store import GRAPHS_FORMAT, read_manifest
+    from sparsegnn.tracking.stage_outputs import GRAPHS_FORMAT, read_manifest
 
     base = RecoConfig()
     if graphs_dir is not None and (graphs_dir / "manifest.json").is_file():
