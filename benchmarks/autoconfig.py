@@ -41,7 +41,7 @@ from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan, shortlist
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import gather_objects
-from sparsegnn.train.calibrate import calibrate_rank, distributed_config
+from sparsegnn.train.calibration_job import calibrate_rank, distributed_config
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.rank_train import DistributedConfig, train_rank
 from sparsegnn.train.trials import choose_by_trial, median_epoch_over_rounds

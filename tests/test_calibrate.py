@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sparsegnn.data import sbm
-from sparsegnn.distributed import calibrate as cal
+from sparsegnn.distributed import calibration_rates as cal
 from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.comm import Communicator

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sparsegnn.cli.main import main
-from sparsegnn.train.report import write_report
+from sparsegnn.train.run_report import write_report
 
 pytest.importorskip("matplotlib", reason="the report draws its plots with matplotlib")
 Image = pytest.importorskip("PIL.Image", reason="Pillow (a matplotlib dependency) is missing")

@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sparsegnn.distributed import in_torchrun, spawn
-    from sparsegnn.train.calibrate import calibrate_rank
+    from sparsegnn.train.calibration_job import calibrate_rank
 
     if in_torchrun():  # the job's own ranks, across its hosts: measures their links
         profile = calibrate_rank(args.quick, args.backend)

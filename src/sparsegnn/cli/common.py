@@ -227,7 +227,7 @@ def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],
     if args.logdir is not None:
         _log_final(args.logdir, plain)
     if args.report is not None:
-        from sparsegnn.train.report import write_report
+        from sparsegnn.train.run_report import write_report
 
         write_report(args.report, title, plain)
         summary += f"\nreport: {args.report}"

@@ -90,7 +90,7 @@ def load_profile(path: str | None, parts: int) -> Any:
     if path is not None:
         return Profile.load(path)
     from sparsegnn.distributed import spawn
-    from sparsegnn.train.calibrate import calibrate_rank
+    from sparsegnn.train.calibration_job import calibrate_rank
 
     return spawn(calibrate_rank, min(parts, 8), (True,), wall_timeout_s=900)[0]
 

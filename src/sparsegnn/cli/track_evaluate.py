@@ -91,7 +91,7 @@ def _evaluation_report(args: argparse.Namespace, evaluation: Any, reco: Any,
     """The ``--report`` page: the JSON figures, the settings and efficiency vs pT and eta."""
     from sparsegnn.tracking.metrics import concat_matches
     from sparsegnn.tracking.plots import efficiency_curves
-    from sparsegnn.train.report import write_report
+    from sparsegnn.train.run_report import write_report
 
     matches = concat_matches([r.matches for r in evaluation.results])
     write_report(args.report, f"sparsegnn track evaluate: {args.events}",

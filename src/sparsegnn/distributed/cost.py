@@ -26,7 +26,7 @@
   the scheduling of ranks that share a host's cores): a fixed time per epoch, a time
   per collective call and a time per value of the busiest rank's rows (its rows times
   the layers' widths), fitted by the calibration on real epochs of small graphs
-  (:mod:`sparsegnn.train.calibrate`).
+  (:mod:`sparsegnn.train.calibration_job`).
 
 Ranks are assumed to wait for each other at every collective, so the epoch costs the
 busiest rank's compute plus the communication plus that overhead: no overlap is

@@ -7,8 +7,8 @@ communication volume a partition implies (the connectivity of the parts). See
 docs/communication.md.
 """
 
+from sparsegnn.partition.adjacency import Adjacency
 from sparsegnn.partition.balance import refine_max_volume, size_cap
-from sparsegnn.partition.graph import Adjacency
 from sparsegnn.partition.methods import PARTITIONERS, PartitionError, partition
 from sparsegnn.partition.volume import PartVolume, pair_rows, part_volume
 

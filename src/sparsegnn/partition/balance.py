@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sparsegnn.data.edges import sorted_unique
-from sparsegnn.partition.graph import Adjacency
+from sparsegnn.partition.adjacency import Adjacency
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import numpy as np
 from sparsegnn.errors import SparseGNNError
 from sparsegnn.names import PARTITIONERS
 from sparsegnn.optional import require
+from sparsegnn.partition.adjacency import Adjacency
 from sparsegnn.partition.balance import refine_max_volume
-from sparsegnn.partition.graph import Adjacency
 from sparsegnn.partition.volume import part_volume
 
 

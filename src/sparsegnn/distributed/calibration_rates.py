@@ -1,6 +1,6 @@
 """Measure what this machine costs, for the cost model (``sparsegnn calibrate``; the
 job itself, which also fits the overheads on real epochs, is
-:func:`sparsegnn.train.calibrate.calibrate_rank`).
+:func:`sparsegnn.train.calibration_job.calibrate_rank`).
 
 Every rank of a job of the world size one plans for runs the same measurements at the
 same time, after a barrier, so the rates are those of the machine *shared by* that many

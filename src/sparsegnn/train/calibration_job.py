@@ -1,6 +1,6 @@
 """A calibration job: the machine's rates, then what they miss, fitted on real epochs.
 
-The rates of :func:`~sparsegnn.distributed.calibrate.measure_profile` (SpMM, matmul,
+The rates of :func:`~sparsegnn.distributed.calibration_rates.measure_profile` (SpMM, matmul,
 dropout, activations, each collective) price the work an epoch does. An epoch also
 costs what none of them count: Python and autograd per operation, the optimiser step,
 the bookkeeping of the training loop, and, where ranks share a host's cores, the turns
@@ -28,7 +28,7 @@ from scipy.optimize import nnls
 
 from sparsegnn.data import GraphData, sbm
 from sparsegnn.distributed.autoplan import auto_plan
-from sparsegnn.distributed.calibrate import measure_profile
+from sparsegnn.distributed.calibration_rates import measure_profile
 from sparsegnn.distributed.cost import EpochCost
 from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
