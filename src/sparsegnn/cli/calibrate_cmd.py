@@ -11,7 +11,6 @@ numbers are written to ``--out`` (a JSON profile that ``plan --auto --profile`` 
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from sparsegnn.cli.common import add_json_flag, emit, int_range, output_file
@@ -32,11 +31,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sparsegnn.distributed import in_torchrun, spawn
+    from sparsegnn.distributed.session import job_rank
     from sparsegnn.train.calibration_job import calibrate_rank
 
     if in_torchrun():  # the job's own ranks, across its hosts: measures their links
         profile = calibrate_rank(args.quick, args.backend)
-        if int(os.environ.get("RANK", "0")) != 0:
+        if job_rank() != 0:
             return 0
     else:
         profile = spawn(calibrate_rank, args.nprocs, (args.quick, args.backend),

@@ -11,7 +11,6 @@ module it imports the library only inside functions.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from sparsegnn.cli.train_cmd import config_from_args, training_graph, world_size
@@ -24,6 +23,7 @@ def choose_auto(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     from sparsegnn.cli.plan_cmd import load_profile
     from sparsegnn.distributed.autoplan import auto_plan, shortlist
     from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+    from sparsegnn.distributed.session import in_torchrun
     from sparsegnn.distributed.shard import is_shard_dir
     from sparsegnn.errors import InvalidValueError
 
@@ -35,7 +35,7 @@ def choose_auto(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
     base = PlanConfig(world, model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
                       dtype=cfg.dtype, seed=cfg.seed, overlap=args.overlap == "on")
     partitioners = ("block",) if args.partition is None else (args.partition,)
-    if args.profile is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if args.profile is None and in_torchrun():
         raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "
                                 "choose the same; write one with `sparsegnn calibrate`)")
     ranked = auto_plan(PlanGraph.of(training_graph(args), cfg.model), world,

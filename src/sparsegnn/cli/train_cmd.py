@@ -13,7 +13,6 @@ with ``--mode minibatch``.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,10 +48,11 @@ def run(args: argparse.Namespace) -> int:
 def _is_distributed(args: argparse.Namespace) -> bool:
     """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, a sharded graph,
     or a distributed run's checkpoint folder (resumed on one rank with ``--nprocs 1``)."""
+    from sparsegnn.distributed.session import job_world_size
     from sparsegnn.distributed.shard import is_shard_dir
 
     return (args.nprocs > 1 or args.algo is not None
-            or int(os.environ.get("WORLD_SIZE", "1")) > 1 or is_shard_dir(args.dataset)
+            or job_world_size() > 1 or is_shard_dir(args.dataset)
             or _checkpoint_folder(args))
 
 
@@ -93,7 +93,9 @@ def _check_precision(args: argparse.Namespace) -> None:
 
 def world_size(args: argparse.Namespace) -> int:
     """Ranks of the job: ``--nprocs``, or torchrun's ``WORLD_SIZE``."""
-    return max(args.nprocs, int(os.environ.get("WORLD_SIZE", "1")))
+    from sparsegnn.distributed.session import job_world_size
+
+    return max(args.nprocs, job_world_size())
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -202,7 +204,7 @@ def _minibatch(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     world, comm = 1, None
     extra: dict[str, Any] = {}
-    if args.nprocs > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if world_size(args) > 1:
         if args.max_rank_memory is not None:
             from sparsegnn.train.memory import check_graph_rank_memory
 

@@ -34,7 +34,6 @@ which a single-process measurement would miss). Rank 0's numbers become the
 
 from __future__ import annotations
 
-import os
 import resource
 import time
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from torch.nn import functional as F
 
 from sparsegnn.distributed.comm import Communicator, Group, new_group
 from sparsegnn.distributed.cost_profile import LinkCost, Profile
-from sparsegnn.distributed.session import Session, barrier
+from sparsegnn.distributed.session import Session, barrier, ranks_per_host
 from sparsegnn.names import DEFAULT_MASK, MaskKind
 from sparsegnn.nn.dropout import dropout
 from sparsegnn.sparse import CSRMatrix
@@ -304,5 +303,4 @@ def measure_profile(session: Session, quick: bool = False,
 def _hosts(world: int) -> int:
     """Hosts of the job: torchrun's ranks per host divide its world; spawned ranks share
     this one."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world) or world)
-    return max(1, world // max(1, local))
+    return max(1, world // max(1, ranks_per_host(world)))

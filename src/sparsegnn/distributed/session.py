@@ -51,7 +51,24 @@ def current_rss_bytes() -> int:
 
 def in_torchrun() -> bool:
     """Whether the environment describes a multi-rank job (torchrun or :func:`spawn`)."""
-    return "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return "RANK" in os.environ and job_world_size() > 1
+
+
+def job_world_size() -> int:
+    """Ranks of the job the environment describes (torchrun's ``WORLD_SIZE``; 1 alone).
+    This module is the only reader of the launcher's variables."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def job_rank() -> int:
+    """This process's rank in the job the environment describes (0 alone)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def ranks_per_host(world: int) -> int:
+    """Ranks on this host: torchrun's ``LOCAL_WORLD_SIZE``, else the whole ``world``
+    (spawned ranks share one host)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world) or world)
 
 
 def default_backend() -> str:
