@@ -24,11 +24,11 @@ demo: venv
 # One torch thread per test process: multi-rank tests start up to eight ranks on a small
 # machine, and oversubscribed threads make them slower, not faster.
 test: venv
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks testbed
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
 
 lint: venv
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks testbed
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

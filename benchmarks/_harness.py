@@ -95,7 +95,7 @@ def print_table(rows: Sequence[Row], columns: Sequence[str]) -> None:
 
 def skipped(ok: bool, why: str, as_json: bool) -> bool:
     """Whether a benchmark that needs network namespaces must skip (``ok``/``why`` from
-    ``tests.cluster.netns.available``); when it must, say why and emit the skip JSON."""
+    ``testbed.netns.available``); when it must, say why and emit the skip JSON."""
     if ok:
         return False
     print(f"skipped: needs network namespaces here ({why})")

@@ -1,7 +1,7 @@
 """The automatic choice of a distribution on shaped links between hosts.
 
 ``autoconfig.py`` checks the cost model and ``--algo auto`` with local ranks, whose
-"network" is loopback. Here four hosts (network namespaces, ``tests/cluster/netns.py``),
+"network" is loopback. Here four hosts (network namespaces, ``testbed/netns.py``),
 one rank each, talk over links shaped with a token bucket (``tc ... tbf``), and every
 step is the command a user runs under torchrun on each host: ``sparsegnn calibrate``
 (which measures these links), then ``train`` of every feasible configuration, then
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness, autoconfig
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # testbed
 
-from tests.cluster.launch import EXIT_ABORT, PORT, last_json, log_tails, torchrun, wait_all
-from tests.cluster.netns import Cluster, available, sweep_stale
+from testbed.launch import EXIT_ABORT, PORT, last_json, log_tails, torchrun, wait_all
+from testbed.netns import Cluster, available, sweep_stale
 
 from _harness import Row, emit, make_parser, skipped
 from _judge import judge

@@ -1,9 +1,9 @@
 """Multi-host full-graph training on a shaped network: epoch time per algorithm at 1, 2
 and 4 hosts, bytes on the wire against the bytes we account, and the fault table.
 
-Hosts are Linux network namespaces joined by a bridge (``tests/cluster/netns.py``), every
+Hosts are Linux network namespaces joined by a bridge (``testbed/netns.py``), every
 link shaped in both directions with a token bucket (``tc ... tbf``). Every job is the
-launch the cluster tests check (``tests/cluster/launch.py``): ``torchrun --rdzv-backend
+launch the cluster tests check (``testbed/launch.py``): ``torchrun --rdzv-backend
 c10d`` on every host running ``sparsegnn train --json`` on a folder of its own that holds
 only its ranks' files of one ``sparsegnn data partition`` of a generated graph.
 
@@ -17,7 +17,7 @@ ratio is the network's overhead (headers, ACKs, rendezvous, set-up) only where a
 runs one rank; ranks sharing a host talk over loopback, which no interface counts, so
 there the ratio falls below 1 by that share.
 
-The fault table runs the scenarios of ``tests/cluster/faults.py`` (the cluster tests'
+The fault table runs the scenarios of ``testbed/faults.py`` (the cluster tests'
 runners) on two unshaped hosts with ``--timeout 10``: a host cut off mid-run (its link
 down), a rank stopped with SIGSTOP, and a host lost under elastic torchrun (``--nnodes
 1:2 --max-restarts``, a checkpoint every epoch). Per case: seconds from the fault until
@@ -25,7 +25,7 @@ every surviving rank had ended, whether training resumed, its final test accurac
 to the same training without a fault, and what the fault cost (epochs redone, complete
 checkpoints lost); the first two cases end the job by design, so nothing resumes there.
 
-The chaos run (``tests/cluster/chaos.py``, issue 50) hits one 2-host job (2 ranks per
+The chaos run (``testbed/chaos.py``, issue 50) hits one 2-host job (2 ranks per
 host, ``--checkpoint-every 1 --resume --timeout 10``) in turn with a cut link, a killed
 host, a stopped rank, a deleted shard and a corrupted shard, each followed by a resume.
 Per fault: whether every surviving rank on both hosts ended within ``--timeout`` + 30 s,
@@ -58,18 +58,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # testbed
 
-from tests.cluster.chaos import ChaosOutcome, chaos_run
-from tests.cluster.faults import (
+from testbed.chaos import ChaosOutcome, chaos_run
+from testbed.faults import (
     FaultOutcome,
     ScenarioError,
     host_cut_off,
     host_lost_elastic,
     rank_stalled,
 )
-from tests.cluster.launch import PORT, accounted_bytes, across, host_folders, last_json
-from tests.cluster.netns import Cluster, available, sweep_stale
+from testbed.launch import PORT, accounted_bytes, across, host_folders, last_json
+from testbed.netns import Cluster, available, sweep_stale
 
 from _harness import Row, emit, make_parser, print_table, skipped
 

@@ -1,9 +1,9 @@
 """How much communication overlap hides, on links shaped like a cluster network.
 
-Four hosts (network namespaces, ``tests/cluster/netns.py``), one rank each, so that all
+Four hosts (network namespaces, ``testbed/netns.py``), one rank each, so that all
 of a rank's traffic crosses a link shaped with a token bucket (``tc ... tbf``); each job
 is the launch the cluster tests check (``torchrun --rdzv-backend c10d`` per host,
-``tests/cluster/launch.py``). Each host runs on its own share of the CPUs (``taskset``;
+``testbed/launch.py``). Each host runs on its own share of the CPUs (``taskset``;
 ``--shared-cpus`` lets every host use all of them), as separate machines do: a rank
 blocked on its link must not also be waiting for another host's compute on its CPU,
 which overlap cannot hide and a real cluster does not have (with more hosts than CPUs
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _harness
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.cluster
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # testbed
 
-from tests.cluster.launch import PORT, across, host_folders, last_json
-from tests.cluster.netns import Cluster, available, sweep_stale
+from testbed.launch import PORT, across, host_folders, last_json
+from testbed.netns import Cluster, available, sweep_stale
 
 from _harness import Row, emit, make_parser, print_table, skipped
 

@@ -1,4 +1,4 @@
-"""Distributed training across "hosts" made of network namespaces (:mod:`.netns`).
+"""Distributed training across "hosts" made of network namespaces (:mod:`testbed.netns`).
 
 Each host is a namespace with one veth link to a private bridge. torchrun runs on every
 host and rendezvouses over that link with c10d; gloo is pinned to the host's interface
@@ -11,9 +11,9 @@ ranks of one host talk over loopback. The cases show that
 * a host cut off mid-run ends every rank on both hosts with an error naming the host and
   rank it lost, within ``--timeout`` plus a margin, and leaves no process on either host
   (torchrun included) ``--timeout`` + 30 s after the cut, both launches non-zero (the
-  scenario is :func:`.faults.host_cut_off`; the other faults are in ``test_faults.py``).
+  scenario is :func:`testbed.faults.host_cut_off`; the other faults are in ``test_faults.py``).
 
-How a host is launched and which ranks it gets: :mod:`.launch` (shared with
+How a host is launched and which ranks it gets: :mod:`testbed.launch` (shared with
 ``benchmarks/cluster.py``).
 
 Every case tears its cluster down even when it fails; a launch that hangs fails after
@@ -35,11 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from sparsegnn.cli.main import main
-
-from .faults import EXIT_MARGIN_S, LAUNCH_ERROR, MARGIN_S, host_cut_off
-from .launch import (
+from testbed.faults import EXIT_MARGIN_S, LAUNCH_ERROR, MARGIN_S, host_cut_off
+from testbed.launch import (
     PORT,
     accounted_bytes,
     across,
@@ -47,7 +44,9 @@ from .launch import (
     last_json,
     log_tails,
 )
-from .netns import Cluster, Counters, available, sweep_stale
+from testbed.netns import Cluster, Counters, available, sweep_stale
+
+from sparsegnn.cli.main import main
 
 _AVAILABLE, _WHY = available()
 pytestmark = [pytest.mark.distributed, pytest.mark.skipif(not _AVAILABLE, reason=_WHY)]
@@ -75,7 +74,7 @@ def _across(c: Cluster, nproc: int, datasets: Sequence[Path], args: Sequence[str
             port: int = PORT) -> tuple[dict[str, Any], list[Counters]]:
     """``sparsegnn ARGS`` on every host (host i reading ``datasets[i]``): rank 0's JSON
     and the bytes each host's interface carried meanwhile. A second launch after a
-    teardown abort (:func:`.launch.across`) is reported; any failure fails."""
+    teardown abort (:func:`testbed.launch.across`) is reported; any failure fails."""
     launch = across(c, nproc, datasets, args, logs, port)
     if launch.retried:
         _report(capsys, f"launch again: a rank aborted at exit, logs in {logs / 'try0'}")
@@ -235,7 +234,7 @@ class _WireRun:
     launch until it ended) and the bytes its rank accounted; and rank 0's accounted bytes
     of one epoch by phase.
 
-    Accounted: :func:`.launch.accounted_bytes` (the epochs plus the final test forward).
+    Accounted: :func:`testbed.launch.accounted_bytes` (the epochs plus the final test forward).
     """
 
     wire: list[int]
@@ -308,7 +307,7 @@ def test_a_host_cut_off_ends_every_rank(
     + 30 s no process of the job is left on either host (issue 50: host 1's torchrun used
     to stay about 15 minutes, reading the store it could not reach) and both launches
     have exited non-zero, host 1's saying why it killed torchrun
-    (:func:`.faults.host_cut_off`)."""
+    (:func:`testbed.faults.host_cut_off`)."""
     folder = tmp_path / "parts"
     assert main(["data", "partition", str(small_graph), str(folder), "--algo", "1d",
                  "--nprocs", "2"]) == 0

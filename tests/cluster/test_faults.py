@@ -8,7 +8,7 @@
 * how a surviving rank tells a lost peer (:mod:`sparsegnn.distributed.peers`): the probe's
   four answers and the one line it makes of them.
 
-The host cut off is in ``test_cluster.py``; the scenarios themselves in :mod:`.faults`
+The host cut off is in ``test_cluster.py``; the scenarios themselves in :mod:`testbed.faults`
 (shared with ``benchmarks/cluster.py``). Each case tears its cluster down even when it
 fails and prints what it measured. Needs root for the cluster cases (skipped otherwise).
 """
@@ -26,14 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from testbed.faults import MARGIN_S, host_lost_elastic, rank_stalled
+from testbed.launch import RUN_S, last_json
+from testbed.netns import Cluster, available, sweep_stale
 
 from sparsegnn.cli.main import main
 from sparsegnn.distributed.peers import PROBE_S, Peer, Responder, describe_loss, probe
 from sparsegnn.train.dist_checkpoint import latest_complete
-
-from .faults import MARGIN_S, host_lost_elastic, rank_stalled
-from .launch import RUN_S, last_json
-from .netns import Cluster, available, sweep_stale
 
 _AVAILABLE, _WHY = available()
 

@@ -1,12 +1,12 @@
 """The SLURM script of the multi-node runbook (``docs/examples/sparsegnn.sbatch``) run on
-two namespace hosts (:mod:`.netns`).
+two namespace hosts (:mod:`testbed.netns`).
 
 There is no SLURM here, so two stand-ins play it: ``scontrol show hostnames`` lists the
 hosts' addresses, and ``srun`` runs its command once per host inside that host's
 namespace with ``SLURM_NODEID`` set and ``IFACE`` naming the host's interface (on a real
 cluster every node's interface has the same name; here each namespace's differs). The
 python the script runs is a wrapper that records each node's command line, so the test
-checks that the script starts exactly the torchrun of :func:`.launch.torchrun_argv`, the
+checks that the script starts exactly the torchrun of :func:`testbed.launch.torchrun_argv`, the
 launch the cluster tests check. A second submission must resume from the first one's
 checkpoint, as a requeued job does. Needs root (skipped otherwise). The runbook's copy of
 the script is checked against the file everywhere.
@@ -20,11 +20,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from testbed.launch import PORT, RUN_S, last_json, torchrun_argv
+from testbed.netns import Cluster, available, sweep_stale
 
 from sparsegnn.cli.main import main
-
-from .launch import PORT, RUN_S, last_json, torchrun_argv
-from .netns import Cluster, available, sweep_stale
 
 _AVAILABLE, _WHY = available()
 _ROOT = Path(__file__).resolve().parents[2]

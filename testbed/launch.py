@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .netns import Cluster, Counters
+from testbed.netns import Cluster, Counters
 
 PORT = 29500  # a fresh namespace listens on nothing, so any port is free there
 RUN_S = 240.0  # longest a launch may take on a loaded one-core machine

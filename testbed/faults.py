@@ -3,7 +3,7 @@
 Shared by the cluster tests (``test_faults.py``, and ``test_cluster.py``'s host cut off)
 and ``benchmarks/cluster.py``'s fault table. A runner takes a live
 :class:`.netns.Cluster`, starts ``sparsegnn train`` under torchrun on every host
-(:mod:`.launch`), waits until training is under way, injects one fault and watches the
+(:mod:`testbed.launch`), waits until training is under way, injects one fault and watches the
 processes; it measures and returns, the caller judges. Every wait is bounded, times count
 from the fault, and the caller's ``with Cluster(...)`` removes whatever is left.
 
@@ -34,9 +34,8 @@ from pathlib import Path
 
 from sparsegnn.cli.main import main
 from sparsegnn.train.dist_checkpoint import MANIFEST, epoch_folder, epoch_folders, latest_complete
-
-from .launch import PORT, RUN_S, Elastic, last_json, log_tails, torchrun
-from .netns import Cluster
+from testbed.launch import PORT, RUN_S, Elastic, last_json, log_tails, torchrun
+from testbed.netns import Cluster
 
 MARGIN_S = 20.0  # beyond --timeout: the probe of the peers, exit, the agent's reaction
 # Beyond --timeout: by then every process of the job on either side of a cut has exited

@@ -2,7 +2,7 @@
 faults, each followed by ``--resume`` (issue 50), measured for ``benchmarks/cluster.py``.
 
 The job is ``sparsegnn train --algo 1d --checkpoint CKPT --checkpoint-every 1 --resume
---timeout T`` under the cluster launch (:mod:`.launch`: ``sparsegnn launch`` running
+--timeout T`` under the cluster launch (:mod:`testbed.launch`: ``sparsegnn launch`` running
 torchrun, 2 ranks per host), every rank holding the whole graph (so dropout masks come
 from one shared stream and a same-layout resume is bit-identical), the checkpoint folder
 shared by the hosts (namespaces share the file system). In turn:
@@ -42,8 +42,7 @@ from sparsegnn.train.dist_checkpoint import (
     newest_restorable,
     shard_name,
 )
-
-from .faults import (
+from testbed.faults import (
     EXIT_MARGIN_S,
     JOIN_TIMEOUT,
     Launcher,
@@ -53,8 +52,8 @@ from .faults import (
     watch,
     workers,
 )
-from .launch import PORT, RUN_S, last_json, log_tails, wait_all
-from .netns import Cluster
+from testbed.launch import PORT, RUN_S, last_json, log_tails, wait_all
+from testbed.netns import Cluster
 
 LIVE = ("cut link", "killed host", "stopped rank")
 ON_DISK = ("deleted shard", "corrupted shard")
@@ -213,7 +212,7 @@ class Job:
 
 def _finish(c: Cluster, launch: Launcher, logs: Path) -> dict[str, Any]:
     """Run a launch to its end; rank 0's JSON. Launched again once when a rank timed out
-    joining (a loaded machine), as :func:`.faults.start` does."""
+    joining (a loaded machine), as :func:`testbed.faults.start` does."""
     for attempt in range(2):
         tried = logs / f"try{attempt}"
         tried.mkdir(parents=True)
