@@ -18,7 +18,7 @@ from sparsegnn.distributed.cost import EpochCost, predict_epoch
 from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.grid import GridError, grid_shape
 from sparsegnn.distributed.planner import Layout, PlanConfig, PlanGraph, partitioned, plan_epoch
-from sparsegnn.distributed.rank_memory import predict_memory
+from sparsegnn.distributed.rank_memory import predict_memory, process_bytes
 from sparsegnn.names import ALGORITHMS
 
 
@@ -90,7 +90,7 @@ def auto_plan(
         volumes = {**plan_epoch(lay, cfg.comm, cfg, cfg.value_bytes),
                    "value_bytes": cfg.value_bytes}
         cost = predict_epoch(lay, volumes, cfg, profile, cfg.comm)
-        overhead = profile.rank_base_bytes + profile.rank_overhead_bytes
+        overhead = process_bytes(profile)
         memory = predict_memory(lay, cfg, cfg.value_bytes, overhead, whole_graph=True)
         moved = int(volumes["bytes_per_epoch"]["max_per_rank"])
         found.append(Candidate(cfg, cost, memory, limit is None or memory <= limit, moved))

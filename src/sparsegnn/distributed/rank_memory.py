@@ -1,61 +1,207 @@
-"""Predicted peak memory of the busiest rank of a distributed configuration.
+"""The per-rank memory predictor: one rank's peak resident set, by kind, before any rank runs.
 
-:func:`predict_memory` adds up what a rank holds (its tiles of A, its feature rows, the
-model and Adam's moments), what training adds, the blocks of H an overlapped product
-keeps in flight, the process's own base and growth, and, where every rank loads the
-graph whole, that graph and the building of its operator (:func:`whole_graph_bytes`).
-It is apart from the epoch-time model in :mod:`sparsegnn.distributed.cost` because memory
-is a limit, not a price: ``--max-rank-memory`` and the automatic choice rule
-configurations out with it before any time is compared, and it reads no profile rates.
+One function, :func:`rank_bytes`, turns what a rank holds (a :class:`Holding`: the row
+pointers and nonzeros of its tiles, its feature rows and columns) and the model's
+weight count into predicted bytes by kind. Everything that predicts a rank's memory
+calls it: ``plan`` and ``plan --auto``, ``train --algo auto`` and ``--max-rank-memory``
+(:mod:`sparsegnn.train.memory` builds the holdings from the graph, a partitioned folder's
+manifest or a row-block folder's). :func:`predict_rank_bytes` is its form for a planner
+:class:`~sparsegnn.distributed.planner.Layout`: the busiest rank of the grid.
+
+Memory is a limit, not a price: ``--max-rank-memory`` and the automatic choice rule
+configurations out with it before any time is compared, so it is apart from the epoch
+time model (:mod:`sparsegnn.distributed.cost`) and reads no rates. Its measured error is
+in docs/distributed.md ("Memory accounting"), the measurements in
+docs/results/2026-12-06-memory-predictor.md.
 """
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from sparsegnn.distributed.cost import feature_column_count, rank_nonzeros
+import numpy as np
+import torch
+
+from sparsegnn.distributed.cost import feature_column_count
 from sparsegnn.distributed.grid import GridShape
 from sparsegnn.distributed.partition import stage_blocks
 from sparsegnn.distributed.spmm import col_lanes
+from sparsegnn.nn.model_size import layer_widths, parameter_count
+
+# What a rank holds, as its RankMemory measures it (``held_bytes``), and what the
+# prediction adds: ``training`` (gradients, activations, blocks in flight), ``graph``
+# (the whole graph a rank loads before cutting its share) and ``process`` (the process
+# itself: interpreter, torch, communication buffers, allocator slack).
+MEMORY_KINDS = ("topology", "features", "model", "optimiser")
+PREDICTED_KINDS = (*MEMORY_KINDS, "training", "graph", "process")
+INDEX_BYTES = 8  # CSR row pointers and column indices are int64
+
+# The process's own part of a rank's peak where no machine profile says (a profile's
+# ``rank_base_bytes + rank_overhead_bytes``, from `sparsegnn calibrate`): a CPU rank here
+# (torch 2.13 CPU wheel, gloo) started at 240-243 MiB after its imports and grew 80-170
+# MiB beyond its data; the quick calibration at p = 4 measured 259 + 131 MiB.
+DEFAULT_PROCESS_BYTES = 384 * 2**20
+
+
+def process_bytes(profile: Any = None) -> int:
+    """The process's own part of a rank's peak: a machine profile's base and growth
+    (:class:`~sparsegnn.distributed.cost_profile.Profile`, ``sparsegnn calibrate``), else
+    :data:`DEFAULT_PROCESS_BYTES`."""
+    if profile is None:
+        return DEFAULT_PROCESS_BYTES
+    return int(profile.rank_base_bytes) + int(profile.rank_overhead_bytes)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one rank holds: ``row_pointers`` and ``nonzeros`` of its tiles of A (and of
+    A^T where it is stored apart), ``feature_rows`` rows of ``feature_cols`` input
+    feature columns."""
+
+    row_pointers: int
+    nonzeros: int
+    feature_rows: int
+    feature_cols: int
+
+
+def rank_bytes(
+    holding: Holding, num_params: int, value_bytes: int, *, widest_layer: int | None = None,
+    in_flight_bytes: int = 0, graph_bytes: int = 0, process_bytes: int = 0,
+) -> dict[str, int]:
+    """The predicted peak of a rank holding ``holding``, by kind (:data:`PREDICTED_KINDS`).
+
+    Held: its tiles (crow + col + val), its feature rows, the model's ``num_params``
+    weights and Adam's two moments. Training adds the weights' gradients and, in
+    full-graph training (``widest_layer``: the widest layer output), about two copies of
+    its rows at the wider of its feature columns and that width (dropout's output and
+    the gathered block of H, measured on a 4M-vertex graph by
+    benchmarks/memory_scaling.py; a 2D/3D rank holds a slice of the input columns but
+    whole hidden rows), and ``in_flight_bytes`` (:func:`in_flight_bytes`). None: no
+    activations (minibatch; its sampled batches are not modelled). ``graph_bytes``: the
+    whole graph where the rank loads it (:func:`whole_graph_bytes`); ``process_bytes``:
+    the process before and beyond its data (:func:`process_bytes`)."""
+    model = num_params * value_bytes
+    activations = 0 if widest_layer is None else \
+        2 * holding.feature_rows * max(holding.feature_cols, widest_layer) * value_bytes
+    return {
+        "topology": tile_bytes(holding.row_pointers, holding.nonzeros, value_bytes),
+        "features": holding.feature_rows * holding.feature_cols * value_bytes,
+        "model": model, "optimiser": 2 * model,
+        "training": model + activations + in_flight_bytes,
+        "graph": graph_bytes, "process": process_bytes,
+    }
+
+
+def tile_bytes(row_pointers: int, nonzeros: int, value_bytes: int) -> int:
+    """CSR bytes: int64 row pointers, and an int64 column and a value per nonzero."""
+    return row_pointers * INDEX_BYTES + nonzeros * (INDEX_BYTES + value_bytes)
+
+
+def in_flight_bytes(shape: GridShape, rank: int, cfg: Any, block_values: int,
+                    stage_tile: tuple[int, int], value_bytes: int) -> int:
+    """What a rank's products hold beyond its own tiles and rows for a moment: on 1D/1.5D
+    the further blocks of H (``block_values`` values each) an overlapped dense product
+    keeps in flight (:func:`blocks_in_flight`); on 2D/3D the largest tile of A (or A^T)
+    a SUMMA stage broadcasts to it, ``stage_tile`` (row pointers, nonzeros)."""
+    if shape.algo in ("1d", "1.5d"):
+        return blocks_in_flight(shape, shape.coords(rank)[1], cfg) * block_values * value_bytes
+    return tile_bytes(*stage_tile, value_bytes)
+
+
+def busiest(predicted: Iterable[dict[str, int]]) -> dict[str, int]:
+    """The rank whose predicted total is largest."""
+    return max(predicted, key=lambda kinds: sum(kinds.values()))
+
+
+def layout_holdings(layout: Any, num_features: int) -> list[Holding]:
+    """Every rank's :class:`Holding` on a planner layout: its row block's tiles (on 1D/1.5D
+    one per block column it multiplies, on 2D/3D the one of its grid column and layer),
+    and those of A^T where the operator is not symmetric (stored apart), and its block's
+    rows of ``num_features`` features (on 2D/3D only its column slice). Equal to a
+    partitioned folder's ``rank_holdings`` (tested)."""
+    shape, part = layout.shape, layout.part
+    tables = _tile_tables(layout)
+    out = []
+    for rank in range(shape.size):
+        keys = _own_tiles(shape, rank)
+        rows = part.size(keys[0][0])
+        out.append(Holding(len(tables) * len(keys) * (rows + 1),
+                           sum(int(t[k]) for t in tables for k in keys), rows,
+                           feature_column_count(shape, shape.coords(rank)[1], num_features)))
+    return out
+
+
+def _own_tiles(shape: GridShape, rank: int) -> list[tuple[int, int, int]]:
+    """``(row block, column block, layer)`` of the tiles a rank holds
+    (:func:`~sparsegnn.distributed.partition.tile_ranges`)."""
+    i, j, m = shape.coords(rank)
+    if shape.algo in ("1d", "1.5d"):
+        return [(i, b, 0) for b in stage_blocks(shape, j)]
+    return [(i, j, m)]
+
+
+def _tile_tables(layout: Any) -> list[np.ndarray]:
+    """Nonzeros of every tile ``[row block, column block, layer]`` of the operator in the
+    partition's order, and of its transpose where that is stored apart."""
+    op = _OperatorPattern.of(layout.graph)
+    pairs = [(op.rows, op.col)] if op.symmetric else [(op.rows, op.col), (op.col, op.rows)]
+    return [_tile_table(layout.shape, layout.part, r.numpy(), c.numpy()) for r, c in pairs]
+
+
+def _tile_table(shape: GridShape, part: Any, row_ids: np.ndarray,
+                col_ids: np.ndarray) -> np.ndarray:
+    """Vectorised (a 1D grid of 4096 ranks has 16M tiles), as
+    :func:`~sparsegnn.distributed.cost.rank_nonzeros` counts them."""
+    layers = shape.layers
+    inner = np.array([part.inner(j, m, layers)[0] for j in range(part.blocks)
+                      for m in range(layers)][1:], dtype=np.int64)
+    ends = np.asarray(part.offsets[1:], dtype=np.int64)
+    if part.order is not None:  # original id -> relabelled id
+        new_id = np.empty(part.num_nodes, dtype=np.int64)
+        new_id[np.asarray(part.order)] = np.arange(part.num_nodes, dtype=np.int64)
+        row_ids, col_ids = new_id[row_ids], new_id[col_ids]
+    rows = np.searchsorted(ends, row_ids, side="right")
+    sub = np.searchsorted(inner, col_ids, side="right")
+    return np.bincount(rows * (part.blocks * layers) + sub,
+                       minlength=part.blocks * part.blocks * layers
+                       ).reshape(part.blocks, part.blocks, layers)
+
+
+def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: int = 0,
+                       whole_graph: bool = False) -> dict[str, int]:
+    """The busiest rank's predicted peak by kind for training ``cfg`` (``model``,
+    ``hidden``, ``num_layers``, ``comm``, ``overlap``) on ``layout``. ``whole_graph``: every
+    rank also loads the graph whole (a dataset or generator given by name; ranks that read
+    a partitioned folder load only their share). A graph without features or labels
+    (R-MAT) is predicted with ``cfg.hidden`` as its input and output widths."""
+    g, shape, part = layout.graph, layout.shape, layout.part
+    f, classes = g.num_features or cfg.hidden, g.num_classes or cfg.hidden
+    params = parameter_count(cfg.model, f, cfg.hidden, classes, cfg.num_layers)
+    widths = layer_widths(f, cfg.hidden, classes, cfg.num_layers)
+    block_values = max(part.size(b) for b in range(shape.row_blocks)) * max(widths)
+    graph = whole_graph_bytes(g, value_bytes) if whole_graph else 0
+    tables = [] if shape.algo in ("1d", "1.5d") else _tile_tables(layout)
+
+    def stage_tile(rank: int) -> tuple[int, int]:
+        i, _, m = shape.coords(rank)
+        nnz = max((int(t[i, k, m]) for t in tables for k in range(shape.cols)), default=0)
+        return (part.size(i) + 1, nnz) if tables else (0, 0)
+
+    return busiest(
+        rank_bytes(h, params, value_bytes, widest_layer=max(widths[1:]), graph_bytes=graph,
+                   process_bytes=process_bytes,
+                   in_flight_bytes=in_flight_bytes(shape, rank, cfg, block_values,
+                                                   stage_tile(rank), value_bytes))
+        for rank, h in enumerate(layout_holdings(layout, f)))
 
 
 def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
                    whole_graph: bool = False) -> int:
-    """Predicted peak bytes of the busiest rank: what it holds (its tiles of A, stored
-    twice when A^T is kept apart; its feature rows, on 2D/3D only its column slice of
-    them; the model and Adam's two moments), what training adds, measured as about two
-    copies of its input rows (dropout's output and the gathered block of H) on a
-    4M-vertex graph (benchmarks/memory_scaling), the further blocks of H an overlapped
-    dense product holds in flight (``cfg.overlap``), and ``overhead``: what the process is
-    before its data (the profile's base) and its growth beyond it (the calibration
-    job's), so that the prediction is of the whole resident set a memory limit caps.
-    ``whole_graph``: every rank also keeps the graph it loaded (a dataset or generator
-    given by name; ranks that read a partitioned folder load only their share) and
-    builds the whole operator from it (:func:`whole_graph_bytes`). Counting the loaded
-    graph only twice (the transient copy loading passes through) left the prediction
-    8-85 MiB short of the measured peak on 131k- and 262k-vertex SBM graphs at p = 2,
-    and 25-195 MiB short under ``train --algo auto`` on 32k-131k-vertex SBM graphs of
-    degree 32 at p = 4, where building the operator is the peak."""
-    g, shape, part = layout.graph, layout.shape, layout.part
-    operator = g.operator()
-    nnz = rank_nonzeros(shape, part, operator)
-    f = g.num_features or cfg.hidden
-    widths = [f] + [cfg.hidden] * (cfg.num_layers - 1) + [g.num_classes or cfg.hidden]
-    params = sum(a * b + b for a, b in itertools.pairwise(widths))
-    tiles = 1 if operator.symmetric else 2
-    blocks_rows = max(part.size(b) for b in range(shape.row_blocks))
-    busiest = 0
-    for rank in range(shape.size):
-        i, j, _ = shape.coords(rank)
-        rows = part.size(i)
-        count = len(stage_blocks(shape, j)) if shape.algo in ("1d", "1.5d") else 1
-        topology = tiles * (count * (rows + 1) * 8 + int(nnz[rank]) * (8 + value_bytes))
-        features = rows * feature_column_count(shape, j, f) * value_bytes
-        held = topology + features + 3 * params * value_bytes
-        busiest = max(busiest, held + 2 * features
-                      + _blocks_in_flight(shape, j, cfg) * blocks_rows * max(widths) * value_bytes)
-    return busiest + overhead + (whole_graph_bytes(g, value_bytes) if whole_graph else 0)
+    """The busiest rank's predicted peak in bytes (:func:`predict_rank_bytes`, summed);
+    ``overhead``: the process's own part (a profile's base and growth)."""
+    return sum(predict_rank_bytes(layout, cfg, value_bytes, overhead, whole_graph).values())
 
 
 # What building the whole graph's operator takes at its peak beyond the loaded graph, per
@@ -70,12 +216,54 @@ OPERATOR_BUILD_BYTES_PER_NONZERO = 112
 def whole_graph_bytes(graph: Any, value_bytes: int) -> int:
     """What a rank that loads ``graph`` whole adds to its peak: the loaded graph, plus the
     larger of a transient copy of it (loading passes through one) and the building of
-    the whole operator it cuts its share from."""
+    the whole operator it cuts its share from. Counting the loaded graph only twice left
+    the prediction 8-85 MiB short of the measured peak on 131k- and 262k-vertex SBM
+    graphs at p = 2, where building the operator is the peak."""
     loaded = loaded_graph_bytes(graph, value_bytes)
-    return loaded + max(loaded, OPERATOR_BUILD_BYTES_PER_NONZERO * graph.operator().nnz)
+    nnz = _OperatorPattern.of(graph).nnz
+    return loaded + max(loaded, OPERATOR_BUILD_BYTES_PER_NONZERO * nnz)
 
 
-def _blocks_in_flight(shape: GridShape, col: int, cfg: Any) -> int:
+@dataclass(frozen=True)
+class _OperatorPattern:
+    """Where a planner graph's operator has nonzeros, as :func:`rank_nonzeros` reads them
+    (``row_indices()``, ``col``), and whether it is symmetric. Taken from the operator where
+    it is built already, else from the pattern with GCN's missing self loops added: a 1D
+    plan keeps only the pattern (1e8 edges), and building the operator to predict memory
+    would take more than the plan itself (:data:`OPERATOR_BUILD_BYTES_PER_NONZERO`)."""
+
+    rows: torch.Tensor
+    col: torch.Tensor
+    symmetric: bool
+
+    @classmethod
+    def of(cls, graph: Any) -> _OperatorPattern:
+        built = getattr(graph, "built", None)
+        if built is not None:
+            return cls(built.row_indices(), built.col, bool(built.symmetric))
+        pattern = graph.pattern  # stored by column: A[rows[k], c] for k in column c
+        rows = np.asarray(pattern.rows, dtype=np.int64)
+        cols = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(pattern.indptr))
+        gcn = graph.model == "gcn"
+        if gcn:  # gcn_norm adds I where the diagonal is missing
+            looped = np.zeros(graph.num_nodes, dtype=bool)
+            looped[rows[rows == cols]] = True
+            missing = np.flatnonzero(~looped)
+            rows, cols = np.concatenate([rows, missing]), np.concatenate([cols, missing])
+        # GCN's operator is symmetric where its pattern is; the row-normalised mean is not
+        # (A^T is stored apart), as operator_for makes them.
+        return cls(torch.from_numpy(rows), torch.from_numpy(cols),
+                   gcn and bool(pattern.symmetric))
+
+    @property
+    def nnz(self) -> int:
+        return int(self.col.numel())
+
+    def row_indices(self) -> torch.Tensor:
+        return self.rows
+
+
+def blocks_in_flight(shape: GridShape, col: int, cfg: Any) -> int:
     """Blocks of H an overlapped dense 1D/1.5D product holds beyond the one the plain
     loop receives into: one per further lane its stages use (distributed.spmm)."""
     lanes = col_lanes(shape.algo, cfg.comm, cfg.overlap)
