@@ -8,45 +8,109 @@ from pathlib import Path
 import pytest
 
 from sparsegnn.cli.main import main
-from sparsegnn.data import load_any
+from sparsegnn.data import load_any, sbm
+from sparsegnn.distributed.grid import grid_shape
+from sparsegnn.distributed.partition import BlockPartition
+from sparsegnn.distributed.planner import Layout, PlanGraph
+from sparsegnn.distributed.rank_memory import (
+    PREDICTED_KINDS,
+    Holding,
+    layout_holdings,
+    rank_bytes,
+)
 from sparsegnn.errors import ResourceError
+from sparsegnn.nn.model_size import parameter_count
 from sparsegnn.sparse import CSRMatrix
-from sparsegnn.train.fullgraph import TrainConfig
+from sparsegnn.train.fullgraph import TrainConfig, build_model
 from sparsegnn.train.memory import (
     MEMORY_KINDS,
     check_graph_rank_memory,
     check_rank_memory,
     measure_rank_memory,
-    predict_rank_memory,
-    rank_share,
+    minibatch_share,
 )
 
 SBM = "sbm:nodes=120,blocks=2,degree=6"
 
 
+def held(predicted: dict[str, int]) -> dict[str, int]:
+    """The kinds of a prediction that a rank's ``held_bytes`` measures."""
+    return {k: predicted[k] for k in MEMORY_KINDS}
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+@pytest.mark.parametrize("layers", [1, 2, 3])
+@pytest.mark.parametrize(("in_dim", "hidden", "out_dim"), [(4, 16, 3), (1433, 64, 7),
+                                                           (128, 128, 16)])
+def test_parameter_count_equals_the_built_model(model: str, layers: int, in_dim: int,
+                                                hidden: int, out_dim: int) -> None:
+    cfg = TrainConfig(model=model, hidden=hidden, num_layers=layers)
+    built = build_model(cfg, in_dim, out_dim)
+    assert parameter_count(model, in_dim, hidden, out_dim, layers) == \
+        sum(p.numel() for p in built.parameters())
+
+
 def test_prediction_kinds_for_a_known_small_graph() -> None:
-    # 10 vertices, 30 nonzeros, 4 float32 features, 50 parameters, one rank.
-    got = predict_rank_memory(10, 30, 4, 50, 4, block_rows=10, block_nnz=30)
-    assert list(got) == list(MEMORY_KINDS)
-    assert got == {"topology": 11 * 8 + 30 * (8 + 4), "features": 10 * 4 * 4,
-                   "model": 200, "optimiser": 400}
-    # A^T stored apart doubles the tiles only.
-    apart = predict_rank_memory(10, 30, 4, 50, 4, block_rows=10, block_nnz=30,
-                                symmetric=False)
-    assert apart["topology"] == 2 * got["topology"] and apart["features"] == got["features"]
+    # 10 vertices, 30 nonzeros in one tile, 4 float32 features, 50 parameters.
+    got = rank_bytes(Holding(11, 30, 10, 4), 50, 4)
+    assert list(got) == list(PREDICTED_KINDS)
+    assert held(got) == {"topology": 11 * 8 + 30 * (8 + 4), "features": 10 * 4 * 4,
+                         "model": 200, "optimiser": 400}
+    assert got["training"] == 200 and got["graph"] == got["process"] == 0  # gradients
+    # Full-graph training: two copies of the rows at the wider of the features and the
+    # widest layer; an overlapped product's blocks in flight; the loaded graph; the process.
+    full = rank_bytes(Holding(11, 30, 10, 4), 50, 4, widest_layer=16, in_flight_bytes=7,
+                      graph_bytes=3, process_bytes=5)
+    assert full["training"] == 200 + 2 * 10 * 16 * 4 + 7
+    assert (full["graph"], full["process"]) == (3, 5) and held(full) == held(got)
 
 
-def test_rank_share_falls_with_p() -> None:
-    assert rank_share(100, 1000, 10, 4, mode="fullgraph", algo="1d") == (25, 250, 10)
-    assert rank_share(100, 1000, 10, 4, mode="fullgraph", algo="1.5d",
-                      replication=2) == (50, 250, 10)
-    # 2D/3D: a rank holds its block's rows and only its slice of the feature columns.
-    assert rank_share(100, 1000, 10, 4, mode="fullgraph", algo="2d") == (50, 250, 5)
-    assert rank_share(100, 1000, 10, 8, mode="fullgraph", algo="3d") == (50, 125, 5)
-    assert rank_share(100, 1000, 10, 9, mode="fullgraph", algo="2d") == (34, 112, 4)
-    assert rank_share(100, 1000, 10, 4, mode="minibatch") == (100, 1000, 10)
-    assert rank_share(100, 1000, 10, 4, mode="minibatch", topology="partitioned",
-                      replication=2) == (50, 500, 10)
+def test_minibatch_share_falls_with_p() -> None:
+    assert minibatch_share(100, 1000, 10, 4) == (100, 1000, 10)
+    assert minibatch_share(100, 1000, 10, 4, topology="partitioned",
+                           replication=2) == (50, 500, 10)
+
+
+def test_fullgraph_prediction_falls_with_p() -> None:
+    """A rank's rows halve as the row blocks double; on 2D/3D it holds only its slice of
+    the feature columns; its share of the nonzeros falls with p."""
+    graph = sbm(512, 4, 8, num_features=32, seed=0)
+    cfg = TrainConfig(hidden=16)
+
+    def predicted(p: int, algo: str = "1d", c: int = 1) -> dict[str, int]:
+        return check_graph_rank_memory(graph, cfg, 64.0, p, mode="fullgraph", algo=algo,
+                                       replication=c, process=0)
+
+    one, two, four = predicted(1), predicted(2), predicted(4)
+    assert one["features"] == 512 * 32 * 4 == 2 * two["features"] == 4 * four["features"]
+    assert one["topology"] > two["topology"] > four["topology"]
+    assert predicted(4, "1.5d", 2)["features"] == two["features"]
+    assert predicted(4, "2d")["features"] == 256 * 16 * 4
+    assert predicted(8, "3d")["features"] == 256 * 16 * 4
+    assert one["graph"] == four["graph"] > 0  # every rank loads the graph whole
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+@pytest.mark.parametrize(("algo", "p", "c"), [("1d", 4, 1), ("1.5d", 4, 2), ("2d", 4, 1),
+                                              ("3d", 8, 1)])
+def test_layout_holdings_equal_a_partitioned_folders(
+    model: str, algo: str, p: int, c: int, tmp_path: Path,
+) -> None:
+    """What the predictor counts on a planner layout is what ``data partition`` records
+    each rank will hold (its ``rank_holdings``, checked against the measured held bytes
+    below), from the pattern alone and from the built operator alike."""
+    from sparsegnn.distributed.partitioned import write_partitioned
+    from sparsegnn.distributed.shard import read_manifest
+
+    graph = load_any(SBM, seed=0)
+    write_partitioned(graph, tmp_path / "part", algo, p, c, model)  # type: ignore[arg-type]
+    written = [Holding(*h) for h in read_manifest(tmp_path / "part")["rank_holdings"]]
+    shape = grid_shape(algo, p, c)  # type: ignore[arg-type]
+    plan_graph = PlanGraph.of(graph, model)
+    lay = Layout(plan_graph, shape, BlockPartition.even(graph.num_nodes, shape.rows), 0.0)
+    assert layout_holdings(lay, graph.num_features) == written
+    plan_graph.operator()
+    assert layout_holdings(lay, graph.num_features) == written
 
 
 def test_prediction_matches_measured_held_bytes_on_one_rank() -> None:
@@ -54,12 +118,10 @@ def test_prediction_matches_measured_held_bytes_on_one_rank() -> None:
     cfg = TrainConfig(model="sage", num_layers=2)
     predicted = check_graph_rank_memory(graph, cfg, 1.0, 1, mode="minibatch")
     adj = CSRMatrix.from_edge_index(graph.edge_index, graph.num_nodes)
-    from sparsegnn.train.fullgraph import build_model
-
     model = build_model(cfg, graph.num_features, graph.num_classes)
-    held = measure_rank_memory([adj, adj], [graph.x.float()], model)
-    assert held.held_bytes == predicted  # a shared tile counts once
-    assert held.peak_rss_bytes > 0
+    measured = measure_rank_memory([adj, adj], [graph.x.float()], model)
+    assert measured.held_bytes == held(predicted)  # a shared tile counts once
+    assert measured.peak_rss_bytes > 0
 
 
 def test_check_refuses_above_the_limit() -> None:
@@ -140,10 +202,14 @@ def test_partitioned_folder_prediction_equals_held_bytes(
     assert main([*argv, "--max-rank-memory", "1e-6"]) == 2
     assert "exceeds --max-rank-memory" in capsys.readouterr().err
     assert main([*argv, "--max-rank-memory", "1"]) == 0
-    ranks = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["memory_per_rank"]
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ranks = result["memory_per_rank"]
     predicted = check_shards_rank_memory(read_manifest(out), TrainConfig(), 1.0)
-    assert predicted == max((r["held_bytes"] for r in ranks),
-                            key=lambda h: sum(h.values()))
+    assert held(predicted) == max((r["held_bytes"] for r in ranks),
+                                  key=lambda h: sum(h.values()))
+    assert predicted["graph"] == 0  # each rank reads only its own file
+    # The JSON reports what the check predicted, beside what each rank measured.
+    assert result["predicted_memory_per_rank"] == {**predicted, "total": sum(predicted.values())}
     assert all(r["training_peak_bytes"] == r["peak_rss_bytes"] - r["start_rss_bytes"] > 0
                for r in ranks)
 

@@ -127,6 +127,18 @@ def training_graph(args: argparse.Namespace) -> GraphData:
     return graph
 
 
+def process_memory(args: argparse.Namespace) -> int:
+    """``--max-rank-memory``'s part for the process itself: ``--profile``'s measured base
+    and growth, else the predictor's default."""
+    from sparsegnn.distributed.rank_memory import process_bytes
+
+    if args.profile is None:
+        return process_bytes(None)
+    from sparsegnn.distributed.cost_profile import Profile
+
+    return process_bytes(Profile.load(args.profile))
+
+
 def _plain_config(cfg: Any) -> dict[str, Any]:
     return {k: v if isinstance(v, int | float | str | bool | None) else str(v)
             for k, v in asdict(cfg).items()}
@@ -210,7 +222,8 @@ def _minibatch(args: argparse.Namespace) -> int:
 
             check_graph_rank_memory(
                 graph, cfg, args.max_rank_memory, world_size(args), mode="minibatch",
-                replication=args.replication, topology=args.topology)
+                replication=args.replication, topology=args.topology,
+                process=process_memory(args))
         # Handed over so that a partitioned torchrun rank keeps only its rows.
         handoff = Handoff(MinibatchData.from_graph(graph, cfg.torch_dtype))
         del graph
@@ -260,7 +273,8 @@ def _minibatch_from_blocks(args: argparse.Namespace) -> int:
     if args.max_rank_memory is not None:
         from sparsegnn.train.memory import check_row_blocks_rank_memory
 
-        check_row_blocks_rank_memory(manifest, cfg, args.max_rank_memory)
+        check_row_blocks_rank_memory(manifest, cfg, args.max_rank_memory,
+                                     process_memory(args))
     outcome = run_minibatch(Path(args.dataset), cfg, mb, args.nprocs, topology="partitioned",
                             replication=replication, backend=args.backend,
                             timeout_s=args.timeout, feature_cache_mb=args.feature_cache_mb)

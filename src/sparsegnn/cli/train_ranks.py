@@ -54,18 +54,9 @@ def train_on_ranks(args: argparse.Namespace) -> int:
         candidates = with_overlap_variants(candidates, twin_fits)
     if len(candidates) > 1:
         job = replace(job, trials=tuple(candidates))
-    if args.max_rank_memory is not None:
-        from sparsegnn.distributed.shard import is_shard_dir, read_manifest
-        from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
-
-        if is_shard_dir(args.dataset):
-            check_shards_rank_memory(read_manifest(args.dataset), job.cfg,
-                                     args.max_rank_memory)
-        else:
-            nprocs = job.nprocs if job.nprocs > 1 else world_size(args)
-            check_graph_rank_memory(training_graph(args), job.cfg, args.max_rank_memory, nprocs,
-                                    mode="fullgraph", algo=job.dcfg.algo,
-                                    replication=job.dcfg.replication)
+    predicted = None
+    if args.max_rank_memory is not None and auto is None:  # auto's choice is predicted to fit
+        predicted = _check_memory(args, job, any(c.overlap for c in candidates))
     if job.cfg.checkpoint is not None:
         from sparsegnn.train.dist_checkpoint import check_folder
 
@@ -81,6 +72,8 @@ def train_on_ranks(args: argparse.Namespace) -> int:
     text += f"\n{run.shape.describe()}: {mib:.2f} MiB sent per epoch (all ranks)"
     if run.reports[0].resumed is not None:
         text += f"\n{run.reports[0].resumed.describe()}"
+    if predicted is not None:
+        out["predicted_memory_per_rank"] = {**predicted, "total": sum(predicted.values())}
     if auto is not None:
         out["auto"] = auto_report(auto, run)
         out["auto"]["measured_epoch_s"] = out["epoch_time_s"]
@@ -89,6 +82,24 @@ def train_on_ranks(args: argparse.Namespace) -> int:
         text += overlap_summary(run.trials, run.dcfg.overlap)
     return finish_run(args, title(run.graph, job.cfg.model, f", {run.shape.describe()}"),
                       out, text)
+
+
+def _check_memory(args: argparse.Namespace, job: Any, overlap: bool) -> dict[str, int]:
+    """``--max-rank-memory``: the busiest rank's predicted peak by kind, or the refusal."""
+    from sparsegnn.cli.train_cmd import process_memory
+    from sparsegnn.distributed.shard import is_shard_dir, read_manifest
+    from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
+
+    d = job.dcfg
+    if is_shard_dir(args.dataset):
+        return check_shards_rank_memory(read_manifest(args.dataset), job.cfg,
+                                        args.max_rank_memory, comm=d.comm, overlap=overlap,
+                                        process=process_memory(args))
+    nprocs = job.nprocs if job.nprocs > 1 else world_size(args)
+    return check_graph_rank_memory(
+        training_graph(args), job.cfg, args.max_rank_memory, nprocs, mode="fullgraph",
+        algo=d.algo, replication=d.replication, comm=d.comm, overlap=overlap,
+        partition=d.partition, process=process_memory(args))
 
 
 def _masks(args: argparse.Namespace, auto: dict[str, Any] | None) -> Any:

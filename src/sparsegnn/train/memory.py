@@ -1,4 +1,11 @@
-"""Peak memory of the current process, as users read it (resident set or CUDA allocator)."""
+"""A rank's memory: measured (its peak resident set and the bytes it holds by kind), and
+checked against ``--max-rank-memory`` before any rank starts.
+
+The checks build what each rank will hold from the graph, a partitioned folder's
+manifest or a row-block folder's, and ask the one predictor,
+:func:`sparsegnn.distributed.rank_memory.rank_bytes`, which ``plan`` and ``--algo auto``
+ask too.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +21,22 @@ from typing import Any
 import torch
 from torch import nn
 
-from sparsegnn.errors import ResourceError
+from sparsegnn.distributed.rank_memory import (
+    DEFAULT_PROCESS_BYTES,
+    MEMORY_KINDS,
+    Holding,
+    busiest,
+    in_flight_bytes,
+    predict_rank_bytes,
+    rank_bytes,
+)
+from sparsegnn.errors import InvalidValueError, ResourceError
+from sparsegnn.nn.model_size import layer_widths, parameter_count
 from sparsegnn.sparse import CSRMatrix
+
+__all__ = ["MEMORY_KINDS", "RankMemory", "check_graph_rank_memory", "check_rank_memory",
+           "check_row_blocks_rank_memory", "check_shards_rank_memory", "measure_rank_memory",
+           "minibatch_share", "peak_memory_bytes", "peak_rss_bytes", "release_freed_memory"]
 
 
 def peak_memory_bytes(device: torch.device | None = None) -> int:
@@ -28,10 +49,6 @@ def peak_memory_bytes(device: torch.device | None = None) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
-
-
-MEMORY_KINDS = ("topology", "features", "model", "optimiser")
-_INDEX_BYTES = 8  # CSR row pointers and column indices are int64
 
 
 @dataclass(frozen=True)
@@ -105,48 +122,17 @@ def measure_rank_memory(
     return RankMemory(peak_rss_bytes(), held, start_rss_bytes)
 
 
-def predict_rank_memory(
-    num_nodes: int, nnz: int, num_features: int, num_params: int, value_bytes: int, *,
-    block_rows: int, block_nnz: int, symmetric: bool = True, block_cols: int | None = None,
-) -> dict[str, int]:
-    """Predicted bytes one rank holds by kind, for a rank holding ``block_rows`` rows of the
-    features (``block_cols`` of their columns, default all) and CSR tiles with
-    ``block_nnz`` nonzeros over ``block_rows`` rows (twice when A^T is stored apart from
-    A, ``symmetric`` False)."""
-    del num_nodes, nnz  # the whole graph's sizes enter through block_rows/block_nnz
-    tiles = 1 if symmetric else 2
-    topo = tiles * ((block_rows + 1) * _INDEX_BYTES + block_nnz * (_INDEX_BYTES + value_bytes))
-    model = num_params * value_bytes
-    cols = num_features if block_cols is None else block_cols
-    return {"topology": topo, "features": block_rows * cols * value_bytes,
-            "model": model, "optimiser": 2 * model}
-
-
-def rank_share(
-    num_nodes: int, nnz: int, num_features: int, nprocs: int, *, mode: str,
-    algo: str = "1d", replication: int = 1, topology: str = "replicated",
+def minibatch_share(
+    num_nodes: int, nnz: int, num_features: int, nprocs: int, *, replication: int = 1,
+    topology: str = "replicated",
 ) -> tuple[int, int, int]:
-    """``(rows, nonzeros, feature columns)`` of the largest share one rank holds.
-
-    Full-graph (``mode`` ``fullgraph``): rows of its vertex block, ``ceil(n / p_rows)``,
-    and ``ceil(nnz / p)`` nonzeros (1D, 1.5D, 2D and 3D alike, with even blocks), and on
-    2D/3D ``ceil(f / q)`` feature columns (its slice), else all f.
-    Minibatch: the whole graph (``replicated``) or ``1 / (p / c)`` of its rows and
-    nonzeros (``partitioned``), every feature column.
-    """
-    def ceil(a: int, b: int) -> int:
-        return -(-a // b)
-
-    if mode == "minibatch":
-        if topology == "replicated" or nprocs == 1:
-            return num_nodes, nnz, num_features
-        blocks = max(1, nprocs // replication)
-        return ceil(num_nodes, blocks), ceil(nnz, blocks), num_features
-    from sparsegnn.distributed import grid_shape
-
-    shape = grid_shape(algo, nprocs, replication)  # type: ignore[arg-type]
-    return (ceil(num_nodes, shape.rows), ceil(nnz, nprocs),
-            ceil(num_features, shape.feature_slices))
+    """``(rows, nonzeros, feature columns)`` a minibatch rank holds: the whole graph
+    (``replicated``) or ``1 / (p / c)`` of its rows and nonzeros (``partitioned``), every
+    feature column."""
+    if topology == "replicated" or nprocs == 1:
+        return num_nodes, nnz, num_features
+    blocks = max(1, nprocs // replication)
+    return -(-num_nodes // blocks), -(-nnz // blocks), num_features
 
 
 def check_rank_memory(predicted: dict[str, int], limit_gib: float) -> None:
@@ -164,69 +150,109 @@ def check_rank_memory(predicted: dict[str, int], limit_gib: float) -> None:
 
 def check_graph_rank_memory(
     graph: Any, cfg: Any, limit_gib: float, nprocs: int, *, mode: str, algo: str = "1d",
-    replication: int = 1, topology: str = "replicated",
+    replication: int = 1, topology: str = "replicated", comm: str = "sparse",
+    overlap: bool = False, partition: Any = None, process: int = DEFAULT_PROCESS_BYTES,
 ) -> dict[str, int]:
-    """Predict one rank's footprint for training ``cfg`` on ``graph`` (a
-    :class:`~sparsegnn.data.GraphData`) over ``nprocs`` ranks and refuse it above
-    ``limit_gib`` GiB; the prediction by kind when it fits."""
-    # Full-graph GCN adds a self loop per vertex; its normalised A is symmetric (one set
-    # of tiles), other full-graph operators store A^T apart.
-    gcn = mode == "fullgraph" and cfg.model == "gcn"
-    n = int(graph.num_nodes)
-    nnz = int(graph.num_edges) + (n if gcn else 0)
-    f, classes = int(graph.num_features), int(graph.num_classes)
-    rows, block_nnz, cols = rank_share(n, nnz, f, nprocs, mode=mode, algo=algo,
-                                       replication=replication, topology=topology)
-    symmetric = mode == "minibatch" or gcn
-    predicted = predict_rank_memory(n, nnz, f, _num_params(cfg, f, classes),
-                                    _value_bytes(cfg), block_rows=rows, block_nnz=block_nnz,
-                                    symmetric=symmetric, block_cols=cols)
+    """Predict the busiest rank's peak for training ``cfg`` on ``graph`` (a
+    :class:`~sparsegnn.data.GraphData` every rank loads whole) over ``nprocs`` ranks, and
+    refuse it above ``limit_gib`` GiB; the prediction by kind when it fits.
+
+    Full-graph: the ranks' own partition (``partition``: None for even blocks, a
+    partitioner name or a vector file) of the grid of ``algo``, the tiles each rank
+    multiplies, its feature rows and slice, and the whole graph each rank loads and
+    builds its operator from. Minibatch: the whole graph (``replicated``) or a row
+    block (``partitioned``), without the sampled batches' activations (not modelled).
+    ``process``: the process's own part
+    (:func:`~sparsegnn.distributed.rank_memory.process_bytes`)."""
+    if mode == "fullgraph":
+        from sparsegnn.distributed.grid import grid_shape
+        from sparsegnn.distributed.partitioned import partition_for
+        from sparsegnn.distributed.planner import Layout, PlanConfig, PlanGraph
+
+        shape = grid_shape(algo, nprocs, replication)  # type: ignore[arg-type]
+        part = partition_for(int(graph.num_nodes), shape, partition, graph.edge_index,
+                             cfg.seed)
+        plan = PlanConfig(nprocs, algo, replication, comm=comm,  # type: ignore[arg-type]
+                          model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
+                          overlap=overlap)
+        lay = Layout(PlanGraph.of(graph, cfg.model), shape, part, 0.0)
+        predicted = predict_rank_bytes(lay, plan, _value_bytes(cfg), process, whole_graph=True)
+    else:
+        f = int(graph.num_features)
+        rows, nnz, cols = minibatch_share(int(graph.num_nodes), int(graph.num_edges), f,
+                                          nprocs, replication=replication, topology=topology)
+        predicted = rank_bytes(Holding(rows + 1, nnz, rows, cols),
+                               _num_params(cfg, f, int(graph.num_classes)), _value_bytes(cfg),
+                               process_bytes=process)
     check_rank_memory(predicted, limit_gib)
     return predicted
 
 
 def check_row_blocks_rank_memory(
-    manifest: dict[str, Any], cfg: Any, limit_gib: float,
+    manifest: dict[str, Any], cfg: Any, limit_gib: float, process: int = DEFAULT_PROCESS_BYTES,
 ) -> dict[str, int]:
     """The same prediction and refusal for a row-block folder (``data partition --mode
     minibatch``), from its manifest alone: the largest block's rows and nonzeros."""
     bounds, nnz = manifest["bounds"], manifest["nnz"]
     rows = max(b - a for a, b in itertools.pairwise(bounds))
     f = int(manifest["num_features"])
-    predicted = predict_rank_memory(
-        int(manifest["num_nodes"]), sum(nnz), f,
-        _num_params(cfg, f, int(manifest["num_classes"])), _value_bytes(cfg),
-        block_rows=rows, block_nnz=max(nnz))
+    predicted = rank_bytes(Holding(rows + 1, max(nnz), rows, f),
+                           _num_params(cfg, f, int(manifest["num_classes"])), _value_bytes(cfg),
+                           process_bytes=process)
     check_rank_memory(predicted, limit_gib)
     return predicted
 
 
 def check_shards_rank_memory(
-    manifest: dict[str, Any], cfg: Any, limit_gib: float,
+    manifest: dict[str, Any], cfg: Any, limit_gib: float, *, comm: str = "sparse",
+    overlap: bool = False, process: int = DEFAULT_PROCESS_BYTES,
 ) -> dict[str, int]:
     """The prediction and refusal for a full-graph partitioned folder, from the holdings
-    its manifest records per rank (the largest rank's); folders written before the
-    manifest recorded them are refused with a way out."""
-    from sparsegnn.errors import InvalidValueError
+    its manifest records per rank (each rank reads only its own file: no whole graph);
+    folders written before the manifest recorded them are refused with a way out."""
+    from sparsegnn.distributed.shard import manifest_shape
 
     holdings = manifest.get("rank_holdings")
     if not holdings:
         raise InvalidValueError("--max-rank-memory: this partitioned folder does not record "
                                 "its ranks' holdings; write it again with `data partition`")
-    vb = _value_bytes(cfg)
-    f = int(manifest["num_features"])
-    model = _num_params(cfg, f, int(manifest["num_classes"])) * vb
-    predicted = max(({"topology": crow * _INDEX_BYTES + nnz * (_INDEX_BYTES + vb),
-                      "features": rows * cols * vb, "model": model, "optimiser": 2 * model}
-                     for crow, nnz, rows, cols in holdings), key=lambda k: sum(k.values()))
+    shape = manifest_shape(manifest)
+    f, classes = int(manifest["num_features"]), int(manifest["num_classes"])
+    params = _num_params(cfg, f, classes)
+    widths = layer_widths(f, cfg.hidden, classes, cfg.num_layers)
+    block_values = max(b - a for a, b in itertools.pairwise(manifest["offsets"])) * max(widths)
+    flight, vb = _Flight(comm, overlap), _value_bytes(cfg)
+    # 2D/3D: the tiles of each row a SUMMA stage broadcasts ([i, k, m, nonzeros] of A, A^T).
+    stage: dict[tuple[int, int], int] = {}
+    for table in manifest.get("nnz", {}).values():
+        for i, _, m, n in table:
+            stage[i, m] = max(stage.get((i, m), 0), int(n))
+
+    def stage_tile(rank: int) -> tuple[int, int]:
+        i, _, m = shape.coords(rank)
+        rows = manifest["offsets"][i + 1] - manifest["offsets"][i]
+        return (rows + 1, stage[i, m]) if (i, m) in stage else (0, 0)
+
+    predicted = busiest(
+        rank_bytes(Holding(*held), params, vb, widest_layer=max(widths[1:]),
+                   process_bytes=process,
+                   in_flight_bytes=in_flight_bytes(shape, rank, flight, block_values,
+                                                   stage_tile(rank), vb))
+        for rank, held in enumerate(holdings))
     check_rank_memory(predicted, limit_gib)
     return predicted
 
 
-def _num_params(cfg: Any, num_features: int, num_classes: int) -> int:
-    from sparsegnn.train.fullgraph import build_model
+@dataclass(frozen=True)
+class _Flight:
+    """What :func:`~sparsegnn.distributed.rank_memory.in_flight_bytes` reads of a run."""
 
-    return sum(p.numel() for p in build_model(cfg, num_features, num_classes).parameters())
+    comm: str
+    overlap: bool
+
+
+def _num_params(cfg: Any, num_features: int, num_classes: int) -> int:
+    return parameter_count(cfg.model, num_features, cfg.hidden, num_classes, cfg.num_layers)
 
 
 def _value_bytes(cfg: Any) -> int:
