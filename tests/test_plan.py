@@ -184,3 +184,31 @@ def test_spmm_schedule_multiplies_where_the_layers_do(model: str, in_dim: int,
     backward = [c for c in calls if c.phase == "backward_spmm"]
     assert calls[0].width == (hidden if layer.transforms_first else in_dim)
     assert len(backward) == (2 if layer.transforms_first else 1)
+
+
+def test_plan_train_and_auto_predict_memory_alike(capsys):
+    """One predictor: ``plan``'s per-rank memory is what ``train --max-rank-memory``
+    checks for the same run, and what ``plan --auto`` / ``train --algo auto`` rank by
+    (there with the profile's process part)."""
+    from sparsegnn.distributed.autoplan import auto_plan
+    from sparsegnn.distributed.cost_profile import LinkCost, Profile
+    from sparsegnn.distributed.planner import PlanConfig
+    from sparsegnn.distributed.rank_memory import DEFAULT_PROCESS_BYTES
+    from sparsegnn.train.fullgraph import TrainConfig
+    from sparsegnn.train.memory import check_graph_rank_memory
+
+    assert main(["plan", "--graph", SPEC, "--parts", "4", "--comm", "dense", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    graph = load_any(SPEC, None, seed=0)
+    checked = check_graph_rank_memory(graph, TrainConfig(), 64.0, 4, mode="fullgraph",
+                                      comm="dense")
+    assert out["memory_per_rank_by_kind"] == checked
+    assert out["memory_bytes_per_rank"] == sum(checked.values())
+    assert checked["process"] == DEFAULT_PROCESS_BYTES
+    links = {k: LinkCost(1e-5, 1e-9) for k in ("broadcast", "all_reduce", "all_gather",
+                                                "all_to_all")}
+    profile = Profile("gloo", 4, {8: 2e-9}, 1e-9, 1e-10, 1e-9, links,
+                      rank_overhead_bytes=1 << 20, rank_base_bytes=2 << 20)
+    ranked = auto_plan(PlanGraph.of(graph, "gcn"), 4, profile, PlanConfig(4))
+    one_d = next(c for c in ranked if (c.config.algo, c.config.comm) == ("1d", "dense"))
+    assert one_d.memory_bytes == sum({**checked, "process": 3 << 20}.values())

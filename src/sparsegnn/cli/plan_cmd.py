@@ -66,21 +66,37 @@ def run(args: argparse.Namespace) -> int:
     cfg = PlanConfig(
         parts=args.parts, algo=args.algo, replication=args.replication,
         partitioner=args.partitioner, comm=args.comm, model=args.model, hidden=args.hidden,
-        num_layers=args.num_layers, dtype=args.dtype, seed=args.seed,
+        num_layers=args.num_layers, dtype=args.dtype, seed=args.seed, overlap=args.overlap,
     )
     loaded = load_any(args.graph, args.data_dir, seed=args.seed, progress=True)
     graph = PlanGraph.of(loaded, args.model)
     del loaded  # the edge list (1.9 GiB at rmat:22): nothing reads it past the pattern
     planned, lay = plan(graph, cfg)
-    result = {"graph": args.graph, **planned}
+    result = {"graph": args.graph, **planned, **_memory(args, lay, cfg)}
     if args.plot:
         plot(result, lay, args.comm, str(args.plot))
         result["plot"] = str(args.plot)
     vol = result["bytes_per_epoch"]
     text = (f"{lay.shape.describe()}, {args.partitioner} partition, {args.comm} comm: "
             f"{vol['total'] / 2**20:.2f} MiB sent per epoch in all, "
-            f"{vol['max_per_rank'] / 2**20:.2f} MiB at the busiest rank")
+            f"{vol['max_per_rank'] / 2**20:.2f} MiB at the busiest rank; predicted peak "
+            f"{result['memory_bytes_per_rank'] / 2**20:.1f} MiB per rank")
     return emit(args, result, text)
+
+
+def _memory(args: argparse.Namespace, lay: Any, cfg: Any) -> dict[str, Any]:
+    """The busiest rank's predicted peak, as ``train --max-rank-memory`` predicts it for
+    ranks that load the graph by name (``--profile``: the machine's process part)."""
+    from sparsegnn.distributed.rank_memory import predict_rank_bytes, process_bytes
+
+    profile = None
+    if args.profile is not None:
+        from sparsegnn.distributed.cost_profile import Profile
+
+        profile = Profile.load(args.profile)
+    kinds = predict_rank_bytes(lay, cfg, cfg.value_bytes, process_bytes(profile),
+                               whole_graph=True)
+    return {"memory_bytes_per_rank": sum(kinds.values()), "memory_per_rank_by_kind": kinds}
 
 
 def load_profile(path: str | None, parts: int) -> Any:
