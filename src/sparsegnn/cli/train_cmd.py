@@ -139,6 +139,11 @@ def process_memory(args: argparse.Namespace) -> int:
     return process_bytes(Profile.load(args.profile))
 
 
+def predicted_total(predicted: dict[str, int]) -> dict[str, int]:
+    """A ``--max-rank-memory`` prediction by kind with its total, for the JSON output."""
+    return {**predicted, "total": sum(predicted.values())}
+
+
 def _plain_config(cfg: Any) -> dict[str, Any]:
     return {k: v if isinstance(v, int | float | str | bool | None) else str(v)
             for k, v in asdict(cfg).items()}
@@ -220,10 +225,10 @@ def _minibatch(args: argparse.Namespace) -> int:
         if args.max_rank_memory is not None:
             from sparsegnn.train.memory import check_graph_rank_memory
 
-            check_graph_rank_memory(
+            extra["predicted_memory_per_rank"] = predicted_total(check_graph_rank_memory(
                 graph, cfg, args.max_rank_memory, world_size(args), mode="minibatch",
                 replication=args.replication, topology=args.topology,
-                process=process_memory(args))
+                process=process_memory(args)))
         # Handed over so that a partitioned torchrun rank keeps only its rows.
         handoff = Handoff(MinibatchData.from_graph(graph, cfg.torch_dtype))
         del graph
@@ -235,7 +240,7 @@ def _minibatch(args: argparse.Namespace) -> int:
             return 0
         summary, world = outcome.value.summary, outcome.world_size
         comm = outcome.comm.to_dict()
-        extra = {"topology": args.topology}
+        extra.update(topology=args.topology)
         if args.topology == "partitioned":
             extra["replication"] = args.replication
     else:
@@ -270,11 +275,12 @@ def _minibatch_from_blocks(args: argparse.Namespace) -> int:
             f"(replication = ranks / blocks), not {world} with --replication {args.replication}")
     cfg = replace(config_from_args(args), model="sage")
     mb = MinibatchConfig(args.sampler, tuple(args.fanouts), args.batch_size, args.bulk)
+    predicted = None
     if args.max_rank_memory is not None:
         from sparsegnn.train.memory import check_row_blocks_rank_memory
 
-        check_row_blocks_rank_memory(manifest, cfg, args.max_rank_memory,
-                                     process_memory(args))
+        predicted = predicted_total(check_row_blocks_rank_memory(
+            manifest, cfg, args.max_rank_memory, process_memory(args)))
     outcome = run_minibatch(Path(args.dataset), cfg, mb, args.nprocs, topology="partitioned",
                             replication=replication, backend=args.backend,
                             timeout_s=args.timeout, feature_cache_mb=args.feature_cache_mb)
@@ -286,6 +292,8 @@ def _minibatch_from_blocks(args: argparse.Namespace) -> int:
            "topology": "partitioned", "replication": replication, "row_blocks": blocks,
            **summary, "minibatch": asdict(mb), "config": _plain_config(cfg),
            "comm_bytes": outcome.comm.to_dict()}
+    if predicted is not None:
+        out["predicted_memory_per_rank"] = predicted
     return finish_run(args, title(manifest["name"], "sage", f", {mb.sampler} minibatches"),
                       out, _minibatch_summary(manifest["name"], mb, summary))
 

@@ -116,8 +116,9 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     dist.add_argument(
         "--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
         metavar="GIB",
-        help="refuse, before any rank starts, when the predicted per-rank footprint "
-        "(topology + features + model + optimiser) exceeds this many GiB",
+        help="refuse, before any rank starts, when the busiest rank's predicted peak "
+        "(its tiles, features, model, optimiser, training, the graph it loads and the "
+        "process: --profile's, else 384 MiB) exceeds this many GiB",
     )
     dist.add_argument("--replication", type=int_range(1), default=1,
                       help="replication factor c (1.5D)")

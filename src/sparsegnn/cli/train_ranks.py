@@ -21,6 +21,7 @@ from sparsegnn.cli.train_auto import auto_report, auto_summary, choose_auto, ove
 from sparsegnn.cli.train_cmd import (
     config_from_args,
     fullgraph_summary,
+    predicted_total,
     title,
     training_graph,
     world_size,
@@ -73,7 +74,7 @@ def train_on_ranks(args: argparse.Namespace) -> int:
     if run.reports[0].resumed is not None:
         text += f"\n{run.reports[0].resumed.describe()}"
     if predicted is not None:
-        out["predicted_memory_per_rank"] = {**predicted, "total": sum(predicted.values())}
+        out["predicted_memory_per_rank"] = predicted_total(predicted)
     if auto is not None:
         out["auto"] = auto_report(auto, run)
         out["auto"]["measured_epoch_s"] = out["epoch_time_s"]
