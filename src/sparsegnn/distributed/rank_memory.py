@@ -17,12 +17,12 @@ docs/results/2026-12-06-memory-predictor.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from sparsegnn.distributed.cost import feature_column_count
 from sparsegnn.distributed.grid import GridShape
@@ -115,14 +115,15 @@ def busiest(predicted: Iterable[dict[str, int]]) -> dict[str, int]:
     return max(predicted, key=lambda kinds: sum(kinds.values()))
 
 
-def layout_holdings(layout: Any, num_features: int) -> list[Holding]:
+def layout_holdings(layout: Any, num_features: int,
+                    tables: list[np.ndarray] | None = None) -> list[Holding]:
     """Every rank's :class:`Holding` on a planner layout: its row block's tiles (on 1D/1.5D
     one per block column it multiplies, on 2D/3D the one of its grid column and layer),
     and those of A^T where the operator is not symmetric (stored apart), and its block's
     rows of ``num_features`` features (on 2D/3D only its column slice). Equal to a
     partitioned folder's ``rank_holdings`` (tested)."""
     shape, part = layout.shape, layout.part
-    tables = _tile_tables(layout)
+    tables = _tile_tables(layout) if tables is None else tables
     out = []
     for rank in range(shape.size):
         keys = _own_tiles(shape, rank)
@@ -145,28 +146,33 @@ def _own_tiles(shape: GridShape, rank: int) -> list[tuple[int, int, int]]:
 def _tile_tables(layout: Any) -> list[np.ndarray]:
     """Nonzeros of every tile ``[row block, column block, layer]`` of the operator in the
     partition's order, and of its transpose where that is stored apart."""
-    op = _OperatorPattern.of(layout.graph)
-    pairs = [(op.rows, op.col)] if op.symmetric else [(op.rows, op.col), (op.col, op.rows)]
-    return [_tile_table(layout.shape, layout.part, r.numpy(), c.numpy()) for r, c in pairs]
+    op = _Nonzeros.of(layout.graph)
+    return [_tile_table(layout.shape, layout.part, op.chunks(transpose))
+            for transpose in ((False,) if op.symmetric else (False, True))]
 
 
-def _tile_table(shape: GridShape, part: Any, row_ids: np.ndarray,
-                col_ids: np.ndarray) -> np.ndarray:
-    """Vectorised (a 1D grid of 4096 ranks has 16M tiles), as
+def _tile_table(shape: GridShape, part: Any,
+                chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Vectorised (a 1D grid of 4096 ranks has 16M tiles) and read in chunks of
+    nonzeros (a plan of 1e8 edges keeps only the pattern), as
     :func:`~sparsegnn.distributed.cost.rank_nonzeros` counts them."""
     layers = shape.layers
     inner = np.array([part.inner(j, m, layers)[0] for j in range(part.blocks)
                       for m in range(layers)][1:], dtype=np.int64)
     ends = np.asarray(part.offsets[1:], dtype=np.int64)
+    new_id = None
     if part.order is not None:  # original id -> relabelled id
         new_id = np.empty(part.num_nodes, dtype=np.int64)
         new_id[np.asarray(part.order)] = np.arange(part.num_nodes, dtype=np.int64)
-        row_ids, col_ids = new_id[row_ids], new_id[col_ids]
-    rows = np.searchsorted(ends, row_ids, side="right")
-    sub = np.searchsorted(inner, col_ids, side="right")
-    return np.bincount(rows * (part.blocks * layers) + sub,
-                       minlength=part.blocks * part.blocks * layers
-                       ).reshape(part.blocks, part.blocks, layers)
+    size = part.blocks * part.blocks * layers
+    table = np.zeros(size, dtype=np.int64)
+    for row_ids, col_ids in chunks:
+        if new_id is not None:
+            row_ids, col_ids = new_id[row_ids], new_id[col_ids]
+        key = np.searchsorted(ends, row_ids, side="right") * (part.blocks * layers)
+        key += np.searchsorted(inner, col_ids, side="right")
+        table += np.bincount(key, minlength=size)
+    return table.reshape(part.blocks, part.blocks, layers)
 
 
 def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: int = 0,
@@ -182,19 +188,21 @@ def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: i
     widths = layer_widths(f, cfg.hidden, classes, cfg.num_layers)
     block_values = max(part.size(b) for b in range(shape.row_blocks)) * max(widths)
     graph = whole_graph_bytes(g, value_bytes) if whole_graph else 0
-    tables = [] if shape.algo in ("1d", "1.5d") else _tile_tables(layout)
+    tables = _tile_tables(layout)
+    summa = shape.algo not in ("1d", "1.5d")
 
     def stage_tile(rank: int) -> tuple[int, int]:
+        if not summa:
+            return 0, 0
         i, _, m = shape.coords(rank)
-        nnz = max((int(t[i, k, m]) for t in tables for k in range(shape.cols)), default=0)
-        return (part.size(i) + 1, nnz) if tables else (0, 0)
+        return part.size(i) + 1, max(int(t[i, k, m]) for t in tables for k in range(shape.cols))
 
     return busiest(
         rank_bytes(h, params, value_bytes, widest_layer=max(widths[1:]), graph_bytes=graph,
                    process_bytes=process_bytes,
                    in_flight_bytes=in_flight_bytes(shape, rank, cfg, block_values,
                                                    stage_tile(rank), value_bytes))
-        for rank, h in enumerate(layout_holdings(layout, f)))
+        for rank, h in enumerate(layout_holdings(layout, f, tables)))
 
 
 def predict_memory(layout: Any, cfg: Any, value_bytes: int, overhead: int = 0,
@@ -220,47 +228,62 @@ def whole_graph_bytes(graph: Any, value_bytes: int) -> int:
     the prediction 8-85 MiB short of the measured peak on 131k- and 262k-vertex SBM
     graphs at p = 2, where building the operator is the peak."""
     loaded = loaded_graph_bytes(graph, value_bytes)
-    nnz = _OperatorPattern.of(graph).nnz
+    nnz = _Nonzeros.of(graph).nnz
     return loaded + max(loaded, OPERATOR_BUILD_BYTES_PER_NONZERO * nnz)
 
 
 @dataclass(frozen=True)
-class _OperatorPattern:
-    """Where a planner graph's operator has nonzeros, as :func:`rank_nonzeros` reads them
-    (``row_indices()``, ``col``), and whether it is symmetric. Taken from the operator where
-    it is built already, else from the pattern with GCN's missing self loops added: a 1D
-    plan keeps only the pattern (1e8 edges), and building the operator to predict memory
-    would take more than the plan itself (:data:`OPERATOR_BUILD_BYTES_PER_NONZERO`)."""
+class _Nonzeros:
+    """Where a planner graph's operator has nonzeros, read in chunks: compressed
+    ``indptr`` and ``index`` (by row, a CSR, where the operator is built already; else
+    the planner's pattern, by column), plus ``loops``, the self loops GCN's operator adds
+    where the diagonal is missing. A 1D plan keeps only the pattern (1e8 edges), and
+    building the operator to predict memory would take more than the plan itself
+    (:data:`OPERATOR_BUILD_BYTES_PER_NONZERO`)."""
 
-    rows: torch.Tensor
-    col: torch.Tensor
+    indptr: np.ndarray
+    index: np.ndarray
+    by_row: bool
+    loops: np.ndarray
     symmetric: bool
 
     @classmethod
-    def of(cls, graph: Any) -> _OperatorPattern:
+    def of(cls, graph: Any) -> _Nonzeros:
         built = getattr(graph, "built", None)
         if built is not None:
-            return cls(built.row_indices(), built.col, bool(built.symmetric))
-        pattern = graph.pattern  # stored by column: A[rows[k], c] for k in column c
-        rows = np.asarray(pattern.rows, dtype=np.int64)
-        cols = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(pattern.indptr))
+            return cls(built.crow.numpy(), built.col.numpy(), True, np.empty(0, np.int64),
+                       bool(built.symmetric))
+        pattern = graph.pattern
+        no_loops = cls(pattern.indptr, pattern.rows, False, np.empty(0, np.int64), False)
         gcn = graph.model == "gcn"
+        loops = np.empty(0, np.int64)
         if gcn:  # gcn_norm adds I where the diagonal is missing
             looped = np.zeros(graph.num_nodes, dtype=bool)
-            looped[rows[rows == cols]] = True
-            missing = np.flatnonzero(~looped)
-            rows, cols = np.concatenate([rows, missing]), np.concatenate([cols, missing])
+            for rows, cols in no_loops.chunks():
+                looped[rows[rows == cols]] = True
+            loops = np.flatnonzero(~looped)
         # GCN's operator is symmetric where its pattern is; the row-normalised mean is not
         # (A^T is stored apart), as operator_for makes them.
-        return cls(torch.from_numpy(rows), torch.from_numpy(cols),
-                   gcn and bool(pattern.symmetric))
+        return cls(pattern.indptr, pattern.rows, False, loops, gcn and bool(pattern.symmetric))
 
     @property
     def nnz(self) -> int:
-        return int(self.col.numel())
+        return len(self.index) + len(self.loops)
 
-    def row_indices(self) -> torch.Tensor:
-        return self.rows
+    def chunks(self, transpose: bool = False,
+               size: int = 1 << 21) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(row ids, column ids)`` of about ``size`` nonzeros at a time (of the
+        transpose: swapped)."""
+        indptr = np.asarray(self.indptr, dtype=np.int64)
+        bounds = np.unique(np.searchsorted(indptr, np.arange(0, indptr[-1], size),
+                                           side="right") - 1)
+        for lo, hi in itertools.pairwise([*bounds.tolist(), len(indptr) - 1]):
+            outer = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr[lo:hi + 1]))
+            inner = np.asarray(self.index[indptr[lo]:indptr[hi]], dtype=np.int64)
+            rows, cols = (outer, inner) if self.by_row else (inner, outer)
+            yield (cols, rows) if transpose else (rows, cols)
+        if len(self.loops):
+            yield self.loops, self.loops
 
 
 def blocks_in_flight(shape: GridShape, col: int, cfg: Any) -> int:
