@@ -167,10 +167,10 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_live_clusters() -> None
     the sweep removes them, and leaves alone a cluster whose owner still runs."""
     child = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
-        "from netns import Cluster\n"
+        "from testbed.netns import Cluster\n"
         "with Cluster(2) as c:\n"
         "    print(c.token, flush=True)\n"
-        "    time.sleep(600)\n")], cwd=Path(__file__).parent, stdout=subprocess.PIPE,
+        "    time.sleep(600)\n")], cwd=Path(__file__).parents[2], stdout=subprocess.PIPE,
         text=True)
     assert child.stdout is not None
     token = child.stdout.readline().strip()
