@@ -1,5 +1,4 @@
-"""What every benchmark shares: arguments, timing, machine bandwidths, isolated memory
-runs, output, and the workloads more than one benchmark measures.
+"""What every benchmark shares: arguments, output, timing, and isolated memory runs.
 
 Conventions: ``python benchmarks/NAME.py [--quick] [--json]`` (:func:`make_parser`,
 :func:`parse_args`) prints a human-readable table and, with ``--json``, one JSON object
@@ -7,7 +6,8 @@ as the last stdout line (:func:`emit`) with ``results`` (rows: what was measured
 and the peer, times, sizes), ``speedups`` (name -> peer time / our time, above 1 means
 sparsegnn is faster) and ``metrics`` (name -> value). ``--quick`` is a small run of
 every code path, under a minute. No benchmark imports another: what two of them share
-lives here.
+lives in ``benchmarks/_*.py`` (this module; the SpMM and GCN workloads in
+``_workloads.py``; the tracking datasets and report in ``_tracking.py``).
 
 Peak memory is measured in a fresh process per configuration (:func:`run_isolated`),
 because torch's CPU allocations are invisible to tracemalloc and a process's peak never
@@ -19,7 +19,6 @@ where that file is unavailable, a thread samples the resident set every millisec
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -31,23 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import torch
-from torch import nn
-from torch.nn import functional as F
-
-from sparsegnn.data import load_cora
-from sparsegnn.data.generators import rmat, sbm, uniform_random
-from sparsegnn.data.graph import GraphData
-from sparsegnn.nn import GCN
-from sparsegnn.sparse import CSRMatrix, gcn_norm
-from sparsegnn.sparse.reorder import Reordering, reorder
-
-if TYPE_CHECKING:
-    from sparsegnn.tracking.events import Event
-    from sparsegnn.tracking.metrics import TrackMetrics
-    from sparsegnn.tracking.pipeline import Evaluation, Reconstruction
+from typing import Any
 
 Row = dict[str, Any]
 
@@ -210,44 +193,6 @@ def rate_of(fn: Callable[[], int]) -> Rate:
     return Rate(count / (time.perf_counter() - start), count / (time.process_time() - cpu_start))
 
 
-# ---------------------------------------------------------------------- bandwidth
-def stream_probe(nbytes: int) -> Callable[[], object]:
-    """A copy of ``nbytes / 2`` bytes: ``nbytes`` of streaming traffic (read + write)."""
-    src = torch.ones(max(1, nbytes // 8))
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
-
-
-def random_gather_probe(rows: int, width: int, gathers: int, bag: int) -> Callable[[], object]:
-    """Read ``gathers`` uniformly random rows of a ``rows x width`` float32 table.
-
-    Uses the fastest gather on hand, FBGEMM's software-prefetched embedding-bag sum on
-    all threads, summing bags of ``bag`` rows: an SpMM of the same size in which no
-    gathered row is ever reused, i.e. the random-access bound. Timed interleaved with
-    the SpMMs it bounds, so that both see the same machine load.
-    """
-    table = torch.randn(rows, width)
-    index = torch.randint(0, rows, (gathers,))
-    offsets = torch.arange(0, gathers, max(1, bag))
-    return lambda: torch.nn.functional.embedding_bag(index, table, offsets, mode="sum")
-
-
-def check_same(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    """Fail the benchmark if a float32 product differs from torch's beyond rounding."""
-    if not torch.allclose(ours, ref, rtol=1e-4, atol=1e-5):
-        err = float((ours - ref).abs().max())
-        raise AssertionError(f"{what}: result differs from torch's by {err}")
-
-
-def spmm_stream_bytes(nnz: int, rows: int, width: int) -> int:
-    """Compulsory traffic of a float32 CSR SpMM whose gathers all hit the cache.
-
-    Indices and values (12 bytes per nonzero), row pointers, X read once and the output
-    written once.
-    """
-    return nnz * 12 + (rows + 1) * 8 + 2 * rows * width * 4
-
-
 # ---------------------------------------------------------------------- isolated runs
 def run_isolated(script: Path, config: dict[str, Any], timeout: float = 1800,
                  env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -315,263 +260,6 @@ def _proc_status_kib(key: str) -> int:
 
 def _can_reset_hwm() -> bool:
     return os.access("/proc/self/clear_refs", os.W_OK) and Path("/proc/self/status").exists()
-
-
-# ---------------------------------------------------------------------- shared workloads
-# What spmm.py / fullgraph.py measure on the CPU and gpu_check.py on CUDA: the graphs,
-# the peers' entry points and the GCN configurations, defined once here so that no
-# benchmark imports another.
-WIDTHS = (16, 128)
-# The ordering the acceptance check uses: one choice for every graph, fixed in advance.
-DEFAULT_REORDERING = "community"
-
-
-@dataclass(frozen=True)
-class GraphSpec:
-    name: str
-    build: Callable[[], GraphData]
-
-
-def graph_specs(quick: bool) -> list[GraphSpec]:
-    scale = 14 if quick else 18
-    n = 1 << scale
-    return [
-        GraphSpec("rmat", lambda: rmat(scale, edge_factor=8, seed=1)),
-        GraphSpec("sbm", lambda: sbm(n, n >> 12, 16.0, mixing=0.1, num_features=0, seed=1)),
-        GraphSpec("uniform", lambda: uniform_random(n, 16.0, seed=1)),
-    ]
-
-
-def try_pyg_spmm() -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
-    try:
-        from torch_geometric.utils import spmm as pyg_spmm
-    except ImportError:
-        return None
-    return pyg_spmm
-
-
-def torch_csr(a: CSRMatrix) -> torch.Tensor:
-    """A torch CSR tensor of its own (not our cached view) for the peer timings."""
-    return torch.sparse_csr_tensor(a.crow.clone(), a.col.clone(), a.val.clone(), a.shape,
-                                   check_invariants=False)
-
-
-# GCN training (fullgraph.py, gpu_check.py)
-HIDDEN = 128
-DROPOUT = 0.5
-REORDERING = DEFAULT_REORDERING
-OURS = ("ours", "ours_unordered")
-
-
-def have_module(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
-
-
-def pyg_forms() -> tuple[str, ...]:
-    """PyG's own forms available here; the SparseTensor one needs torch_sparse."""
-    forms = ("pyg_edge_index", "pyg_csr")
-    return (*forms, "pyg_sparse_tensor") if have_module("torch_sparse") else forms
-
-
-def configurations() -> tuple[str, ...]:
-    """Every configuration this machine can run (ours only without PyG)."""
-    if not have_module("torch_geometric"):
-        return OURS
-    return (*OURS, *pyg_forms(), "pyg_csr_reordered")
-
-
-# ---------------------------------------------------------------------- graphs
-def load_graph(name: str) -> GraphData:
-    """``cora`` or ``sbm<scale>`` (2^scale vertices, 2^(scale-12) communities)."""
-    if name == "cora":
-        return load_cora()
-    scale = int(name.removeprefix("sbm"))
-    n = 1 << scale
-    return sbm(n, max(2, n >> 12), 16.0, mixing=0.1, num_features=128, seed=0)
-
-
-# ---------------------------------------------------------------------- models
-class PygGCN(nn.Module):
-    """The same architecture as ``sparsegnn.nn.GCN`` from PyG's ``GCNConv``."""
-
-    def __init__(self, in_channels: int, hidden: int, out_channels: int):
-        super().__init__()
-        from torch_geometric.nn import GCNConv
-
-        self.conv1 = GCNConv(in_channels, hidden, cached=True)
-        self.conv2 = GCNConv(hidden, out_channels, cached=True)
-
-    def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
-        x = F.dropout(x, DROPOUT, self.training)
-        x = F.relu(self.conv1(x, adj))
-        x = F.dropout(x, DROPOUT, self.training)
-        return self.conv2(x, adj)
-
-
-def pyg_adj_t(edge_index: torch.Tensor, num_nodes: int, sparse_tensor: bool) -> Any:
-    """PyG's own conversion to a transposed adjacency ``adj_t``: a torch sparse CSR
-    tensor, or with ``sparse_tensor`` a torch_sparse ``SparseTensor``."""
-    from torch_geometric.data import Data
-    from torch_geometric.transforms import ToSparseTensor
-
-    layout = None if sparse_tensor else torch.sparse_csr
-    data = ToSparseTensor(layout=layout)(Data(edge_index=edge_index, num_nodes=num_nodes))
-    return data.adj_t
-
-
-def setup(
-    config: str, g: GraphData, device: torch.device | None = None
-) -> tuple[nn.Module, Any, GraphData]:
-    """Model, the operator it takes and the graph data in the order training uses.
-
-    Normalisation and reordering run on the CPU (the orderings use scipy); operator,
-    data and model then move to ``device`` before PyG's first (caching) forward.
-    """
-    device = device or torch.device("cpu")
-    torch.manual_seed(0)
-    n, classes = g.num_nodes, g.num_classes
-    if config.startswith("ours"):
-        adj = gcn_norm(CSRMatrix.from_edge_index(g.edge_index, n), symmetric=True)
-        if config == "ours":
-            adj, ordering = reorder(adj, REORDERING)
-            g = move_nodes(g, ordering)
-        model = GCN(g.num_features, HIDDEN, classes, num_layers=2, dropout=DROPOUT)
-        return model.to(device), adj.to(device), to_device(g, device)
-    edge_index = g.edge_index
-    if config == "pyg_csr_reordered":
-        adj = gcn_norm(CSRMatrix.from_edge_index(edge_index, n), symmetric=True)
-        _, ordering = reorder(adj, REORDERING)
-        g = move_nodes(g, ordering)
-        edge_index = ordering.edge_index_to_new(edge_index)
-    model = PygGCN(g.num_features, HIDDEN, classes).to(device)
-    if config == "pyg_edge_index":
-        op = edge_index
-    else:
-        op = pyg_adj_t(edge_index, n, sparse_tensor=config == "pyg_sparse_tensor")
-    op, g = op.to(device), to_device(g, device)
-    with torch.no_grad():  # fills GCNConv's normalisation cache: PyG's one-time setup
-        model(g.x, op)
-    return model, op, g
-
-
-def move_nodes(g: GraphData, ordering: Reordering) -> GraphData:
-    """The node data training needs, in the new vertex order (old copies released)."""
-    assert g.x is not None and g.y is not None and g.train_mask is not None
-    return GraphData(edge_index=g.edge_index, num_nodes=g.num_nodes, x=ordering.to_new(g.x),
-                     y=ordering.to_new(g.y), train_mask=ordering.to_new(g.train_mask), name=g.name)
-
-
-def to_device(g: GraphData, device: torch.device) -> GraphData:
-    """The node data training needs on ``device`` (no copy when already there)."""
-    assert g.x is not None and g.y is not None and g.train_mask is not None
-    return GraphData(edge_index=g.edge_index, num_nodes=g.num_nodes, x=g.x.to(device),
-                     y=g.y.to(device), train_mask=g.train_mask.to(device), name=g.name)
-
-
-def epoch_fn(model: nn.Module, op: Any, g: GraphData) -> Callable[[], float]:
-    """One training epoch (forward, loss on the training vertices, backward, Adam step)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    assert g.train_mask is not None and g.y is not None
-    train = g.train_mask.nonzero().flatten()
-    y_train = g.y[train]
-    model.train()
-
-    def epoch() -> float:
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(g.x, op)[train], y_train)
-        loss.backward()
-        optimizer.step()
-        return float(loss.detach())
-
-    return epoch
-
-
-# ---------------------------------------------------------------------- tracking
-# Simulated events on disk, rows and the report of the tracking benchmarks (tracking.py,
-# tracking_sampled.py, tracking_dense.py); how they reconstruct is the library's
-# (sparsegnn.tracking.settings.walkthrough_settings, pipeline.tune_and_evaluate).
-TRACKING_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
-
-
-@dataclass(frozen=True)
-class TrackingDataset:
-    """One kind of event: simulation arguments, and train/test sizes and seeds."""
-
-    name: str
-    gun: int | None  # muons per event, or None for ttbar
-    pileup: int
-    map_events: int  # extra events the module map is learnt from (with the training ones)
-    train_events: int
-    test_events: int
-    seed: int
-
-
-# tracking_sampled.py's large set, also tracking_dense.py's (both hold out the same events)
-TTBAR_PU200 = TrackingDataset("ttbar_pu200", None, 200, 0, 4, 2, 71)
-_SPLIT_SEED = {"train": 0, "test": 1, "map": 2}
-
-
-def events_dir(root: Path, ds: TrackingDataset, split: str) -> Path:
-    """Simulated events of ``ds``'s ``split``, simulated now unless already there."""
-    from sparsegnn.tracking.events import event_files
-
-    directory = root / ds.name / split
-    count = {"train": ds.train_events, "test": ds.test_events, "map": ds.map_events}[split]
-    seed = ds.seed + _SPLIT_SEED[split]
-    if directory.is_dir() and len(event_files(directory)) == count:
-        return directory
-    if ds.gun is not None:
-        from sparsegnn.tracking.simulate import GunConfig, simulate_gun
-
-        simulate_gun(directory, GunConfig(events=count, particles=ds.gun, seed=seed))
-    else:
-        from sparsegnn.tracking.ttbar import TtbarConfig, simulate_ttbar
-
-        simulate_ttbar(directory, TtbarConfig(events=count, pileup=ds.pileup, seed=seed))
-    return directory
-
-
-def gnn_figures(reco: Reconstruction, run: Evaluation) -> dict[str, float]:
-    """A tuned reconstruction's figures on the test events of ``run``: seconds and edges
-    per event, the tuned cut and track length, mean edge figures, missed particles."""
-    edges = run.edges()
-    return {"seconds_per_event": run.seconds_per_event,
-            "edges_per_event": edges["num_edges"] / len(run.results),
-            "cut": reco.config.cut, "min_track_hits": reco.config.min_track_hits,
-            **{k: edges[k] for k in ("graph_efficiency", "edge_efficiency", "edge_purity")},
-            **run.missed()}
-
-
-def tracking_row(ds: TrackingDataset, method: str, test: list[Event], m: TrackMetrics,
-                 seconds: float, extra: dict[str, Any]) -> Row:
-    """One table row: a method on a dataset's test events."""
-    return {"dataset": ds.name, "method": method, "events": len(test),
-            "hits_per_event": sum(ev.num_hits for ev in test) / len(test),
-            "tracking_efficiency": m.efficiency, "fake_rate": m.fake_rate,
-            "duplicate_rate": m.duplicate_rate, "trackml_score": m.trackml_score,
-            "reconstructable": m.num_reconstructable, "seconds_per_event": seconds, **extra}
-
-
-def tracking_summary(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Speedups (CKF s / GNN s per dataset) and flat metrics of GNN and CKF rows."""
-    speedups, metrics = {}, {}
-    by_key = {(r["dataset"], r["method"]): r for r in rows}
-    for name in dict.fromkeys(r["dataset"] for r in rows):
-        gnn, ckf = by_key[(name, "gnn")], by_key[(name, "ckf")]
-        speedups[f"{name}_gnn_vs_ckf"] = ckf["seconds_per_event"] / gnn["seconds_per_event"]
-        for r in (gnn, ckf):
-            for key in ("tracking_efficiency", "fake_rate", "duplicate_rate",
-                        "seconds_per_event"):
-                metrics[f"{name}_{r['method']}_{key}"] = r[key]
-    return speedups, metrics
-
-
-def tracking_report(rows: list[Row], as_json: bool) -> None:
-    """The table, the speedups and metrics, and the JSON line of GNN and CKF rows."""
-    print_table(rows, ["dataset", "method", "events", "hits_per_event", "tracking_efficiency",
-                       "fake_rate", "duplicate_rate", "seconds_per_event"])
-    speedups, metrics = tracking_summary(rows)
-    emit(rows, speedups, metrics, as_json)
 
 
 # ---------------------------------------------------------------------- misc

@@ -48,19 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (
     PeakMemory,
     Row,
-    configurations,
     emit,
-    epoch_fn,
     gib,
-    have_module,
-    load_graph,
     parse_args,
     print_table,
-    pyg_forms,
     rss_bytes,
     run_isolated,
-    setup,
 )
+from _workloads import configurations, epoch_fn, have_module, load_graph, pyg_forms, setup
 
 # ``ours`` with one setting changed: bfloat16 features, or the cheaper dropout mask.
 VARIANTS = ("ours_bf16", "ours_bernoulli_mask")

@@ -31,21 +31,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import (
+from _harness import Row, emit, gib, parse_args, print_table, time_it, time_many
+from _workloads import (
     DEFAULT_REORDERING,
     WIDTHS,
-    Row,
     configurations,
-    emit,
     epoch_fn,
-    gib,
     graph_specs,
     load_graph,
-    parse_args,
-    print_table,
     setup,
-    time_it,
-    time_many,
     torch_csr,
     try_pyg_spmm,
 )

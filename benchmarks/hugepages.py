@@ -24,18 +24,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import (
+from _harness import Row, emit, parse_args, print_table, run_isolated, time_many
+from _workloads import (
     DEFAULT_REORDERING,
-    Row,
     check_same,
-    emit,
     graph_specs,
-    parse_args,
-    print_table,
-    run_isolated,
     spmm_stream_bytes,
     stream_probe,
-    time_many,
     torch_csr,
 )
 from sparsegnn.hugepages import ENV, huge_pages_requested, kernel_policy

@@ -36,21 +36,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import (
+from _harness import Row, emit, parse_args, print_table, time_many, time_once
+from _workloads import (
     DEFAULT_REORDERING,
     WIDTHS,
     GraphSpec,
-    Row,
     check_same,
-    emit,
     graph_specs,
-    parse_args,
-    print_table,
     random_gather_probe,
     spmm_stream_bytes,
     stream_probe,
-    time_many,
-    time_once,
     torch_csr,
     try_pyg_spmm,
 )

@@ -73,18 +73,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import (
+from _harness import Row, make_parser
+from _map_events import LEARN_BELOW, map_chunks, map_folder
+from _tracking import (
     TRACKING_DATA,
     TTBAR_PU200,
-    Row,
     TrackingDataset,
     events_dir,
     gnn_figures,
-    make_parser,
     tracking_report,
     tracking_row,
 )
-from _map_events import LEARN_BELOW, map_chunks, map_folder
 from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.doublet_cuts import DoubletCuts

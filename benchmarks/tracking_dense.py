@@ -41,14 +41,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import (
+from _harness import Row, make_parser
+from _tracking import (
     TRACKING_DATA,
     TTBAR_PU200,
-    Row,
     TrackingDataset,
     events_dir,
     gnn_figures,
-    make_parser,
     tracking_report,
     tracking_row,
 )

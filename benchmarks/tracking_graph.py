@@ -38,17 +38,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import (
-    TRACKING_DATA,
-    TTBAR_PU200,
-    Row,
-    TrackingDataset,
-    emit,
-    events_dir,
-    make_parser,
-    print_table,
-)
+from _harness import Row, emit, make_parser, print_table
 from _map_events import LEARN_BELOW, map_chunks
+from _tracking import TRACKING_DATA, TTBAR_PU200, TrackingDataset, events_dir
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.graph_construction import module_map_graph

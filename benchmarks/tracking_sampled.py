@@ -44,17 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import (
-    TRACKING_DATA,
-    TTBAR_PU200,
-    Row,
-    TrackingDataset,
-    emit,
-    events_dir,
-    make_parser,
-    print_table,
-    rss_bytes,
-)
+from _harness import Row, emit, make_parser, print_table, rss_bytes
+from _tracking import TRACKING_DATA, TTBAR_PU200, TrackingDataset, events_dir
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
