@@ -67,31 +67,40 @@ class Holding:
 
 
 def rank_bytes(
-    holding: Holding, num_params: int, value_bytes: int, *, widest_layer: int | None = None,
+    holding: Holding, num_params: int, value_bytes: int, *, activation_width: int = 0,
     in_flight_bytes: int = 0, graph_bytes: int = 0, process_bytes: int = 0,
 ) -> dict[str, int]:
     """The predicted peak of a rank holding ``holding``, by kind (:data:`PREDICTED_KINDS`).
 
     Held: its tiles (crow + col + val), its feature rows, the model's ``num_params``
-    weights and Adam's two moments. Training adds the weights' gradients and, in
-    full-graph training (``widest_layer``: the widest layer output), about two copies of
-    its rows at the wider of its feature columns and that width (dropout's output and
-    the gathered block of H, measured on a 4M-vertex graph by
-    benchmarks/memory_scaling.py; a 2D/3D rank holds a slice of the input columns but
-    whole hidden rows), and ``in_flight_bytes`` (:func:`in_flight_bytes`). None: no
-    activations (minibatch; its sampled batches are not modelled). ``graph_bytes``: the
-    whole graph where the rank loads it (:func:`whole_graph_bytes`); ``process_bytes``:
-    the process before and beyond its data (:func:`process_bytes`)."""
+    weights and Adam's two moments. Training adds the weights' gradients,
+    ``activation_width`` values per row of its block (:func:`activation_width`; 0 in
+    minibatch training, whose sampled batches are not modelled) and ``in_flight_bytes``
+    (:func:`in_flight_bytes`). ``graph_bytes``: the whole graph where the rank loads it
+    (:func:`whole_graph_bytes`); ``process_bytes``: the process before and beyond its
+    data (:func:`process_bytes`)."""
     model = num_params * value_bytes
-    activations = 0 if widest_layer is None else \
-        2 * holding.feature_rows * max(holding.feature_cols, widest_layer) * value_bytes
     return {
         "topology": tile_bytes(holding.row_pointers, holding.nonzeros, value_bytes),
         "features": holding.feature_rows * holding.feature_cols * value_bytes,
         "model": model, "optimiser": 2 * model,
-        "training": model + activations + in_flight_bytes,
+        "training": model + holding.feature_rows * activation_width * value_bytes
+        + in_flight_bytes,
         "graph": graph_bytes, "process": process_bytes,
     }
+
+
+def activation_width(algo: str, feature_cols: int, widths: list[int]) -> int:
+    """Values per row of its block that a full-graph rank holds for training at its peak:
+    two per input column it holds (dropout's output and the gathered block of H,
+    benchmarks/memory_scaling.py on a 4M-vertex graph), and per value of each layer's
+    output three on 1D/1.5D (the layer's output, its ReLU-dropout output and mask, the
+    rows it receives) and five on 2D/3D (also the row's partial sums and the all-gather
+    of whole rows). Fitted on partitioned folders of a 65k-vertex SBM (128 features) with
+    hidden 16-256, where a rank's growth rose 0.34 MiB (1D, p = 2) and 0.60 MiB (2D,
+    p = 4) per hidden unit on 32,768-row blocks: 2.7 and 4.8 values per row."""
+    per_output = 3 if algo in ("1d", "1.5d") else 5
+    return 2 * feature_cols + per_output * sum(widths[1:])
 
 
 def tile_bytes(row_pointers: int, nonzeros: int, value_bytes: int) -> int:
@@ -198,8 +207,8 @@ def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: i
         return part.size(i) + 1, max(int(t[i, k, m]) for t in tables for k in range(shape.cols))
 
     return busiest(
-        rank_bytes(h, params, value_bytes, widest_layer=max(widths[1:]), graph_bytes=graph,
-                   process_bytes=process_bytes,
+        rank_bytes(h, params, value_bytes, graph_bytes=graph, process_bytes=process_bytes,
+                   activation_width=activation_width(shape.algo, h.feature_cols, widths),
                    in_flight_bytes=in_flight_bytes(shape, rank, cfg, block_values,
                                                    stage_tile(rank), value_bytes))
         for rank, h in enumerate(layout_holdings(layout, f, tables)))

@@ -25,6 +25,7 @@ from sparsegnn.distributed.rank_memory import (
     DEFAULT_PROCESS_BYTES,
     MEMORY_KINDS,
     Holding,
+    activation_width,
     busiest,
     in_flight_bytes,
     predict_rank_bytes,
@@ -234,8 +235,8 @@ def check_shards_rank_memory(
         return (rows + 1, stage[i, m]) if (i, m) in stage else (0, 0)
 
     predicted = busiest(
-        rank_bytes(Holding(*held), params, vb, widest_layer=max(widths[1:]),
-                   process_bytes=process,
+        rank_bytes(Holding(*held), params, vb, process_bytes=process,
+                   activation_width=activation_width(shape.algo, held[3], widths),
                    in_flight_bytes=in_flight_bytes(shape, rank, flight, block_values,
                                                    stage_tile(rank), vb))
         for rank, held in enumerate(holdings))
