@@ -67,6 +67,16 @@ def test_no_source_file_over_500_lines() -> None:
     assert not long, f"over {MAX_LINES} lines: {long}"
 
 
+@pytest.mark.parametrize("folder", ["tests", "benchmarks", "testbed"])
+def test_no_test_benchmark_or_testbed_file_over_500_lines(folder: str) -> None:
+    """The limit holds outside the library too: a test module, benchmark or shared helper
+    past it is split by concern, not grown."""
+    root = SRC.parents[1]
+    long = {str(p.relative_to(root)): n for p in sorted((root / folder).rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines: {long}"
+
+
 def test_module_names_are_unique() -> None:
     """One ``partition.py`` in the tree: a name says which module it is."""
     names: dict[str, list[str]] = {}
