@@ -58,11 +58,11 @@ def test_prediction_kinds_for_a_known_small_graph() -> None:
     assert held(got) == {"topology": 11 * 8 + 30 * (8 + 4), "features": 10 * 4 * 4,
                          "model": 200, "optimiser": 400}
     assert got["training"] == 200 and got["graph"] == got["process"] == 0  # gradients
-    # Full-graph training: values per row for the activations (two per input column,
-    # three per layer output on 1D, five on 2D/3D); an overlapped product's blocks in
-    # flight; the loaded graph; the process.
-    assert activation_width("1d", 4, [4, 16, 3]) == 2 * 4 + 3 * (16 + 3)
-    assert activation_width("2d", 2, [4, 16, 3]) == 2 * 2 + 5 * (16 + 3)
+    # Full-graph training: values per row for the activations (three per input column and
+    # layer output value on 1D, five on 2D/3D); an overlapped product's blocks in flight;
+    # the loaded graph; the process.
+    assert activation_width("1d", 4, [4, 16, 3]) == 3 * (4 + 16 + 3)
+    assert activation_width("2d", 2, [4, 16, 3]) == 5 * (2 + 16 + 3)
     full = rank_bytes(Holding(11, 30, 10, 4), 50, 4, activation_width=64, in_flight_bytes=7,
                       graph_bytes=3, process_bytes=5)
     assert full["training"] == 200 + 10 * 64 * 4 + 7

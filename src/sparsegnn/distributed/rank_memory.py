@@ -91,16 +91,17 @@ def rank_bytes(
 
 
 def activation_width(algo: str, feature_cols: int, widths: list[int]) -> int:
-    """Values per row of its block that a full-graph rank holds for training at its peak:
-    two per input column it holds (dropout's output and the gathered block of H,
-    benchmarks/memory_scaling.py on a 4M-vertex graph), and per value of each layer's
-    output three on 1D/1.5D (the layer's output, its ReLU-dropout output and mask, the
-    rows it receives) and five on 2D/3D (also the row's partial sums and the all-gather
-    of whole rows). Fitted on partitioned folders of a 65k-vertex SBM (128 features) with
-    hidden 16-256, where a rank's growth rose 0.34 MiB (1D, p = 2) and 0.60 MiB (2D,
-    p = 4) per hidden unit on 32,768-row blocks: 2.7 and 4.8 values per row."""
-    per_output = 3 if algo in ("1d", "1.5d") else 5
-    return 2 * feature_cols + per_output * sum(widths[1:])
+    """Values per row of its block that a full-graph rank holds for training at its peak,
+    per input column it holds and per value of each layer's output: three on 1D/1.5D
+    (dropout's output, the rows it receives, the layer's output and its ReLU-dropout
+    output and mask) and five on 2D/3D (also the row's partial sums and the all-gather of
+    whole rows). Fitted on partitioned folders of a 65k-vertex SBM with 128 features and
+    hidden 16, 128 and 256 (32,768-row blocks, three runs each): 3.1 per input column and
+    per output value on 1D (p = 2), 4.8-5.6 on 2D (p = 4); 2D with hidden 128 grew 0.6x
+    more than that (blocks of 16 MiB that glibc keeps once its mmap threshold has risen;
+    32 MiB ones it hands back). docs/results/2026-12-06-memory-predictor.md."""
+    per_value = 3 if algo in ("1d", "1.5d") else 5
+    return per_value * (feature_cols + sum(widths[1:]))
 
 
 def tile_bytes(row_pointers: int, nonzeros: int, value_bytes: int) -> int:
