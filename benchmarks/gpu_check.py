@@ -253,7 +253,7 @@ def reconstruction_stages(reco: Any, event: Any, dev: torch.device, repeats: int
 
 # Largest CUDA-vs-CPU difference of an edge probability, by scoring precision: float32
 # sums in another order; bfloat16 rounds every product (its scores differ from float32's
-# by up to 0.115 on a pileup-200 event, docs/tracking.md).
+# by up to 0.115 on a pileup-200 event, docs/results/tracking.md).
 SCORE_TOLERANCE = {"fp32": 1e-3, "bf16": 0.15}
 
 

@@ -106,7 +106,7 @@ from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.tracking.truth import TargetConfig
 
 # The per-pair windows that met issue 23's graph-efficiency point (0.9965 at pileup 200,
-# 400 map events; docs/tracking.md): one setting for training, tuning and held-out events.
+# 400 map events; docs/results/tracking.md): one setting for training, tuning and held-out events.
 WINDOW_CUTS = DoubletCuts(window_margin=0.3, window_count_margin=16.0)
 SAMPLE_NODES = 8000
 
@@ -127,7 +127,7 @@ FULL = [Condition("gun1000", *[TrackingDataset("gun1000", 1000, 0, 96, 16, 3, 11
                   TrackingDataset("ttbar_pu200_heldout", None, 200, 0, 0, 5, 171))]
 # Pileup 200 trains on 12 events of its own (seed 271): the 4 of TTBAR_PU200's training
 # split, which tracking_sampled.py and tracking_dense.py share, left the mixture model's
-# pileup-200 edge scores the weakest of the four conditions (docs/tracking.md); its 2
+# pileup-200 edge scores the weakest of the four conditions (docs/results/tracking.md); its 2
 # "test" events stay the validation events below.
 # Configurations no training event comes from (issue 23: efficiency within 2 pts of the
 # nearest trained condition): a multiplicity and a pileup between the trained ones.
@@ -153,18 +153,18 @@ TUNE_LOOSE = (None,)
 TUNE_LAYERS = (5, 6, 7)
 # The triplets' chain cutting and geometric linking (reco.build_tracks max_kink,
 # link_cut), fixed rather than tuned (each doubles the tuning time): chosen on the same
-# validation events with the model of out/s23 (docs/tracking.md: pileup 200 at cut 0.1,
+# validation events with the model of out/s23 (docs/results/tracking.md: pileup 200 at cut 0.1,
 # >= 7 layers, efficiency / fake rate 0.875 / 0.051 -> 0.905 / 0.011; no condition worse).
 TUNE_LINKS = (0.0,)
 TUNE_KINKS = (36.0,)
 # The triplets' second pass over the hits the first left (reco.build_tracks
 # second_misfit): on the same validation events it took pileup 200 from 0.905 / 0.011 to
 # 0.921 / 0.014 (36) or 0.928 / 0.017 (64), the other conditions up 0.1-1 pt, all fake
-# rates <= 0.02 (docs/tracking.md); tuning chooses between the two.
+# rates <= 0.02 (docs/results/tracking.md); tuning chooses between the two.
 TUNE_SECOND = (36.0, 64.0)
 # Bridges across a missing segment (reco.build_tracks bridge_misfit), fixed at the
 # triplets' own misfit: on the validation events it recovered 1 / 8 / 2 / 5 particles at
-# gun 1000 / gun 5000 / pileup 50 / pileup 200, fake rates <= 0.012 (docs/tracking.md).
+# gun 1000 / gun 5000 / pileup 50 / pileup 200, fake rates <= 0.012 (docs/results/tracking.md).
 TUNE_BRIDGES = (16.0,)
 QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] * 2),
          Condition("ttbar_pu5", *[TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)] * 2)]

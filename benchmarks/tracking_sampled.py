@@ -23,7 +23,7 @@ The score cut and minimum track length are chosen for each model on the first la
 training event by the library's rule (``sparsegnn.tracking.pipeline.tune``, best
 efficiency minus fake rate), so neither model
 is judged at an operating point it was not tuned for (``--reco legacy``: the fixed cut
-0.5 and every track, as in the earlier runs of docs/tracking.md).
+0.5 and every track, as in the earlier runs of docs/results/tracking.md).
 
 Each training runs in a child process, so its peak resident memory (``ru_maxrss``, and
 its growth over the resident size before the first step) belongs to that training alone.

@@ -3,7 +3,7 @@
 Why: every large tensor torch allocates on the CPU is a fresh ``mmap``, and every 4 KiB
 page of it faults on first touch. For a 2^18 x 128 float32 SpMM output (128 MiB) that is
 32,768 faults, measured at ~35 ms, as long as the whole product in community order takes
-without them (docs/results.md, issue 26). torch can instead align allocations of 2 MiB
+without them (docs/results/kernels.md, issue 26). torch can instead align allocations of 2 MiB
 and more to 2 MiB and ``madvise(MADV_HUGEPAGE)`` them, 512 times fewer faults, but only
 when ``THP_MEM_ALLOC_ENABLE`` is set: c10 reads the variable once, at the first
 allocation of the process.

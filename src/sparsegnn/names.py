@@ -22,5 +22,5 @@ SCORING_PRECISIONS = ("fp32", "bf16")  # a tracking model's edge scoring
 MaskKind = Literal["bernoulli", "bytes"]
 MASK_KINDS: tuple[MaskKind, ...] = ("bernoulli", "bytes")
 # The models' default: the byte mask, the one that makes the GCN epoch cheap (a Bernoulli
-# draw per element was ~40% of it) at unchanged accuracy (docs/results.md, issue 26).
+# draw per element was ~40% of it) at unchanged accuracy (docs/results/kernels.md, issue 26).
 DEFAULT_MASK: MaskKind = "bytes"

@@ -209,7 +209,7 @@ def _phase_seconds(
     rate they cost a fifteenth of what they take on one host (a root's broadcast returns
     once its sends are queued; an all-reduce waits for every part), and 1.5D c = 2
     dense at p = 4 was under-predicted by 8-35% on every case of two seeds of
-    benchmarks/autoconfig.py (docs/results.md)."""
+    benchmarks/autoconfig.py (docs/results/autoconfig.md)."""
     collective = _phase_collective(shape, phase, comm)
     ncalls = sum(counts.values()) if shape.size > 1 else 0
     scale = latency_scale(shape, phase, profile.world_size)

@@ -29,7 +29,7 @@ class DoubletCuts:
     Both extrapolate over dr, so pairs with |dr| < ``min_dr`` (mm) skip them: same-r pairs
     in the endcap disks would divide by zero, and two hits of one particle a few mm apart
     (overlapping modules of one layer) give a meaningless slope and z0. At pileup 50,
-    ``min_dr=10`` keeps 2% more of the target segments than 1 (docs/tracking.md).
+    ``min_dr=10`` keeps 2% more of the target segments than 1 (docs/results/tracking.md).
 
     ``window_margin`` (not ``None``) also applies the module map's per-pair windows,
     each widened on both sides by ``window_margin + window_count_margin / count`` times

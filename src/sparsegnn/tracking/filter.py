@@ -9,7 +9,7 @@ Interaction Network, and every edge it removes is one the IN does not score.
 
 At 5000 muons per event the cut graph (phi slope 0.0004) has ~920k edges at 6% purity;
 a filter trained for 3 epochs on four events keeps 99.9% of a held-out event's target
-edges with 14% of its edges (purity 0.43) in 0.5 s (docs/tracking.md). The threshold is
+edges with 14% of its edges (purity 0.43) in 0.5 s (docs/results/tracking.md). The threshold is
 set on the training graphs so that ``keep`` of their target edges pass, an operating
 point stated in what is kept, not in logits.
 """

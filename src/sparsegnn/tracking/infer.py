@@ -76,7 +76,7 @@ def scoring_model(model: InteractionNetwork, precision: str = "fp32") -> Interac
 
     Why only for scoring: training keeps float32 weights (a bfloat16 copy cannot learn
     small updates), and the speed-up is the matrix products'; the gathers, LayerNorms and
-    residual adds around them move half the bytes. docs/tracking.md measures what it
+    residual adds around them move half the bytes. docs/results/tracking.md measures what it
     changes in the scores and the tracks.
     """
     if precision == "fp32":

@@ -22,7 +22,7 @@ from sparsegnn.tracking.triplets import TRIPLET_MISFIT
 
 GRAPH_KINDS = ("module-map", "truth")
 MAP_LEVELS = ("module", "layer")
-# Doublet cuts chosen on pileup-50 ttbar training events (docs/tracking.md): pT >~ 0.5 GeV,
+# Doublet cuts chosen on pileup-50 ttbar training events (docs/results/tracking.md): pT >~ 0.5 GeV,
 # |z0| < 200 mm, pairs under 10 mm apart in r (overlapping modules) skip the slope cuts.
 TTBAR_CUTS = DoubletCuts(dphi=0.08, phi_slope=0.0006, z0=200.0, min_dr=10.0)
 

@@ -7,7 +7,7 @@ held-out events (walkthrough track building), score them, plot, and run ACTS's s
 CKF on the very same events for the side-by-side numbers. A few minutes on one CPU core.
 
 Why these choices: a layer-level map because a handful of small events see too few module
-pairs for a module-level one (docs/tracking.md measures both); sampled training because
+pairs for a module-level one (docs/results/tracking.md measures both); sampled training because
 it is what bounds memory on events of any size, which is the pipeline's point; a particle
 gun because it needs only pyacts (ttbar needs Pythia8 too).
 """
@@ -29,7 +29,7 @@ from sparsegnn.tracking.settings import RecoConfig
 from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.tracking.truth import DEFAULT_TARGETS
 
-# The cuts docs/tracking.md tuned on particle-gun events (pT >= ~0.3 GeV, |z0| < 300 mm).
+# The cuts docs/results/tracking.md tuned on particle-gun events (pT >= ~0.3 GeV, |z0| < 300 mm).
 DEMO_CUTS = DoubletCuts(dphi=0.05, phi_slope=0.001, z0=300.0)
 
 

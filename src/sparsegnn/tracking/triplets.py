@@ -44,7 +44,7 @@ length requirements alone and the triplets the join makes with the hit before it
 hit after it both fit a helix (misfit <= ``bridge_misfit``), best fit first, each end and
 start once. Of the 8 particles a model missed on pileup-50 held-out events, 6 had lost a
 segment in the graph (5 at a module pair absent from its 500-event map), and 4 of those
-came out as exactly two such chains (docs/tracking.md).
+came out as exactly two such chains (docs/results/tracking.md).
 
 It is apart from :mod:`sparsegnn.tracking.reco`, which picks the method and applies the
 length requirements, because the helix geometry and its passes (triplet chains, kink

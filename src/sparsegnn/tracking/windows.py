@@ -9,7 +9,7 @@ it removes far more fake candidates at the same efficiency. A window is only as 
 the segments it has seen, so a map learnt from few events is too narrow: graph
 construction widens each window by a margin (a fraction of its width, at least
 :data:`MIN_WIDTH`), and the map is learnt from as many simulated events as one can
-afford (``docs/tracking.md``: graph efficiency vs the number of map events).
+afford (``docs/results/tracking.md``: graph efficiency vs the number of map events).
 
 Variables are taken on the edge oriented as graph construction orients it (from the hit
 nearer the origin to the farther one), so a window and the edges it is applied to agree

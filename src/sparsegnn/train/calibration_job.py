@@ -96,7 +96,7 @@ def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool
     # 7 counted epochs per round, 21 per configuration: with 4 (12 in all), runs of one
     # calibration fitted per-row overheads 2-5x apart (8 and 19 ns at p = 4; 13 and 73 ns
     # on graphs of 4096p) and priced 1.5D, which holds twice 1D's rows, up to 35% off
-    # on the benchmark (docs/results.md).
+    # on the benchmark (docs/results/autoconfig.md).
     cfg = TrainConfig(hidden=HIDDEN, num_layers=2, dropout=0.5, epochs=3 if quick else 8,
                       patience=100, progress=False)
     measured = median_epoch_over_rounds(session, graph, cfg,
