@@ -134,6 +134,24 @@ def test_memory_counts_the_blocks_an_overlapped_dense_product_holds_in_flight() 
     assert overlapped == plain
 
 
+@pytest.mark.parametrize("argv", [
+    ["plan", "--auto", "--graph", SPEC, "--parts", "4"],
+    ["train", "--dataset", SPEC, "--nprocs", "4", "--algo", "auto"],
+], ids=["plan", "train"])
+def test_auto_without_a_profile_names_the_command_and_starts_nothing(
+        argv: list[str], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibration spawns ranks for up to a minute: only --calibrate asks for it; without
+    it or --profile the choice is one line naming the command that writes a profile."""
+    import sparsegnn.distributed as runtime
+
+    monkeypatch.setattr(runtime, "spawn", lambda *a, **k: pytest.fail("calibrated"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs a machine profile" in err and "sparsegnn calibrate --nprocs 4" in err
+    assert "--calibrate" in err and len(err.strip().splitlines()) == 1
+
+
 def test_cli_plan_auto_chooses_and_refuses(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     profile().save(tmp_path / "p.json")

@@ -228,7 +228,8 @@ def test_auto_under_a_memory_limit_stays_within_its_prediction(
     operator (2.2M nonzeros) is each rank's peak, and no trials run (runs one after
     another in a process peaked 5-60% above their predictions)."""
     argv = ["train", "--dataset", "sbm:nodes=65536,blocks=16,degree=32,features=128",
-            "--nprocs", "4", "--algo", "auto", "--max-rank-memory", "4", "--hidden", "128",
+            "--nprocs", "4", "--algo", "auto", "--calibrate", "--max-rank-memory", "4",
+            "--hidden", "128",
             "--epochs", "2", "--no-progress", "--json"]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

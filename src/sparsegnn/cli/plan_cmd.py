@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from sparsegnn.cli.common import add_json_flag, emit, float_range, int_range, output_file
+from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import ALGORITHMS, PARTITIONERS
 
 # The most ranks a plan is made for: its block-to-block tables grow with the square.
@@ -41,8 +42,11 @@ def register(subparsers: Any) -> None:
                       help="rank every feasible algorithm, replication, comm and partitioner "
                            "by predicted epoch time and memory, and choose")
     auto.add_argument("--profile", default=None,
-                      help="machine profile from `sparsegnn calibrate --out` (default: "
-                           "calibrate now, quickly, with min(P, 8) ranks)")
+                      help="machine profile from `sparsegnn calibrate --out` (needed by "
+                           "--auto unless --calibrate; else its process memory part)")
+    auto.add_argument("--calibrate", action="store_true",
+                      help="--auto without --profile: measure a quick profile now on "
+                           "min(P, 8) local ranks (about a minute)")
     auto.add_argument("--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
                       metavar="GIB", help="only configurations predicted to fit this")
     auto.add_argument("--partitioners", default="block",
@@ -99,12 +103,19 @@ def _memory(args: argparse.Namespace, lay: Any, cfg: Any) -> dict[str, Any]:
     return {"memory_bytes_per_rank": sum(kinds.values()), "memory_per_rank_by_kind": kinds}
 
 
-def load_profile(path: str | None, parts: int) -> Any:
-    """The profile at ``path``, or one measured now (quick, ``min(parts, 8)`` ranks)."""
+def load_profile(path: str | None, parts: int, calibrate: bool, option: str) -> Any:
+    """The profile at ``path``, or, when the user asked for it with ``calibrate``, one
+    measured now (quick, ``min(parts, 8)`` ranks): calibrating spawns ranks for up to a
+    minute, which a planning command must not do behind the user's back."""
     from sparsegnn.distributed.cost_profile import Profile
 
     if path is not None:
         return Profile.load(path)
+    if not calibrate:
+        raise InvalidValueError(
+            f"{option} needs a machine profile: write one with `sparsegnn calibrate "
+            f"--nprocs {min(parts, 8)} --out machine.json` and pass --profile machine.json, "
+            "or add --calibrate to measure a quick one now")
     from sparsegnn.distributed import spawn
     from sparsegnn.train.calibration_job import calibrate_rank
 
@@ -117,7 +128,7 @@ def _auto(args: argparse.Namespace) -> int:
     from sparsegnn.distributed.autoplan import auto_plan
     from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 
-    profile = load_profile(args.profile, args.parts)
+    profile = load_profile(args.profile, args.parts, args.calibrate, "plan --auto")
     loaded = load_any(args.graph, args.data_dir, seed=args.seed, progress=True)
     graph = PlanGraph.of(loaded, args.model)
     del loaded

@@ -39,7 +39,7 @@ def choose_auto(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
         raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "
                                 "choose the same; write one with `sparsegnn calibrate`)")
     ranked = auto_plan(PlanGraph.of(training_graph(args), cfg.model), world,
-                       load_profile(args.profile, world), base,
+                       load_profile(args.profile, world, args.calibrate, "--algo auto"), base,
                        partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory,
                        overlap_twins=args.overlap == "auto")
     trials = shortlist(ranked, _auto_trials(args))

@@ -93,7 +93,10 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
                            "prediction does not bound)")
     dist.add_argument("--profile", default=None,
                       help="--algo auto: machine profile from `sparsegnn calibrate --out` "
-                           "(default: calibrate now, quickly)")
+                           "(needed unless --calibrate)")
+    dist.add_argument("--calibrate", action="store_true",
+                      help="--algo auto without --profile: measure a quick profile now on "
+                           "min(P, 8) local ranks (about a minute)")
     dist.add_argument("--dropout-masks", choices=("auto", "global", "block"), default=None,
                       help="global: every rank draws the whole graph's dropout mask and "
                            "keeps its rows (the same result as one process, at an n x f "
