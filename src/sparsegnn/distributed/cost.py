@@ -50,6 +50,7 @@ from sparsegnn.distributed.comm_model import (
 from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.grid import GridShape
 from sparsegnn.distributed.partition import feature_columns, split_sizes, stage_blocks
+from sparsegnn.nn.model_size import layer_widths, parameter_count
 
 
 @dataclass
@@ -356,7 +357,7 @@ def predict_epoch(
     sliced = shape.feature_slices > 1
     slicing = input_slicing(cfg, in_dim, out_dim) if sliced else None
     calls = spmm_schedule(cfg, in_dim, out_dim, sliced)
-    widths = [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
+    widths = layer_widths(in_dim, cfg.hidden, out_dim, cfg.num_layers)
     compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile, comm)
     counts = collective_calls(shape, calls, comm, slicing)
     ncalls_epoch = sum(sum(kinds.values()) for kinds in counts.values()) \
@@ -375,7 +376,7 @@ def predict_epoch(
                                        plan.get("value_bytes", 4), profile)
     if shape.row_blocks > 1:  # the gradient sum and three scalar metrics over the blocks
         peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
-        params = sum(a * b + b for a, b in itertools.pairwise(widths))
+        params = parameter_count(cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers)
         reduce = profile.link("all_reduce")
         blocks = latency_scale(shape, "grad_allreduce", profile.world_size)
         comm_s["grad_allreduce"] = reduce.time(1, peers * params * vb, blocks)

@@ -17,6 +17,7 @@ from sparsegnn.data.limits import require_memory
 from sparsegnn.names import DEFAULT_MASK
 from sparsegnn.nn.conv import Aggr, GCNConv, SAGEConv
 from sparsegnn.nn.dropout import MASK_KINDS, MaskKind, dropout
+from sparsegnn.nn.model_size import layer_widths, parameter_count
 from sparsegnn.nn.operator import Operator
 from sparsegnn.sparse import REDUCED_DTYPES
 
@@ -24,17 +25,19 @@ from sparsegnn.sparse import REDUCED_DTYPES
 def _widths(in_channels: int, hidden: int, out_channels: int, num_layers: int) -> list[int]:
     if num_layers < 1:
         raise ValueError(f"num_layers must be at least 1, got {num_layers}")
-    return [in_channels] + [hidden] * (num_layers - 1) + [out_channels]
+    return layer_widths(in_channels, hidden, out_channels, num_layers)
 
 
-def _require_weights(model: str, widths: list[int], matrices: int) -> None:
+def _require_weights(model: str, in_dim: int, hidden: int, out_dim: int,
+                     num_layers: int) -> None:
     """Refuse (:class:`~sparsegnn.errors.ResourceError`) a model whose weights alone
-    (``matrices`` weight matrices and a bias per layer) exceed available memory, before
-    torch allocates them: ``--hidden 99999999999`` would otherwise end in a RuntimeError
-    from the allocator, or, where memory is overcommitted, in the OOM killer."""
-    params = sum(matrices * a * b + b for a, b in itertools.pairwise(widths))
+    exceed available memory, before torch allocates them: ``--hidden 99999999999`` would
+    otherwise end in a RuntimeError from the allocator, or, where memory is overcommitted,
+    in the OOM killer."""
+    params = parameter_count(model, in_dim, hidden, out_dim, num_layers)
+    widths = layer_widths(in_dim, hidden, out_dim, num_layers)
     itemsize = torch.empty(0).element_size()  # parameters are made in the default dtype
-    require_memory(params * itemsize, f"a {model} of layer widths "
+    require_memory(params * itemsize, f"a {model.upper()} of layer widths "
                    f"{' -> '.join(map(str, widths))} ({params} weights; --hidden, --layers)")
 
 
@@ -105,7 +108,7 @@ class GCN(_Stack):
     ):
         super().__init__(dropout, dropout_mask)
         w = _widths(in_channels, hidden, out_channels, num_layers)
-        _require_weights("GCN", w, 1)
+        _require_weights("gcn", in_channels, hidden, out_channels, num_layers)
         self.layers = nn.ModuleList(GCNConv(a, b, cached=cached) for a, b in itertools.pairwise(w))
 
 
@@ -124,5 +127,5 @@ class GraphSAGE(_Stack):
     ):
         super().__init__(dropout, dropout_mask)
         w = _widths(in_channels, hidden, out_channels, num_layers)
-        _require_weights("GraphSAGE", w, 2)  # neighbour and root weights
+        _require_weights("sage", in_channels, hidden, out_channels, num_layers)
         self.layers = nn.ModuleList(SAGEConv(a, b, aggr=aggr) for a, b in itertools.pairwise(w))
