@@ -2,7 +2,8 @@
 
 For each case (an R-MAT, an SBM and a degree-corrected SBM graph; p = 4 and 8; two
 feature widths) the machine is calibrated at that world size (``sparsegnn calibrate``'s
-measurements, once per p), :func:`~sparsegnn.distributed.autoplan.auto_plan` prices every
+measurements, once per p), :func:`~sparsegnn.train.auto_choice.choose_distribution` (what
+``train --algo auto`` calls) prices every
 feasible configuration (1D, 1.5D with each c, 2D, 3D; sparse or dense comm; block or
 METIS partition), and then every one of them is trained for a few epochs in one job of
 p local ranks. Reported per configuration: predicted and measured epoch time (the
@@ -38,9 +39,10 @@ from _harness import Row, emit, make_parser
 from _judge import judge
 from sparsegnn.data import GraphData, rmat, sbm
 from sparsegnn.distributed import close_session, init_session, spawn
-from sparsegnn.distributed.autoplan import auto_plan, shortlist
+from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import gather_objects
+from sparsegnn.train.auto_choice import AutoRequest, choose_distribution
 from sparsegnn.train.calibration_job import calibrate_rank, distributed_config
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.rank_train import DistributedConfig, train_rank
@@ -110,10 +112,11 @@ def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any)
     graph = make_graph(kind, nodes, width, args.seed)
     cfg = TrainConfig(hidden=args.hidden, num_layers=2, dropout=0.5, epochs=args.epochs,
                       patience=args.epochs, progress=False)
-    base = PlanConfig(p, hidden=cfg.hidden, num_layers=cfg.num_layers)
-    ranked = auto_plan(PlanGraph.of(graph, "gcn"), p, profile, base,
-                       partitioners=tuple(args.partitioners.split(",")))
-    short = [c.config for c in shortlist(ranked, args.trials)]
+    choice = choose_distribution(AutoRequest(graph, p, cfg, profile,
+                                             partitioners=tuple(args.partitioners.split(",")),
+                                             trials=args.trials))
+    ranked = choice.ranked
+    short = [c.config for c in choice.shortlist]
     measured, won, trial_s, confirmed = spawn(
         _measure, p, (graph, cfg, [c.config for c in ranked], short, args.rounds,
                       args.confirm_rounds), wall_timeout_s=3600)[0]

@@ -189,8 +189,17 @@ def test_cli_calibrate_writes_a_loadable_profile(tmp_path: Path,
 
 @pytest.mark.distributed
 def test_cli_train_algo_auto_reports_predicted_and_measured(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The CLI asks :func:`choose_distribution` (as the benchmark does) and trains its
+    choice: a direct call with the same inputs chooses the same."""
+    from sparsegnn.train import auto_choice
+    from sparsegnn.train.fullgraph import TrainConfig
+
+    seen: list[auto_choice.AutoChoice] = []
+    choose = auto_choice.choose_distribution
+    monkeypatch.setattr(auto_choice, "choose_distribution",
+                        lambda request: seen.append(choose(request)) or seen[-1])
     profile().save(tmp_path / "p.json")
     argv = ["train", "--dataset", SPEC, "--nprocs", "4",
             "--epochs", "2", "--no-progress", "--json"]
@@ -201,6 +210,14 @@ def test_cli_train_algo_auto_reports_predicted_and_measured(
     assert out["algo"] == auto["algo"] and auto["fits"] and auto["candidates"] > 3
     assert auto["measured_epoch_s"] == out["epoch_time_s"] > 0 and auto["epoch_s"] > 0
     assert [t["trial_epoch_s"] for t in auto["trials"]] == [None]  # the model alone
+    direct = choose(auto_choice.AutoRequest(load_any(SPEC), 4, TrainConfig(), profile(),
+                                            trials=1))
+    c = direct.config
+    assert len(seen) == 1 and seen[0].config == c and seen[0].ranked == direct.ranked
+    assert (auto["algo"], auto["replication"], auto["comm"], auto["partitioner"],
+            auto["epoch_s"], auto["candidates"]) == (
+        c.algo, c.replication, c.comm, c.partitioner, direct.chosen.cost.total_s,
+        len(direct.ranked))
 
 
 @pytest.mark.distributed

@@ -1,11 +1,11 @@
 """``sparsegnn train --algo auto``: the choice of configuration and its report.
 
-This module owns what the CLI does for the automatic choice: ranking the configurations
-for the graph and world size (:mod:`sparsegnn.distributed.autoplan`), setting the options
-of the chosen one, and joining the predictions with the trials the ranks measured into
-the ``auto`` entry of the JSON output and its printed lines (with ``--overlap auto``'s
-trial lines). Training itself is :mod:`sparsegnn.cli.train_ranks`'s. Like every CLI
-module it imports the library only inside functions.
+This module owns what the CLI does for the automatic choice: asking the library for it
+(:func:`sparsegnn.train.auto_choice.choose_distribution`, which the benchmark calls too)
+with the options as given, and printing its report, the ``auto`` entry of the JSON
+output (with ``--overlap auto``'s trial lines). Training itself is
+:mod:`sparsegnn.cli.train_ranks`'s. Like every CLI module it imports the library only
+inside functions.
 """
 
 from __future__ import annotations
@@ -16,42 +16,29 @@ from typing import Any
 from sparsegnn.cli.train_cmd import config_from_args, training_graph, world_size
 
 
-def choose_auto(args: argparse.Namespace) -> tuple[dict[str, Any], list[Any]]:
-    """``--algo auto``: rank the configurations for this graph and world size, set the
-    options of the predicted-fastest one that fits ``--max-rank-memory``, and return the
-    predictions and the shortlist (that one first) for the ranks to try."""
+def choose_auto(args: argparse.Namespace) -> Any:
+    """``--algo auto``: the library's choice
+    (:func:`~sparsegnn.train.auto_choice.choose_distribution`) for this graph, world size
+    and the options; the arguments are left as given."""
     from sparsegnn.cli.plan_cmd import load_profile
-    from sparsegnn.distributed.autoplan import auto_plan, shortlist
-    from sparsegnn.distributed.planner import PlanConfig, PlanGraph
     from sparsegnn.distributed.session import in_torchrun
     from sparsegnn.distributed.shard import is_shard_dir
     from sparsegnn.errors import InvalidValueError
+    from sparsegnn.train.auto_choice import AutoRequest, choose_distribution
 
     if is_shard_dir(args.dataset):
         raise InvalidValueError("--algo auto chooses the partition too: give the graph, "
                                 "not a partitioned folder")
     world = world_size(args)
-    cfg = config_from_args(args)
-    base = PlanConfig(world, model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
-                      dtype=cfg.dtype, seed=cfg.seed, overlap=args.overlap == "on")
-    partitioners = ("block",) if args.partition is None else (args.partition,)
     if args.profile is None and in_torchrun():
         raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "
                                 "choose the same; write one with `sparsegnn calibrate`)")
-    ranked = auto_plan(PlanGraph.of(training_graph(args), cfg.model), world,
-                       load_profile(args.profile, world, args.calibrate, "--algo auto"), base,
-                       partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory,
-                       overlap_twins=args.overlap == "auto")
-    trials = shortlist(ranked, _auto_trials(args))
-    if not trials:
-        raise InvalidValueError("--algo auto: no configuration is predicted to fit "
-                                f"--max-rank-memory {args.max_rank_memory} GiB on {world} ranks")
-    choice = trials[0]
-    args.algo, args.replication = choice.config.algo, choice.config.replication
-    args.comm = choice.config.comm
-    args.partition = None if choice.config.partitioner == "block" else choice.config.partitioner
-    predicted = [{**c.to_dict(), "overlapped_memory_fits": c.twin_fits} for c in trials]
-    return {"candidates": len(ranked), "predicted": predicted}, [c.config for c in trials]
+    partitioners = ("block",) if args.partition is None else (args.partition,)
+    return choose_distribution(AutoRequest(
+        training_graph(args), world, config_from_args(args),
+        load_profile(args.profile, world, args.calibrate, "--algo auto"),
+        partitioners=partitioners, max_rank_memory_gib=args.max_rank_memory,
+        overlap=args.overlap, trials=_auto_trials(args)))
 
 
 def _auto_trials(args: argparse.Namespace) -> int:
@@ -66,38 +53,11 @@ def _auto_trials(args: argparse.Namespace) -> int:
     return 1 if args.max_rank_memory is not None else 3
 
 
-def auto_report(auto: dict[str, Any], run: Any) -> dict[str, Any]:
-    """What ``--algo auto`` chose and why: the configuration trained (the trials' winner,
-    as the ranks chose it), its prediction, and each trial's predicted epoch and memory
-    and measured epoch (a configuration tried with and without overlap, ``--overlap
-    auto``, appears twice with the same prediction: the model prices no overlap)."""
-    fields = ("algo", "replication", "comm", "partitioner", "epoch_s", "memory_bytes_per_rank")
-    predicted = {_plan_key(p["algo"], p["replication"], p["comm"], p["partitioner"]): p
-                 for p in auto["predicted"]}
-
-    def prediction(algo: str, replication: int, comm: str, partition: Any,
-                   overlap: bool) -> dict[str, Any]:
-        """The planner's entry, with the overlapped run's memory where it overlaps."""
-        p = predicted[_plan_key(algo, replication, comm, partition)]
-        twin = p.get("overlapped_memory_bytes_per_rank")
-        return {**p, "memory_bytes_per_rank": twin} if overlap and twin is not None else p
-
-    d = run.dcfg
-    trials = [{**{k: prediction(t["algo"], t["replication"], t["comm"], t["partition"],
-                                t["overlap"])[k] for k in fields},
-               "overlap": t["overlap"], "trial_epoch_s": t["measured_epoch_s"]}
-              for t in run.trials]
-    if not trials:  # the model's choice alone was trained
-        trials = [{**{k: p[k] for k in fields}, "overlap": d.overlap, "trial_epoch_s": None}
-                  for p in auto["predicted"]]
-    return {**prediction(d.algo, d.replication, d.comm, d.partition, d.overlap),
-            "overlap": d.overlap, "candidates": auto["candidates"], "trials": trials}
-
-
-def _plan_key(algo: str, replication: int, comm: str, partition: Any) -> tuple[str, int, str, str]:
-    """A configuration as the planner names it (training calls the contiguous split no
-    partition, the planner ``block``)."""
-    return algo, replication, comm, "block" if partition in (None, "block") else str(partition)
+def auto_report(choice: Any, run: Any) -> dict[str, Any]:
+    """What ``--algo auto`` chose and why (:meth:`AutoChoice.report
+    <sparsegnn.train.auto_choice.AutoChoice.report>`), with the trials the ranks ran."""
+    return choice.after_training(run.dcfg, [t["measured_epoch_s"] for t in run.trials]
+                                 ).report()
 
 
 def overlap_summary(trials: list[dict[str, Any]], chosen: bool) -> str:

@@ -37,22 +37,26 @@ def train_on_ranks(args: argparse.Namespace) -> int:
         DistributedJob,
         run_distributed,
         with_overlap_variants,
-        with_plan,
     )
 
-    auto, trials = choose_auto(args) if args.algo == "auto" else (None, [])
+    auto = choose_auto(args) if args.algo == "auto" else None
     partition = args.partition if args.partition in (None, *PARTITIONERS) else Path(
         args.partition)
     dcfg = DistributedConfig(replication=args.replication, backend=args.backend,
                              timeout_s=args.timeout, partition=partition, comm=args.comm,
                              overlap=args.overlap == "on", dropout_masks=_masks(args, auto))
+    if auto is not None:  # the library's choice; the options stay as given
+        dcfg = auto.distributed_config(dcfg)
     job = DistributedJob.for_dataset(
-        args.dataset, config_from_args(args), dcfg, args.nprocs, args.algo,
+        args.dataset, config_from_args(args), dcfg, args.nprocs,
+        dcfg.algo if auto is not None else args.algo,
         data_dir=args.data_dir, normalize_features=not args.no_normalize_features)
-    candidates = [with_plan(job.dcfg, c) for c in trials] or [job.dcfg]
-    if args.overlap == "auto":
-        twin_fits = [p["overlapped_memory_fits"] for p in auto["predicted"]] if auto else None
-        candidates = with_overlap_variants(candidates, twin_fits)
+    if auto is not None:
+        candidates = auto.trial_configs(job.dcfg) or [job.dcfg]
+    else:
+        candidates = [job.dcfg]
+        if args.overlap == "auto":
+            candidates = with_overlap_variants(candidates)
     if len(candidates) > 1:
         job = replace(job, trials=tuple(candidates))
     predicted = None
@@ -103,7 +107,7 @@ def _check_memory(args: argparse.Namespace, job: Any, overlap: bool) -> dict[str
         partition=d.partition, process=process_memory(args))
 
 
-def _masks(args: argparse.Namespace, auto: dict[str, Any] | None) -> Any:
+def _masks(args: argparse.Namespace, auto: Any) -> Any:
     """``--dropout-masks``, where not given: per block for ``--algo auto``, whose cost model
     prices a rank's share of the work (a whole-graph mask on every rank would undo the
     distribution it chose), else ``auto``."""
