@@ -31,6 +31,7 @@ from sparsegnn.distributed import (
     init_session,
     spawn,
 )
+from sparsegnn.names import replicates
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.rank_train import DistributedConfig, train_rank
 
@@ -41,7 +42,7 @@ def cases(ranks: list[int], replication: int) -> tuple[list[Case], list[Row]]:
     """Runnable ``(algo, p, c)`` cases and the skipped ones with the grid's reason."""
     run, skipped = [], []
     for algo in ALGORITHMS:
-        c = replication if algo == "1.5d" else 1
+        c = replication if replicates(algo) else 1
         for p in ranks:
             try:
                 grid_shape(algo, p, c)

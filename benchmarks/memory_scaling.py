@@ -40,6 +40,7 @@ from sparsegnn.data import GraphData, save_graph, sbm
 from sparsegnn.distributed import GridError, grid_shape
 from sparsegnn.distributed.partitioned import write_partitioned
 from sparsegnn.distributed.row_blocks import write_row_blocks
+from sparsegnn.names import replicates
 
 GIB = 2**30
 BOUND_FACTOR, BOUND_SLACK = 1.3, 0.3 * GIB
@@ -101,7 +102,7 @@ def fullgraph_rows(g: GraphData, work: Path, ranks: list[int], args: Any) -> lis
     rows: list[Row] = []
     for algo in [a for a in args.algos.split(",") if a and a != "none"]:
         for p in ranks:
-            c = 2 if algo == "1.5d" else 1
+            c = 2 if replicates(algo) else 1
             if p == 1 and algo != "1d":
                 continue  # every algorithm is the same single process at p = 1
             try:

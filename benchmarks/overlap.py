@@ -43,6 +43,7 @@ from testbed.launch import PORT, across, host_folders, last_json
 from testbed.netns import Cluster, available, sweep_stale
 
 from _harness import Row, emit, make_parser, print_table, skipped
+from sparsegnn.names import replicates
 
 HOSTS = 4
 # Dense enough that a rank's SpMM is compute worth hiding a transfer behind.
@@ -137,7 +138,7 @@ def run(links: list[str], configs: list[tuple[str, int, str]], epochs: int, work
                 folder = work / f"{algo}-{rep}-{comm}-{link}"
                 sparsegnn("data", "partition", str(graph), str(folder), "--algo", algo,
                           "--nprocs", str(hosts_n), *(["--replication", str(rep)]
-                                                    if algo == "1.5d" else []))
+                                                    if replicates(algo) else []))
                 hosts = host_folders(folder, hosts_n, 1)
                 outs = []
                 for n, extra in enumerate(([], ["--overlap"], ["--overlap", "auto"])):

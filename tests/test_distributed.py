@@ -33,6 +33,7 @@ from sparsegnn.distributed.feature_slices import RowSumLinear, SliceDropout, use
 from sparsegnn.distributed.partition import split_range, split_sizes, stage_blocks
 from sparsegnn.distributed.partitioned import load_shard
 from sparsegnn.distributed.shard import read_shard
+from sparsegnn.names import replicates, row_wise, slices_features
 from sparsegnn.nn import GCN, operator_for
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import TrainConfig
@@ -72,6 +73,20 @@ def test_grid_shapes_and_errors():
         grid_shape("1.5d", 4, 4)
     with pytest.raises(GridError, match=r"1\.5d only"):
         grid_shape("2d", 4, 2)
+    with pytest.raises(GridError, match="unknown algorithm"):
+        grid_shape("4d", 4)
+
+
+def test_grid_shape_knows_its_family():
+    """Row-wise (1D, 1.5D) or feature-slicing (2D, 3D), and the replication."""
+    family = {a: (grid_shape(a, p, c).row_wise, grid_shape(a, p, c).replication,
+                  grid_shape(a, p, c).feature_slices)
+              for a, p, c in [("1d", 4, 1), ("1.5d", 8, 2), ("2d", 4, 1), ("3d", 8, 1)]}
+    assert family == {"1d": (True, 1, 1), "1.5d": (True, 2, 1), "2d": (False, 1, 2),
+                      "3d": (False, 1, 2)}
+    assert [replicates(a) for a in ("1d", "1.5d", "2d", "3d", "auto")] == [
+        False, True, False, False, False]
+    assert not slices_features("auto") and not row_wise("auto")
 
 
 def test_split_range_is_even_and_covering():
@@ -102,13 +117,12 @@ def test_tiles_cover_the_operator_once(graph, algo, p, c):
         blocks = local_blocks(a, part, shape, rank)
         lo, hi = part.block(i)
         for key, t in blocks.forward.items():
-            rowwise = algo in ("1d", "1.5d")
-            c0 = part.block(key)[0] if rowwise else part.inner(key, m, shape.layers)[0]
+            c0 = part.block(key)[0] if shape.row_wise else part.inner(key, m, shape.layers)[0]
             dense[lo:hi, c0:c0 + t.shape[1]] += t.to_dense()
             dense_t[lo:hi, c0:c0 + t.shape[1]] += blocks.backward[key].to_dense()
     assert torch.equal(dense, a.to_dense())
     assert torch.equal(dense_t, a.to_dense().T)
-    if algo == "1.5d":
+    if shape.replication > 1:
         stages = sorted(b for k in range(shape.cols) for b in stage_blocks(shape, k))
         assert stages == list(range(shape.rows))
 
@@ -130,14 +144,14 @@ def test_ranks_hold_only_their_feature_slice(graph, algo, p):
     """On 2D/3D rank (i, j, m) holds the rows of block i and only column slice j of the
     features, and the slices of a process row tile the block's features exactly once;
     1.5D replicas hold whole rows."""
-    shape = grid_shape(algo, p, 2 if algo == "1.5d" else 1)
+    shape = grid_shape(algo, p, 2 if replicates(algo) else 1)
     part = BlockPartition.even(graph.num_nodes, shape.rows)
     f = graph.num_features
     for rank in range(p):
         i, j, m = shape.coords(rank)
         lo, hi = part.block(i)
         row = [load_shard(graph, "gcn", shape, shape.rank_of(i, k, m)) for k in range(shape.cols)]
-        if algo == "1.5d":
+        if shape.row_wise:
             assert all(torch.equal(s.x, graph.x[lo:hi]) for s in row)
             continue
         assert row[j].x.shape == (hi - lo, split_sizes(f, shape.cols)[j])

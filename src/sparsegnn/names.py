@@ -13,6 +13,28 @@ from typing import Literal
 
 Algorithm = Literal["1d", "1.5d", "2d", "3d"]
 ALGORITHMS: tuple[Algorithm, ...] = ("1d", "1.5d", "2d", "3d")
+# The row-wise family: A and H cut into row blocks only, every rank multiplying whole
+# feature rows (1.5D adds replicas of those blocks). The others (2D, 3D) also cut the
+# feature columns into slices over the process columns (3D adds layers, a fiber).
+ROW_WISE: tuple[Algorithm, ...] = ("1d", "1.5d")
+
+
+def row_wise(algo: str) -> bool:
+    """Whether ``algo`` is of the row-wise family (1D, 1.5D): whole feature rows per rank,
+    the family that sparsity-aware communication and overlapped stages support."""
+    return algo in ROW_WISE
+
+
+def replicates(algo: str) -> bool:
+    """Whether ``algo`` replicates its row blocks over c ranks (1.5D, ``--replication``)."""
+    return algo == "1.5d"
+
+
+def slices_features(algo: str) -> bool:
+    """Whether ``algo`` cuts the feature columns over its process columns (2D, 3D)."""
+    return algo in ALGORITHMS and not row_wise(algo)
+
+
 PARTITIONERS = ("block", "random", "metis", "kahip", "balanced")
 SEED_ORDERS = ("random", "phi")
 TRACK_METHODS = ("components", "walkthrough", "triplets")  # track building from edge scores

@@ -142,7 +142,7 @@ def predict(
     """
     out: Volume = {}
     for call in calls:
-        if shape.algo in ("1d", "1.5d"):
+        if shape.row_wise:
             sent, recv = _rows(shape, part, rank, call.width * value_bytes)
         else:
             if nnz is None:

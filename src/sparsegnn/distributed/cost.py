@@ -94,7 +94,7 @@ def collective_calls(
 
 
 def _spmm_calls(shape: GridShape, comm: str, sliced: bool) -> dict[str, int]:
-    if shape.algo in ("1d", "1.5d"):
+    if shape.row_wise:
         stages = len(stage_blocks(shape, 0))
         calls = {"all_to_all": 1} if comm == "sparse" else {"broadcast": stages}
         if shape.cols > 1:
@@ -113,7 +113,7 @@ def _phase_collective(shape: GridShape, phase: str, comm: str) -> str:
     """The collective that carries most of a phase's bytes."""
     if phase in ("grad_allreduce", "metrics", "input_allreduce"):
         return "all_reduce"
-    if shape.algo in ("1d", "1.5d") and comm == "sparse":
+    if shape.row_wise and comm == "sparse":
         return "all_to_all"
     return "broadcast"
 
@@ -125,7 +125,7 @@ def _group_size(shape: GridShape, phase: str) -> int:
     over a process row."""
     if phase in ("grad_allreduce", "metrics"):
         return shape.row_blocks
-    if phase == "input_allreduce" or shape.algo in ("2d", "3d"):
+    if phase == "input_allreduce" or not shape.row_wise:
         return shape.cols
     return shape.rows
 
@@ -234,7 +234,7 @@ def _spmm_reduce_bytes(shape: GridShape, part: Any, calls: list[SpmmCall],
     output; 2D/3D: over the fiber of l layers): bytes sent summed over the ranks, the
     busiest rank's, and the size of the group it runs in (what
     :mod:`~sparsegnn.distributed.comm_model` counts into the phase with the broadcasts)."""
-    group = shape.cols if shape.algo in ("1d", "1.5d") else shape.layers
+    group = shape.cols if shape.row_wise else shape.layers
     if group <= 1:
         return 0, 0, group
     per_rank = []
@@ -243,7 +243,7 @@ def _spmm_reduce_bytes(shape: GridShape, part: Any, calls: list[SpmmCall],
         rows = part.size(i)
         per_rank.append(sum(
             (group - 1) * rows * value_bytes
-            * (call.width if shape.algo in ("1d", "1.5d")
+            * (call.width if shape.row_wise
                else split_sizes(call.width, shape.cols)[j])
             for call in calls))
     return sum(per_rank), max(per_rank), group
@@ -274,7 +274,7 @@ def rank_nonzeros(shape: GridShape, part: Any, operator: Any) -> np.ndarray:
     out = np.zeros(shape.size, dtype=np.int64)
     for rank in range(shape.size):
         i, j, m = shape.coords(rank)
-        if shape.algo in ("1d", "1.5d"):
+        if shape.row_wise:
             out[rank] = table[i, stage_blocks(shape, j), 0].sum()
         else:
             out[rank] = table[i, :, m].sum()
@@ -285,7 +285,7 @@ def tile_products(shape: GridShape, comm: str, row: int, col: int) -> int:
     """Tile products in one SpMM of rank ``(row, col)``: one per stage block where each
     block arrives by its own broadcast (dense 1D/1.5D, SUMMA's q stages); sparse 1D/1.5D
     multiplies its own tile and the received rows' stacked tiles, two at most."""
-    if shape.algo not in ("1d", "1.5d"):
+    if not shape.row_wise:
         return shape.cols
     stages = stage_blocks(shape, col)
     if comm != "sparse":
@@ -310,7 +310,7 @@ def compute_seconds(
         products = tile_products(shape, comm, i, j)
         seconds = 0.0
         for call in calls:
-            width = call.width if shape.algo in ("1d", "1.5d") \
+            width = call.width if shape.row_wise \
                 else split_sizes(call.width, shape.cols)[j]
             seconds += profile.spmm_time(float(nnz[rank]), rows, width, products)
         mine = [feature_column_count(shape, j, widths[0]), *widths[1:]]

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from sparsegnn.errors import SparseGNNError
-from sparsegnn.names import ALGORITHMS, Algorithm
+from sparsegnn.names import ALGORITHMS, Algorithm, replicates, row_wise, slices_features
 
 
 class GridError(SparseGNNError, ValueError):
@@ -57,12 +57,23 @@ class GridShape:
         return self.rows
 
     @property
+    def row_wise(self) -> bool:
+        """Whether the grid cuts rows only (1D, 1.5D): every rank multiplies whole
+        feature rows of its block, and the process columns are replicas (1.5D)."""
+        return row_wise(self.algo)
+
+    @property
+    def replication(self) -> int:
+        """How many ranks hold each vertex block: c on 1.5D (the process columns), else 1."""
+        return self.cols if replicates(self.algo) else 1
+
+    @property
     def feature_slices(self) -> int:
         """How many column slices the input features are cut into: q on 2D/3D, where rank
         ``(i, j, m)`` holds slice j of its block's rows (the first layer then runs on
         partial products summed over the process row), 1 on 1D/1.5D, whose replicas
         multiply whole rows."""
-        return self.cols if self.algo in ("2d", "3d") else 1
+        return self.cols if slices_features(self.algo) else 1
 
     def describe(self) -> str:
         return f"{self.algo} grid {self.rows}x{self.cols}x{self.layers}"
@@ -73,29 +84,36 @@ def grid_shape(algo: Algorithm, world_size: int, replication: int = 1) -> GridSh
     p = world_size
     if p < 1:
         raise GridError(f"need at least one rank, got {p}")
-    if algo != "1.5d" and replication != 1:
+    if not replicates(algo) and replication != 1:
         raise GridError(f"--replication applies to 1.5d only, got {replication} with {algo}")
-    if algo == "1d":
-        return GridShape(algo, p, 1, 1)
-    if algo == "1.5d":
-        return _one_and_half(p, replication)
-    if algo == "2d":
-        q = math.isqrt(p)
-        if q * q != p:
-            raise GridError(
-                f"2d needs a square number of ranks (1, 4, 9, 16, ...), got {p}; "
-                f"use {q * q} or {(q + 1) ** 2} ranks, or --algo 1d / 1.5d"
-            )
-        return GridShape(algo, q, q, 1)
-    if algo == "3d":
-        q = round(p ** (1 / 3))
-        if q**3 != p:
-            raise GridError(
-                f"3d needs a cubic number of ranks (1, 8, 27, ...), got {p}; "
-                "use 8 or 27 ranks, or --algo 2d"
-            )
-        return GridShape(algo, q, q, q)
-    raise GridError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+    build = _BUILDERS.get(algo)
+    if build is None:
+        raise GridError(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGORITHMS)}")
+    return build(p, replication)
+
+
+def _one_d(p: int, _c: int) -> GridShape:
+    return GridShape("1d", p, 1, 1)
+
+
+def _two_d(p: int, _c: int) -> GridShape:
+    q = math.isqrt(p)
+    if q * q != p:
+        raise GridError(
+            f"2d needs a square number of ranks (1, 4, 9, 16, ...), got {p}; "
+            f"use {q * q} or {(q + 1) ** 2} ranks, or --algo 1d / 1.5d"
+        )
+    return GridShape("2d", q, q, 1)
+
+
+def _three_d(p: int, _c: int) -> GridShape:
+    q = round(p ** (1 / 3))
+    if q**3 != p:
+        raise GridError(
+            f"3d needs a cubic number of ranks (1, 8, 27, ...), got {p}; "
+            "use 8 or 27 ranks, or --algo 2d"
+        )
+    return GridShape("3d", q, q, q)
 
 
 def _one_and_half(p: int, c: int) -> GridShape:
@@ -107,3 +125,6 @@ def _one_and_half(p: int, c: int) -> GridShape:
             f"got c={c}, p={p}"
         )
     return GridShape("1.5d", p // c, c, 1)
+
+
+_BUILDERS = {"1d": _one_d, "1.5d": _one_and_half, "2d": _two_d, "3d": _three_d}

@@ -136,7 +136,7 @@ def tile_ranges(
     """``{key: (row range, column range)}`` of the tiles ``rank`` owns."""
     i, j, m = shape.coords(rank)
     rows = part.block(i)
-    if shape.algo in ("1d", "1.5d"):
+    if shape.row_wise:
         return {b: (rows, part.block(b)) for b in stage_blocks(shape, j)}
     return {j: (rows, part.inner(j, m, shape.layers))}
 

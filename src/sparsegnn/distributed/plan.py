@@ -202,7 +202,7 @@ def epoch_volume(
     :func:`phase_pairs` of ``a`` and ``part`` when the caller already has them;
     ``slicing`` (2D/3D): the input features are cut by columns, which adds the first
     layer's row all-reduces (phase ``input_allreduce``)."""
-    if shape.algo in ("1d", "1.5d"):
+    if shape.row_wise:
         if comm == "sparse" and pairs is None:
             pairs = phase_pairs(a, part)
         return rowwise_volume(shape, part, calls, value_bytes, pairs)

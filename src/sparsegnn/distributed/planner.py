@@ -152,7 +152,7 @@ def plan_epoch(
     sliced = lay.shape.feature_slices > 1
     calls = spmm_schedule(cfg, in_dim, out_dim, sliced)
     start = time.perf_counter()
-    rowwise = lay.shape.algo in ("1d", "1.5d")
+    rowwise = lay.shape.row_wise
     pairs = lay.phase_pairs() if rowwise and comm == "sparse" else None
     if rowwise:
         phases = rowwise_volume(lay.shape, lay.part, calls, value_bytes, pairs)
@@ -220,7 +220,7 @@ def plot(result: dict[str, Any], lay: Layout, comm: str, path: str) -> None:
     """Draw :func:`plan_epoch`'s per-rank sent/received bytes and, for 1d/1.5d, the
     block-to-block row counts, to ``path`` (needs matplotlib)."""
     plt = pyplot("for --plot")
-    rowwise = lay.shape.algo in ("1d", "1.5d")
+    rowwise = lay.shape.row_wise
     fig, axes = plt.subplots(1, 2 if rowwise else 1, figsize=(12 if rowwise else 6, 4.5),
                              squeeze=False)
     vol = result["bytes_per_epoch"]

@@ -28,6 +28,7 @@ from sparsegnn.distributed.cost import feature_column_count
 from sparsegnn.distributed.grid import GridShape
 from sparsegnn.distributed.partition import stage_blocks
 from sparsegnn.distributed.spmm import col_lanes
+from sparsegnn.names import row_wise
 from sparsegnn.nn.model_size import layer_widths, parameter_count
 
 # What a rank holds, as its RankMemory measures it (``held_bytes``), and what the
@@ -100,7 +101,7 @@ def activation_width(algo: str, feature_cols: int, widths: list[int]) -> int:
     per output value on 1D (p = 2), 4.8-5.6 on 2D (p = 4); 2D with hidden 128 grew 0.6x
     more than that (blocks of 16 MiB that glibc keeps once its mmap threshold has risen;
     32 MiB ones it hands back). docs/results/2026-12-06-memory-predictor.md."""
-    per_value = 3 if algo in ("1d", "1.5d") else 5
+    per_value = 3 if row_wise(algo) else 5
     return per_value * (feature_cols + sum(widths[1:]))
 
 
@@ -115,7 +116,7 @@ def in_flight_bytes(shape: GridShape, rank: int, cfg: Any, block_values: int,
     the further blocks of H (``block_values`` values each) an overlapped dense product
     keeps in flight (:func:`blocks_in_flight`); on 2D/3D the largest tile of A (or A^T)
     a SUMMA stage broadcasts to it, ``stage_tile`` (row pointers, nonzeros)."""
-    if shape.algo in ("1d", "1.5d"):
+    if shape.row_wise:
         return blocks_in_flight(shape, shape.coords(rank)[1], cfg) * block_values * value_bytes
     return tile_bytes(*stage_tile, value_bytes)
 
@@ -148,7 +149,7 @@ def _own_tiles(shape: GridShape, rank: int) -> list[tuple[int, int, int]]:
     """``(row block, column block, layer)`` of the tiles a rank holds
     (:func:`~sparsegnn.distributed.partition.tile_ranges`)."""
     i, j, m = shape.coords(rank)
-    if shape.algo in ("1d", "1.5d"):
+    if shape.row_wise:
         return [(i, b, 0) for b in stage_blocks(shape, j)]
     return [(i, j, m)]
 
@@ -199,7 +200,7 @@ def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: i
     block_values = max(part.size(b) for b in range(shape.row_blocks)) * max(widths)
     graph = whole_graph_bytes(g, value_bytes) if whole_graph else 0
     tables = _tile_tables(layout)
-    summa = shape.algo not in ("1d", "1.5d")
+    summa = not shape.row_wise
 
     def stage_tile(rank: int) -> tuple[int, int]:
         if not summa:

@@ -110,7 +110,7 @@ def make_shard(
 def _nnz_tables(
     adj: CSRMatrix, part: BlockPartition, shape: GridShape
 ) -> dict[str, NnzTable] | None:
-    if shape.algo in ("1d", "1.5d"):
+    if shape.row_wise:
         return None
     return {"forward_spmm": tile_nnz(adj, part, shape),
             "backward_spmm": tile_nnz(adj.t(), part, shape)}

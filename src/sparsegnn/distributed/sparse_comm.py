@@ -138,7 +138,7 @@ class SparseRowOperator(DistributedOperator):
         self, grid: ProcessGrid, comm: SparseCommunicator, part: BlockPartition,
         blocks: LocalBlocks, overlap: bool = False,
     ) -> None:
-        if grid.shape.algo not in ("1d", "1.5d"):
+        if not grid.shape.row_wise:
             raise GridError(
                 f"--comm sparse supports 1d and 1.5d, not {grid.shape.algo}; "
                 "use --comm dense for 2d/3d"

@@ -36,6 +36,7 @@ import torch
 
 from sparsegnn.distributed.comm import Communicator, ProcessGrid
 from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, split_sizes, stage_blocks
+from sparsegnn.names import row_wise
 from sparsegnn.sparse import column_slices_exact
 
 # Overlapped products move X in column slices, given here as (the most slices, the
@@ -61,7 +62,7 @@ def col_lanes(algo: str, comm: str, overlap: bool) -> int:
     """Column-group lanes a run needs: :data:`OVERLAP_LANES` for an overlapped dense
     1D/1.5D product (its stage broadcasts), one otherwise. The grid is created with
     them, and the memory model counts the blocks they keep in flight."""
-    return OVERLAP_LANES if overlap and comm == "dense" and algo in ("1d", "1.5d") else 1
+    return OVERLAP_LANES if overlap and comm == "dense" and row_wise(algo) else 1
 
 
 def column_slices(x: torch.Tensor, replicated: bool = False) -> list[slice]:
@@ -268,7 +269,7 @@ def build_operator(
 ) -> DistributedOperator:
     """The operator of the grid's algorithm over this rank's tiles (``overlap``: 1D/1.5D
     start the next blocks' broadcasts before multiplying the current one)."""
-    if grid.shape.algo in ("1d", "1.5d"):
+    if grid.shape.row_wise:
         return RowOperator(grid, comm, part, blocks, overlap)
     return SummaOperator(grid, comm, part, blocks)
 

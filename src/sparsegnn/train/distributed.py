@@ -34,7 +34,7 @@ from sparsegnn.distributed import (
 from sparsegnn.distributed.partitioned import check_manifest
 from sparsegnn.distributed.planner import PlanConfig
 from sparsegnn.distributed.shard import is_shard_dir, manifest_shape, read_manifest
-from sparsegnn.names import Algorithm
+from sparsegnn.names import Algorithm, replicates, row_wise
 from sparsegnn.train.fullgraph import TrainConfig, TrainResult
 from sparsegnn.train.rank_report import RankReport, comm_summary
 from sparsegnn.train.rank_train import DistributedConfig, train_rank
@@ -64,7 +64,7 @@ def with_overlap_variants(candidates: Sequence[DistributedConfig],
     plain = [replace(c, overlap=False) for c in candidates]
     fits = [True] * len(plain) if twin_fits is None else list(twin_fits)
     return plain + [replace(c, overlap=True) for c, ok in zip(plain, fits, strict=True)
-                    if ok and c.algo in ("1d", "1.5d")]
+                    if ok and row_wise(c.algo)]
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,11 @@ class DistributedJob:
         if is_shard_dir(dataset):
             written = manifest_shape(read_manifest(dataset))
             algo = algo or written.algo
-            replication = (written.cols if algo == "1.5d" and dcfg.replication == 1
+            replication = (written.cols if replicates(algo) and dcfg.replication == 1
                            else dcfg.replication)
             dcfg = replace(dcfg, algo=algo, replication=replication)
             nprocs = written.size if nprocs == 1 else nprocs
-        if dcfg.comm == "sparse" and dcfg.algo not in ("1d", "1.5d"):
+        if dcfg.comm == "sparse" and not row_wise(dcfg.algo):
             raise GridError(f"--comm sparse supports --algo 1d and 1.5d, not {dcfg.algo}")
         return cls(dataset, cfg, dcfg, nprocs, **kw)
 

@@ -203,7 +203,7 @@ def _layout(shape: GridShape, dcfg: DistributedConfig, source: Any, global_masks
     the same layout resumes each rank from its own shard, bit-identically."""
     return {"world_size": shape.size, "algo": shape.algo,
             "grid": [shape.rows, shape.cols, shape.layers],
-            "replication": shape.cols if shape.algo == "1.5d" else 1,
+            "replication": shape.replication,
             "partition": _partition_label(dcfg.partition, source, seed),
             "dropout_masks": "global" if global_masks else "block"}
 
