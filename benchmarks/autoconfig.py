@@ -42,6 +42,7 @@ from sparsegnn.distributed import close_session, init_session, spawn
 from sparsegnn.distributed.autoplan import auto_plan
 from sparsegnn.distributed.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.session import gather_objects
+from sparsegnn.names import replicates
 from sparsegnn.train.auto_choice import AutoRequest, choose_distribution
 from sparsegnn.train.calibration_job import calibrate_rank, distributed_config
 from sparsegnn.train.fullgraph import TrainConfig
@@ -155,8 +156,8 @@ def scaling_table(kind: str, nodes: int, width: int, ranks: list[int],
         profile = profiles.get(p) or profiles[max(profiles)]
         for cand in auto_plan(graph, p, profile, replace(base, parts=p)):
             c = cand.config
-            key = (c.algo, c.comm) if c.algo != "1.5d" else (c.algo, c.comm, c.replication)
-            if key in seen or (c.algo == "1.5d" and c.replication not in (2, 4)):
+            key = (c.algo, c.comm, c.replication) if replicates(c.algo) else (c.algo, c.comm)
+            if key in seen or (replicates(c.algo) and c.replication not in (2, 4)):
                 continue
             seen.add(key)
             case = f"{kind} n={graph.num_nodes} f={width} p={p}"

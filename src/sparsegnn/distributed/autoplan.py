@@ -19,7 +19,7 @@ from sparsegnn.distributed.cost_profile import Profile
 from sparsegnn.distributed.grid import GridError, grid_shape
 from sparsegnn.distributed.planner import Layout, PlanConfig, PlanGraph, partitioned, plan_epoch
 from sparsegnn.distributed.rank_memory import predict_memory, process_bytes
-from sparsegnn.names import ALGORITHMS
+from sparsegnn.names import ALGORITHMS, replicates, row_wise
 
 
 @dataclass
@@ -51,13 +51,13 @@ def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
     """Every (algorithm, replication, comm, partitioner) a grid of ``parts`` ranks admits."""
     out = []
     for algo in ALGORITHMS:
-        factors = [c for c in range(2, parts + 1) if parts % c == 0] if algo == "1.5d" else [1]
+        factors = [c for c in range(2, parts + 1) if parts % c == 0] if replicates(algo) else [1]
         for c in factors:
             try:
                 grid_shape(algo, parts, c)
             except GridError:
                 continue
-            comms = ("sparse", "dense") if algo in ("1d", "1.5d") else ("dense",)
+            comms = ("sparse", "dense") if row_wise(algo) else ("dense",)
             for comm in comms:
                 for partitioner in partitioners:
                     out.append(replace(base, parts=parts, algo=algo, replication=c,
@@ -94,7 +94,7 @@ def auto_plan(
         memory = predict_memory(lay, cfg, cfg.value_bytes, overhead, whole_graph=True)
         moved = int(volumes["bytes_per_epoch"]["max_per_rank"])
         found.append(Candidate(cfg, cost, memory, limit is None or memory <= limit, moved))
-        if overlap_twins and cfg.algo in ("1d", "1.5d"):
+        if overlap_twins and row_wise(cfg.algo):
             twin = predict_memory(lay, replace(cfg, overlap=True), cfg.value_bytes, overhead,
                                   whole_graph=True)
             found[-1].twin_memory_bytes = twin
