@@ -23,6 +23,17 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_profile_flags(group: argparse._ActionGroup, option: str) -> None:
+    """``--profile`` and ``--calibrate`` for a command that chooses the distribution
+    (``option``: how its help names the choice, e.g. ``--algo auto``)."""
+    group.add_argument("--profile", default=None,
+                       help=f"{option}: machine profile from `sparsegnn calibrate --out` "
+                            "(needed unless --calibrate)")
+    group.add_argument("--calibrate", action="store_true",
+                       help=f"{option} without --profile: measure a quick profile now on "
+                            "min(P, 8) local ranks (about a minute)")
+
+
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
     """What every training command offers to watch a run: the progress bar, TensorBoard
     event files, an HTML report and the per-epoch history in ``--json``."""

@@ -9,7 +9,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sparsegnn.cli.common import add_json_flag, emit, float_range, int_range, output_file
+from sparsegnn.cli.common import (
+    add_json_flag,
+    add_profile_flags,
+    emit,
+    float_range,
+    int_range,
+    output_file,
+)
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import ALGORITHMS, PARTITIONERS
 
@@ -41,12 +48,7 @@ def register(subparsers: Any) -> None:
     auto.add_argument("--auto", action="store_true",
                       help="rank every feasible algorithm, replication, comm and partitioner "
                            "by predicted epoch time and memory, and choose")
-    auto.add_argument("--profile", default=None,
-                      help="machine profile from `sparsegnn calibrate --out` (needed by "
-                           "--auto unless --calibrate; else its process memory part)")
-    auto.add_argument("--calibrate", action="store_true",
-                      help="--auto without --profile: measure a quick profile now on "
-                           "min(P, 8) local ranks (about a minute)")
+    add_profile_flags(auto, "--auto")
     auto.add_argument("--max-rank-memory", type=float_range(0.0, lo_open=True), default=None,
                       metavar="GIB", help="only configurations predicted to fit this")
     auto.add_argument("--partitioners", default="block",

@@ -14,6 +14,7 @@ from pathlib import Path
 from sparsegnn.cli.common import (
     add_device_flag,
     add_json_flag,
+    add_profile_flags,
     add_run_flags,
     float_range,
     int_list,
@@ -91,12 +92,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
                            "--max-rank-memory: runs one after another in a process keep "
                            "memory the C allocator holds on to, which the per-run memory "
                            "prediction does not bound)")
-    dist.add_argument("--profile", default=None,
-                      help="--algo auto: machine profile from `sparsegnn calibrate --out` "
-                           "(needed unless --calibrate)")
-    dist.add_argument("--calibrate", action="store_true",
-                      help="--algo auto without --profile: measure a quick profile now on "
-                           "min(P, 8) local ranks (about a minute)")
+    add_profile_flags(dist, "--algo auto")
     dist.add_argument("--dropout-masks", choices=("auto", "global", "block"), default=None,
                       help="global: every rank draws the whole graph's dropout mask and "
                            "keeps its rows (the same result as one process, at an n x f "

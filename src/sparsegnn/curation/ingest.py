@@ -39,6 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sparsegnn.curation.document_store import DOCUMENTS_FILE, FINGERPRINT_KEY, GRAPH_FILE
+from sparsegnn.data.io import remove_empty
 from sparsegnn.data.leftovers import pid_temp_prefix, sweep_temp_files
 from sparsegnn.data.text import HashedTfidf
 from sparsegnn.data.write_errors import named_for
@@ -224,11 +225,7 @@ def _made_folder(out: Path) -> Iterator[None]:
         out.mkdir(parents=True, exist_ok=True)
         yield
     except BaseException:
-        for folder in made:  # innermost first; stop at one that is not empty
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        remove_empty(made)
         raise
 
 

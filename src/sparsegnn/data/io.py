@@ -117,12 +117,18 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
         with _replaced_whole(path) as tmp:
             yield tmp
     except BaseException:
-        for folder in created:  # innermost first; stop at one something else wrote into
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+        remove_empty(created)
         raise
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove folders a failed write created, innermost first, stopping at the first one
+    something else has written into since."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
 
 
 def _missing_parents(path: Path) -> list[Path]:
