@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,3 +65,24 @@ def browser() -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@contextlib.contextmanager
+def _serving(server: Any) -> Iterator[Any]:
+    """``server`` (an HTTP server) answering in a daemon thread until the block ends, then
+    shut down and closed: what every ``curate serve`` test needs around its requests."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def serving() -> Any:
+    """:func:`_serving`, for the ``curate serve`` tests (a fixture: test modules import
+    no conftest, whose name the hostile suite's own conftest shares)."""
+    return _serving

@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,16 +75,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(store: Path) -> Iterator[CurationServer]:
-    srv = CurationServer(store, limits=Limits(timeout_s=60, memory_bytes=512 * 2**20))
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+def server(store: Path, serving: Any) -> Iterator[CurationServer]:
+    with serving(CurationServer(store, limits=Limits(timeout_s=60,
+                                                    memory_bytes=512 * 2**20))) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(10)
 
 
 def call(server: CurationServer, method: str, path: str, body: Any = None,

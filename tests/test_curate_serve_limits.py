@@ -17,9 +17,8 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,17 +42,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "store"
 
 
-@contextmanager
-def running(store: Path, workers: int) -> Iterator[CurationServer]:
-    server = CurationServer(store, timeout_s=STALL_S, workers=workers)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+@pytest.fixture
+def running(store: Path, serving: Any) -> Any:
+    """Start a server over ``store`` with ``workers`` workers and the short timeout."""
+    return lambda workers: serving(CurationServer(store, timeout_s=STALL_S, workers=workers))
 
 
 def head(server: CurationServer, method: str = "GET", path: str = "/",
@@ -119,8 +111,8 @@ def get_page(server: CurationServer) -> tuple[int, bytes]:
         conn.close()
 
 
-def test_stalled_connections_hold_no_thread_and_are_closed(store: Path):
-    with running(store, workers=2) as server:
+def test_stalled_connections_hold_no_thread_and_are_closed(running: Any):
+    with running(workers=2) as server:
         threads = threading.active_count()
         silent = [connect(server) for _ in range(40)]
         partial = [connect(server, half_head(server)) for _ in range(40)]
@@ -142,10 +134,10 @@ def _port_of(line: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def test_clients_that_reset_leave_one_line_each(store: Path, capfd: pytest.CaptureFixture,
+def test_clients_that_reset_leave_one_line_each(running: Any, capfd: pytest.CaptureFixture,
                                                 caplog: pytest.LogCaptureFixture):
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    with running(store, workers=2) as server:
+    with running(workers=2) as server:
         clients = [connect(server, data) for data in
                    [b""] * 35 + [half_head(server)] * 35 + [half_body(server)] * 30]
         ports = {sock.getsockname()[1] for sock in clients}
@@ -165,8 +157,8 @@ def test_clients_that_reset_leave_one_line_each(store: Path, capfd: pytest.Captu
     assert not any(r.exc_info for r in caplog.records)
 
 
-def test_requests_past_the_queue_are_answered_503(store: Path):
-    with running(store, workers=1) as server:
+def test_requests_past_the_queue_are_answered_503(running: Any):
+    with running(workers=1) as server:
         staller = connect(server, half_body(server))
         time.sleep(0.5)  # the one worker takes it and waits for the body
         conns = [http.client.HTTPConnection("127.0.0.1", server.server_port,
@@ -186,8 +178,8 @@ def test_requests_past_the_queue_are_answered_503(store: Path):
     assert all(body["kind"] == "busy" for status, body in answers if status == 503)
 
 
-def test_an_endless_head_is_refused_with_431(store: Path):
-    with running(store, workers=1) as server:
+def test_an_endless_head_is_refused_with_431(running: Any):
+    with running(workers=1) as server:
         start = b"GET / HTTP/1.1\r\nX: "
         sock = connect(server, start + b"a" * (MAX_HEAD_BYTES + 1 - len(start)))
         answer = b""
@@ -198,13 +190,13 @@ def test_an_endless_head_is_refused_with_431(store: Path):
         assert get_page(server)[0] == 200
 
 
-def test_a_bug_in_a_handler_keeps_its_traceback(store: Path, capfd: pytest.CaptureFixture,
+def test_a_bug_in_a_handler_keeps_its_traceback(running: Any, capfd: pytest.CaptureFixture,
                                                 monkeypatch: pytest.MonkeyPatch):
     def broken(self: object) -> None:
         raise ValueError("a bug in a route")
 
     monkeypatch.setattr(serve._Handler, "_page", broken)
-    with running(store, workers=1) as server, pytest.raises(http.client.RemoteDisconnected):
+    with running(workers=1) as server, pytest.raises(http.client.RemoteDisconnected):
         get_page(server)
     err = capfd.readouterr().err
     assert "Traceback" in err and "ValueError: a bug in a route" in err
