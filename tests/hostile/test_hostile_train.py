@@ -131,13 +131,17 @@ def test_float64_checkpoint_is_not_resumed_as_float32(workdir: Path, inputs: Inp
 def test_checkpoint_of_another_run_names_the_field(workdir: Path, inputs: Inputs) -> None:
     """Another model kind, another hidden size, another graph of the very same sizes:
     each is one line naming the field and both values, never a load_state_dict error."""
-    ckpt = shutil.copy(inputs.ckpt, workdir / "run.pt")
+    # One copy per case: the cases run at once, and a checkpoint takes one run at a time.
+    copies = []
+    for case in ("model", "hidden", "graph"):
+        (workdir / case).mkdir()
+        copies.append(shutil.copy(inputs.ckpt, workdir / case / "run.pt"))
     lines = all_refused([
-        (_resume(inputs.graph, ckpt, "--model", "sage"),
+        (_resume(inputs.graph, copies[0], "--model", "sage"),
          ("run.pt", "model gcn in the file, sage in this run")),
-        (_resume(inputs.graph, ckpt, "--hidden", "32"),
+        (_resume(inputs.graph, copies[1], "--hidden", "32"),
          ("run.pt", "hidden 16 in the file, 32 in this run")),
-        (_resume(inputs.other, ckpt), ("run.pt", "graph ", "in the file")),
+        (_resume(inputs.other, copies[2]), ("run.pt", "graph ", "in the file")),
     ], workdir, workdir, inputs.root)
     assert [_fields(line) for line in lines] == [["model"], ["hidden"], ["graph"]]
 
