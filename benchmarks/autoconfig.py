@@ -39,9 +39,9 @@ from _harness import Row, emit, make_parser
 from _judge import judge
 from sparsegnn.data import GraphData, rmat, sbm
 from sparsegnn.distributed import close_session, init_session, spawn
-from sparsegnn.distributed.autoplan import auto_plan
-from sparsegnn.distributed.planner import PlanConfig, PlanGraph
-from sparsegnn.distributed.session import gather_objects
+from sparsegnn.distributed.planning.autoplan import auto_plan
+from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.runtime.session import gather_objects
 from sparsegnn.names import replicates
 from sparsegnn.train.auto_choice import AutoRequest, choose_distribution
 from sparsegnn.train.calibration_job import calibrate_rank, distributed_config

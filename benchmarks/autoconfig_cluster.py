@@ -37,9 +37,9 @@ from testbed.netns import Cluster, available, sweep_stale
 from _harness import Row, emit, make_parser, skipped
 from _judge import judge
 from sparsegnn.data import load_any
-from sparsegnn.distributed.autoplan import auto_plan
-from sparsegnn.distributed.cost_profile import Profile
-from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.planning.autoplan import auto_plan
+from sparsegnn.distributed.planning.cost_profile import Profile
+from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
 
 HOSTS = 4
 GRAPH = "sbm:nodes=16384,blocks=16,degree=16,features=64"

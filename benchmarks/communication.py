@@ -31,7 +31,7 @@ import torch
 from _harness import Row, emit, parse_args, print_table
 from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import barrier, close_session, grid_shape, init_session, spawn
-from sparsegnn.distributed.planner import layout, plan_epoch
+from sparsegnn.distributed.planning.planner import layout, plan_epoch
 from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, partition, size_cap
 from sparsegnn.sparse import CSRMatrix

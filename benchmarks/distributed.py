@@ -3,7 +3,7 @@
 For each algorithm and p in {1, 2, 4, 8} that the algorithm's grid admits, trains a GCN
 for a few epochs on an SBM graph and reports the median epoch time and, per rank, the
 bytes sent and received in one epoch next to the analytic prediction of
-:mod:`sparsegnn.distributed.comm_model`. All cases run on sub-grids of one job of
+:mod:`sparsegnn.distributed.planning.comm_model`. All cases run on sub-grids of one job of
 ``max(p)`` local gloo ranks (one process start-up for everything); a barrier separates
 the cases so that idle ranks do not disturb the timings.
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row, emit, make_parser, print_table
 from sparsegnn.data import GraphData, save_graph, sbm
 from sparsegnn.distributed import GridError, grid_shape
-from sparsegnn.distributed.partitioned import write_partitioned
-from sparsegnn.distributed.row_blocks import write_row_blocks
+from sparsegnn.distributed.layout.partitioned import write_partitioned
+from sparsegnn.distributed.layout.row_blocks import write_row_blocks
 from sparsegnn.names import replicates
 
 GIB = 2**30

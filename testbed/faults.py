@@ -16,7 +16,7 @@ from the fault, and the caller's ``with Cluster(...)`` removes whatever is left.
 
 A rank that ends because of a lost peer prints one line (``sparsegnn train: error: rank
 0 of 2: lost contact with host 10.231.7.2 (rank 1): ...``, see
-:mod:`sparsegnn.distributed.peers`); :func:`rank_errors` collects those lines.
+:mod:`sparsegnn.distributed.runtime.peers`); :func:`rank_errors` collects those lines.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sparsegnn.distributed.affinity import rank_cpus
+from sparsegnn.distributed.runtime.affinity import rank_cpus
 
 _MARKERS = Path("/run/sparsegnn-netns")  # one file per live cluster: its owner's pid
 _TOKEN = r"[0-9a-f]{6}"
@@ -232,7 +232,7 @@ class Cluster:
 
 def host_cpus(n_hosts: int) -> list[set[int]]:
     """Each host's CPUs: an equal disjoint share of this process's, as
-    :func:`~sparsegnn.distributed.affinity.rank_cpus` shares them between local ranks
+    :func:`~sparsegnn.distributed.runtime.affinity.rank_cpus` shares them between local ranks
     (whole cores first); hosts share CPUs round robin only where there are more hosts
     than CPUs, and all of them where that function binds nothing (one host, one CPU,
     ``SPARSEGNN_BIND_RANKS=0``)."""

@@ -11,25 +11,25 @@ import torch
 
 from sparsegnn.cli.main import main
 from sparsegnn.data import load_any, sbm
-from sparsegnn.distributed.autoplan import auto_plan, configurations, shortlist
-from sparsegnn.distributed.comm_model import spmm_schedule
-from sparsegnn.distributed.cost import (
+from sparsegnn.distributed.layout.block_partition import stage_blocks
+from sparsegnn.distributed.layout.grid import grid_shape
+from sparsegnn.distributed.ops.spmm import OVERLAP_LANES
+from sparsegnn.distributed.planning.autoplan import auto_plan, configurations, shortlist
+from sparsegnn.distributed.planning.comm_model import spmm_schedule
+from sparsegnn.distributed.planning.cost import (
     host_compute_seconds,
     latency_scale,
     rank_nonzeros,
     tile_products,
 )
-from sparsegnn.distributed.cost_profile import LinkCost, Profile
-from sparsegnn.distributed.grid import grid_shape
-from sparsegnn.distributed.partition import stage_blocks
-from sparsegnn.distributed.plan import relabelled
-from sparsegnn.distributed.planner import PlanConfig, PlanGraph, partitioned
-from sparsegnn.distributed.rank_memory import (
+from sparsegnn.distributed.planning.cost_profile import LinkCost, Profile
+from sparsegnn.distributed.planning.plan import relabelled
+from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph, partitioned
+from sparsegnn.distributed.planning.rank_memory import (
     loaded_graph_bytes,
     predict_memory,
     whole_graph_bytes,
 )
-from sparsegnn.distributed.spmm import OVERLAP_LANES
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train.trials import trial_winner
 

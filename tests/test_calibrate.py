@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from sparsegnn.data import sbm
-from sparsegnn.distributed import calibration_rates as cal
 from sparsegnn.distributed import close_session, init_session, spawn
-from sparsegnn.distributed.autoplan import auto_plan
-from sparsegnn.distributed.comm import Communicator
-from sparsegnn.distributed.comm_model import spmm_schedule
-from sparsegnn.distributed.cost import collective_calls
-from sparsegnn.distributed.cost_profile import LinkCost, Profile
-from sparsegnn.distributed.grid import grid_shape
-from sparsegnn.distributed.planner import PlanConfig, PlanGraph, plan
+from sparsegnn.distributed.layout.grid import grid_shape
+from sparsegnn.distributed.planning import calibration_rates as cal
+from sparsegnn.distributed.planning.autoplan import auto_plan
+from sparsegnn.distributed.planning.comm_model import spmm_schedule
+from sparsegnn.distributed.planning.cost import collective_calls
+from sparsegnn.distributed.planning.cost_profile import LinkCost, Profile
+from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph, plan
+from sparsegnn.distributed.runtime.comm import Communicator
 from sparsegnn.errors import DataFormatError
 from sparsegnn.train.fullgraph import TrainConfig
 

@@ -230,7 +230,7 @@ def test_annotation_over_ranks_equals_one_process(corpus: Path, tmp_path: Path, 
     torchrun starts them (3), or by ``curate annotate --nprocs`` (2), which also reports
     the bytes of the one all-reduce."""
     from sparsegnn.curation.annotate import annotate
-    from sparsegnn.distributed.launch import spawn
+    from sparsegnn.distributed.runtime.launch import spawn
 
     store = tmp_path / "store"
     ingest(corpus / "corpus.jsonl", store, IngestConfig(batch_rows=64))

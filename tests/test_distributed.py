@@ -26,13 +26,13 @@ from sparsegnn.distributed import (
     spmm_schedule,
     tile_nnz,
 )
-from sparsegnn.distributed.affinity import BIND_ENV, rank_cpus
-from sparsegnn.distributed.comm import Group
-from sparsegnn.distributed.comm_model import InputSlicing, input_slicing
-from sparsegnn.distributed.feature_slices import RowSumLinear, SliceDropout, use_slice_dropout
-from sparsegnn.distributed.partition import split_range, split_sizes, stage_blocks
-from sparsegnn.distributed.partitioned import load_shard
-from sparsegnn.distributed.shard import read_shard
+from sparsegnn.distributed.layout.block_partition import split_range, split_sizes, stage_blocks
+from sparsegnn.distributed.layout.partitioned import load_shard
+from sparsegnn.distributed.layout.shard import read_shard
+from sparsegnn.distributed.ops.feature_slices import RowSumLinear, SliceDropout, use_slice_dropout
+from sparsegnn.distributed.planning.comm_model import InputSlicing, input_slicing
+from sparsegnn.distributed.runtime.affinity import BIND_ENV, rank_cpus
+from sparsegnn.distributed.runtime.comm import Group
 from sparsegnn.names import replicates, row_wise, slices_features
 from sparsegnn.nn import GCN, operator_for
 from sparsegnn.sparse import CSRMatrix
@@ -236,7 +236,7 @@ def test_spmm_schedule_follows_the_layers():
 
 
 def test_ranks_are_bound_round_robin_or_to_equal_shares(monkeypatch):
-    from sparsegnn.distributed import affinity
+    from sparsegnn.distributed.runtime import affinity
 
     monkeypatch.delenv(BIND_ENV, raising=False)
     monkeypatch.setattr(affinity, "_core_of", lambda cpu: (0, cpu))  # one thread per core
@@ -253,7 +253,7 @@ def test_binding_keeps_hyperthread_siblings_together_or_apart(monkeypatch):
     """Two cores of two hyperthreads each, numbered as Linux often does (siblings 0 and 2,
     1 and 3): a share of two CPUs is one whole core; one CPU per rank uses every core's
     first thread before any second one."""
-    from sparsegnn.distributed import affinity
+    from sparsegnn.distributed.runtime import affinity
 
     monkeypatch.delenv(BIND_ENV, raising=False)
     monkeypatch.setattr(affinity, "_core_of", lambda cpu: (0, cpu % 2))
@@ -263,7 +263,7 @@ def test_binding_keeps_hyperthread_siblings_together_or_apart(monkeypatch):
 
 
 def test_a_torchrun_worker_is_bound_only_where_nothing_bound_it(monkeypatch):
-    from sparsegnn.distributed import affinity
+    from sparsegnn.distributed.runtime import affinity
 
     monkeypatch.delenv(BIND_ENV, raising=False)
     monkeypatch.setattr(affinity, "_core_of", lambda cpu: (0, cpu))

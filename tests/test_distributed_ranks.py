@@ -32,9 +32,9 @@ from sparsegnn.distributed import (
     init_session,
     spawn,
 )
-from sparsegnn.distributed.affinity import rank_cpus
-from sparsegnn.distributed.partitioned import write_partitioned
-from sparsegnn.distributed.planner import layout, plan_epoch
+from sparsegnn.distributed.layout.partitioned import write_partitioned
+from sparsegnn.distributed.planning.planner import layout, plan_epoch
+from sparsegnn.distributed.runtime.affinity import rank_cpus
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import train_single
 from sparsegnn.train.rank_train import DistributedConfig, train_rank

@@ -9,10 +9,10 @@ import pytest
 
 from sparsegnn.cli.main import main
 from sparsegnn.data import load_any, sbm
-from sparsegnn.distributed.grid import grid_shape
-from sparsegnn.distributed.partition import BlockPartition
-from sparsegnn.distributed.planner import Layout, PlanGraph
-from sparsegnn.distributed.rank_memory import (
+from sparsegnn.distributed.layout.block_partition import BlockPartition
+from sparsegnn.distributed.layout.grid import grid_shape
+from sparsegnn.distributed.planning.planner import Layout, PlanGraph
+from sparsegnn.distributed.planning.rank_memory import (
     PREDICTED_KINDS,
     Holding,
     activation_width,
@@ -103,8 +103,8 @@ def test_layout_holdings_equal_a_partitioned_folders(
     """What the predictor counts on a planner layout is what ``data partition`` records
     each rank will hold (its ``rank_holdings``, checked against the measured held bytes
     below), from the pattern alone and from the built operator alike."""
-    from sparsegnn.distributed.partitioned import write_partitioned
-    from sparsegnn.distributed.shard import read_manifest
+    from sparsegnn.distributed.layout.partitioned import write_partitioned
+    from sparsegnn.distributed.layout.shard import read_manifest
 
     graph = load_any(SBM, seed=0)
     write_partitioned(graph, tmp_path / "part", algo, p, c, model)  # type: ignore[arg-type]
@@ -195,7 +195,7 @@ def test_partitioned_folder_prediction_equals_held_bytes(
 ) -> None:
     """A full-graph partitioned folder records what each rank will hold, so the limit is
     checked without the graph, and the prediction is the largest rank's measured bytes."""
-    from sparsegnn.distributed.shard import read_manifest
+    from sparsegnn.distributed.layout.shard import read_manifest
     from sparsegnn.train.memory import check_shards_rank_memory
 
     out = tmp_path / "part"

@@ -11,9 +11,9 @@ import torch
 from sparsegnn.cli.main import main
 from sparsegnn.data import rmat, sbm
 from sparsegnn.distributed import Group, close_session, init_session, spawn
-from sparsegnn.distributed.comm import Communicator
-from sparsegnn.distributed.feature_fetch import MIB, PartitionedFeatures
-from sparsegnn.distributed.sampled import ExchangeCommunicator, GradientSum, PartitionedTopology
+from sparsegnn.distributed.ops.feature_fetch import MIB, PartitionedFeatures
+from sparsegnn.distributed.ops.sampled import ExchangeCommunicator, GradientSum, PartitionedTopology
+from sparsegnn.distributed.runtime.comm import Communicator
 from sparsegnn.sampling import (
     LadiesSampler,
     NodeWiseSampler,

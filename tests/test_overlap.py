@@ -9,15 +9,15 @@ import torch
 
 from sparsegnn.data import sbm
 from sparsegnn.distributed import close_session, grid_shape, init_session, spawn
-from sparsegnn.distributed.comm import Communicator, ProcessGrid
-from sparsegnn.distributed.partitioned import load_shard
-from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.distributed.spmm import (
+from sparsegnn.distributed.layout.partitioned import load_shard
+from sparsegnn.distributed.ops.sparse_comm import SparseCommunicator, SparseRowOperator
+from sparsegnn.distributed.ops.spmm import (
     OVERLAP_LANES,
     DistributedOperator,
     build_operator,
     column_slices,
 )
+from sparsegnn.distributed.runtime.comm import Communicator, ProcessGrid
 from sparsegnn.sparse import CSRMatrix, gcn_norm
 
 

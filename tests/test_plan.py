@@ -26,8 +26,8 @@ from sparsegnn.distributed import (
     predict,
     tile_nnz,
 )
-from sparsegnn.distributed.plan import Pattern, phase_pairs, relabelled
-from sparsegnn.distributed.planner import PlanGraph, adjacency
+from sparsegnn.distributed.planning.plan import Pattern, phase_pairs, relabelled
+from sparsegnn.distributed.planning.planner import PlanGraph, adjacency
 from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, pair_rows
 from sparsegnn.partition.volume import column_pairs
@@ -175,7 +175,7 @@ def test_spmm_schedule_multiplies_where_the_layers_do(model: str, in_dim: int,
     one that maps first multiplies at its output width and needs one."""
     from types import SimpleNamespace
 
-    from sparsegnn.distributed.comm_model import spmm_schedule
+    from sparsegnn.distributed.planning.comm_model import spmm_schedule
     from sparsegnn.nn.conv import GCNConv, SAGEConv
 
     layer = (GCNConv if model == "gcn" else SAGEConv)(in_dim, hidden)
@@ -190,10 +190,10 @@ def test_plan_train_and_auto_predict_memory_alike(capsys):
     """One predictor: ``plan``'s per-rank memory is what ``train --max-rank-memory``
     checks for the same run, and what ``plan --auto`` / ``train --algo auto`` rank by
     (there with the profile's process part)."""
-    from sparsegnn.distributed.autoplan import auto_plan
-    from sparsegnn.distributed.cost_profile import LinkCost, Profile
-    from sparsegnn.distributed.planner import PlanConfig
-    from sparsegnn.distributed.rank_memory import DEFAULT_PROCESS_BYTES
+    from sparsegnn.distributed.planning.autoplan import auto_plan
+    from sparsegnn.distributed.planning.cost_profile import LinkCost, Profile
+    from sparsegnn.distributed.planning.planner import PlanConfig
+    from sparsegnn.distributed.planning.rank_memory import DEFAULT_PROCESS_BYTES
     from sparsegnn.train.fullgraph import TrainConfig
     from sparsegnn.train.memory import check_graph_rank_memory
 

@@ -11,12 +11,12 @@ import torch
 
 from sparsegnn.cli.main import main
 from sparsegnn.data import row_normalize, sbm
-from sparsegnn.distributed.row_blocks import (
+from sparsegnn.distributed.layout.row_blocks import (
     check_row_blocks,
     read_row_block,
     write_row_blocks,
 )
-from sparsegnn.distributed.shard import read_manifest
+from sparsegnn.distributed.layout.shard import read_manifest
 from sparsegnn.errors import DataFormatError
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import TrainConfig

@@ -27,7 +27,7 @@ from sparsegnn.distributed import (
     spawn,
     spmm_schedule,
 )
-from sparsegnn.distributed.sparse_comm import compress_columns
+from sparsegnn.distributed.ops.sparse_comm import compress_columns
 from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, partition
 from sparsegnn.sparse import CSRMatrix

@@ -5,7 +5,7 @@
   finish within 0.5 pt of the uninterrupted accuracy, no complete checkpoint lost;
 * a rank stopped (SIGSTOP) for longer than ``--timeout``: every other rank ends within
   ``--timeout`` plus a margin with an error naming the stopped rank and its host;
-* how a surviving rank tells a lost peer (:mod:`sparsegnn.distributed.peers`): the probe's
+* how a surviving rank tells a lost peer (:mod:`sparsegnn.distributed.runtime.peers`): the probe's
   four answers and the one line it makes of them.
 
 The host cut off is in ``test_cluster.py``; the scenarios themselves in :mod:`testbed.faults`
@@ -31,7 +31,7 @@ from testbed.launch import RUN_S, last_json
 from testbed.netns import Cluster, available, sweep_stale
 
 from sparsegnn.cli.main import main
-from sparsegnn.distributed.peers import PROBE_S, Peer, Responder, describe_loss, probe
+from sparsegnn.distributed.runtime.peers import PROBE_S, Peer, Responder, describe_loss, probe
 from sparsegnn.train.dist_checkpoint import latest_complete
 
 _AVAILABLE, _WHY = available()

@@ -33,10 +33,14 @@ from sparsegnn.data import (
     sbm,
 )
 from sparsegnn.data.io import save_graph
-from sparsegnn.distributed.grid import grid_shape
-from sparsegnn.distributed.partition import BlockPartition
-from sparsegnn.distributed.row_blocks import check_row_blocks, read_row_block, write_row_blocks
-from sparsegnn.distributed.shard import MANIFEST, check_partition, read_shard, write_shards
+from sparsegnn.distributed.layout.block_partition import BlockPartition
+from sparsegnn.distributed.layout.grid import grid_shape
+from sparsegnn.distributed.layout.row_blocks import (
+    check_row_blocks,
+    read_row_block,
+    write_row_blocks,
+)
+from sparsegnn.distributed.layout.shard import MANIFEST, check_partition, read_shard, write_shards
 from sparsegnn.errors import SparseGNNError
 from sparsegnn.sparse import CSRMatrix
 

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from conftest import assert_user_error, run_cli
-from sparsegnn.distributed.launch import _load_result, _Rank
+from sparsegnn.distributed.runtime.launch import _load_result, _Rank
 
 pytestmark = pytest.mark.distributed
 

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sparsegnn.distributed import in_torchrun, spawn
-    from sparsegnn.distributed.session import job_rank
+    from sparsegnn.distributed.runtime.session import job_rank
     from sparsegnn.train.calibration_job import calibrate_rank
 
     if in_torchrun():  # the job's own ranks, across its hosts: measures their links

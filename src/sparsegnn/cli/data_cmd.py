@@ -120,8 +120,8 @@ def _add_partition(actions: Any) -> None:
 
 def _run_partition(args: argparse.Namespace) -> int:
     from sparsegnn.data import load_any
-    from sparsegnn.distributed.grid import grid_shape
-    from sparsegnn.distributed.partitioned import write_partitioned
+    from sparsegnn.distributed.layout.grid import grid_shape
+    from sparsegnn.distributed.layout.partitioned import write_partitioned
 
     if args.mode == "minibatch":
         return _partition_minibatch(args)
@@ -142,7 +142,7 @@ def _run_partition(args: argparse.Namespace) -> int:
 def _partition_minibatch(args: argparse.Namespace) -> int:
     """``data partition --mode minibatch``: ``nprocs / replication`` row blocks."""
     from sparsegnn.data import load_any
-    from sparsegnn.distributed.row_blocks import write_row_blocks
+    from sparsegnn.distributed.layout.row_blocks import write_row_blocks
 
     if args.nprocs % args.replication:
         raise InvalidValueError(
@@ -211,8 +211,13 @@ def _run_info(args: argparse.Namespace) -> int:
 def _partition_info(args: argparse.Namespace) -> int:
     """``data info`` of a partition folder: its manifest, once every rank file is checked
     to be present and to belong to it (see :func:`check_partition`)."""
-    from sparsegnn.distributed.row_blocks import check_row_blocks, is_row_block_dir
-    from sparsegnn.distributed.shard import MANIFEST, check_partition, is_shard_dir, manifest_shape
+    from sparsegnn.distributed.layout.row_blocks import check_row_blocks, is_row_block_dir
+    from sparsegnn.distributed.layout.shard import (
+        MANIFEST,
+        check_partition,
+        is_shard_dir,
+        manifest_shape,
+    )
 
     if is_row_block_dir(args.source):
         rows = check_row_blocks(args.source)

@@ -1,6 +1,6 @@
 """``sparsegnn plan``: exact per-rank communication volume of a distributed epoch, no ranks.
 
-Parses the options, calls :mod:`sparsegnn.distributed.planner` and prints its result;
+Parses the options, calls :mod:`sparsegnn.distributed.planning.planner` and prints its result;
 ``--plot`` draws the per-rank volumes and the block-to-block heat map.
 """
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.auto:
         return _auto(args)
     from sparsegnn.data import load_any
-    from sparsegnn.distributed.planner import PlanConfig, PlanGraph, plan, plot
+    from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph, plan, plot
 
     cfg = PlanConfig(
         parts=args.parts, algo=args.algo, replication=args.replication,
@@ -93,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
 def _memory(args: argparse.Namespace, lay: Any, cfg: Any) -> dict[str, Any]:
     """The busiest rank's predicted peak, as ``train --max-rank-memory`` predicts it for
     ranks that load the graph by name (``--profile``: the machine's process part)."""
-    from sparsegnn.distributed.rank_memory import predict_rank_bytes, process_bytes
+    from sparsegnn.distributed.planning.rank_memory import predict_rank_bytes, process_bytes
 
     profile = None
     if args.profile is not None:
-        from sparsegnn.distributed.cost_profile import Profile
+        from sparsegnn.distributed.planning.cost_profile import Profile
 
         profile = Profile.load(args.profile)
     kinds = predict_rank_bytes(lay, cfg, cfg.value_bytes, process_bytes(profile),
@@ -109,7 +109,7 @@ def load_profile(path: str | None, parts: int, calibrate: bool, option: str) -> 
     """The profile at ``path``, or, when the user asked for it with ``calibrate``, one
     measured now (quick, ``min(parts, 8)`` ranks): calibrating spawns ranks for up to a
     minute, which a planning command must not do behind the user's back."""
-    from sparsegnn.distributed.cost_profile import Profile
+    from sparsegnn.distributed.planning.cost_profile import Profile
 
     if path is not None:
         return Profile.load(path)
@@ -127,8 +127,8 @@ def load_profile(path: str | None, parts: int, calibrate: bool, option: str) -> 
 def _auto(args: argparse.Namespace) -> int:
     """``plan --auto``: the ranked table and the choice."""
     from sparsegnn.data import load_any
-    from sparsegnn.distributed.autoplan import auto_plan
-    from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+    from sparsegnn.distributed.planning.autoplan import auto_plan
+    from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
 
     profile = load_profile(args.profile, args.parts, args.calibrate, "plan --auto")
     loaded = load_any(args.graph, args.data_dir, seed=args.seed, progress=True)

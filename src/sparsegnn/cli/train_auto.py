@@ -21,8 +21,8 @@ def choose_auto(args: argparse.Namespace) -> Any:
     (:func:`~sparsegnn.train.auto_choice.choose_distribution`) for this graph, world size
     and the options; the arguments are left as given."""
     from sparsegnn.cli.plan_cmd import load_profile
-    from sparsegnn.distributed.session import in_torchrun
-    from sparsegnn.distributed.shard import is_shard_dir
+    from sparsegnn.distributed.layout.shard import is_shard_dir
+    from sparsegnn.distributed.runtime.session import in_torchrun
     from sparsegnn.errors import InvalidValueError
     from sparsegnn.train.auto_choice import AutoRequest, choose_distribution
 

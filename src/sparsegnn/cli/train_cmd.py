@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
 def _is_distributed(args: argparse.Namespace) -> bool:
     """Several ranks asked for, an algorithm named, torchrun's WORLD_SIZE, a sharded graph,
     or a distributed run's checkpoint folder (resumed on one rank with ``--nprocs 1``)."""
-    from sparsegnn.distributed.session import job_world_size
-    from sparsegnn.distributed.shard import is_shard_dir
+    from sparsegnn.distributed.layout.shard import is_shard_dir
+    from sparsegnn.distributed.runtime.session import job_world_size
 
     return (args.nprocs > 1 or args.algo is not None
             or job_world_size() > 1 or is_shard_dir(args.dataset)
@@ -93,7 +93,7 @@ def _check_precision(args: argparse.Namespace) -> None:
 
 def world_size(args: argparse.Namespace) -> int:
     """Ranks of the job: ``--nprocs``, or torchrun's ``WORLD_SIZE``."""
-    from sparsegnn.distributed.session import job_world_size
+    from sparsegnn.distributed.runtime.session import job_world_size
 
     return max(args.nprocs, job_world_size())
 
@@ -130,11 +130,11 @@ def training_graph(args: argparse.Namespace) -> GraphData:
 def process_memory(args: argparse.Namespace) -> int:
     """``--max-rank-memory``'s part for the process itself: ``--profile``'s measured base
     and growth, else the predictor's default."""
-    from sparsegnn.distributed.rank_memory import process_bytes
+    from sparsegnn.distributed.planning.rank_memory import process_bytes
 
     if args.profile is None:
         return process_bytes(None)
-    from sparsegnn.distributed.cost_profile import Profile
+    from sparsegnn.distributed.planning.cost_profile import Profile
 
     return process_bytes(Profile.load(args.profile))
 
@@ -208,7 +208,7 @@ def _minibatch(args: argparse.Namespace) -> int:
     their rows of it (``--topology partitioned``)."""
     from dataclasses import replace
 
-    from sparsegnn.distributed.row_blocks import is_row_block_dir
+    from sparsegnn.distributed.layout.row_blocks import is_row_block_dir
     from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
     from sparsegnn.train.minibatch_distributed import Handoff, run_minibatch
 
@@ -260,7 +260,7 @@ def _minibatch_from_blocks(args: argparse.Namespace) -> int:
     every rank reading only its block's file; the replication factor is ranks / blocks."""
     from dataclasses import replace
 
-    from sparsegnn.distributed.row_blocks import check_row_blocks
+    from sparsegnn.distributed.layout.row_blocks import check_row_blocks
     from sparsegnn.train.minibatch import MinibatchConfig
     from sparsegnn.train.minibatch_distributed import run_minibatch
 

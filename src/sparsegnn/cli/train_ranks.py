@@ -92,7 +92,7 @@ def train_on_ranks(args: argparse.Namespace) -> int:
 def _check_memory(args: argparse.Namespace, job: Any, overlap: bool) -> dict[str, int]:
     """``--max-rank-memory``: the busiest rank's predicted peak by kind, or the refusal."""
     from sparsegnn.cli.train_cmd import process_memory
-    from sparsegnn.distributed.shard import is_shard_dir, read_manifest
+    from sparsegnn.distributed.layout.shard import is_shard_dir, read_manifest
     from sparsegnn.train.memory import check_graph_rank_memory, check_shards_rank_memory
 
     d = job.dcfg

@@ -49,7 +49,7 @@ from sparsegnn.distributed import (
     rank_and_world,
     spawn,
 )
-from sparsegnn.distributed.comm import Communicator, Group
+from sparsegnn.distributed.runtime.comm import Communicator, Group
 from sparsegnn.optional import require
 from sparsegnn.train.memory import peak_memory_bytes
 

@@ -1,24 +1,30 @@
 """Full-graph GNN training on a grid of ranks: CAGNET's 1D, 1.5D, 2D and 3D SpMM.
 
-The only package of sparsegnn that imports ``torch.distributed``. A
-:class:`ProcessGrid` creates its groups once; :func:`local_blocks` cuts a rank's tiles
-out of a :class:`BlockPartition`; :func:`build_operator` gives the operator whose
-``matmul`` is the distributed SpMM (autograd included) that the unchanged models call;
-:class:`DistributedTask` reduces loss, accuracy and weight gradients over the grid;
-:class:`Communicator` counts every byte, and :func:`predict` states what it should count.
-:class:`SparseRowOperator` is the sparsity-aware 1D/1.5D SpMM and
-:func:`epoch_volume` its exact per-rank volume without ranks (docs/communication.md).
-See docs/distributed.md.
+The only package of sparsegnn that imports ``torch.distributed``, split by concern:
+
+- :mod:`~sparsegnn.distributed.runtime`: running ranks (launch, session, peers,
+  affinity, process groups and the byte-counting :class:`Communicator`);
+- :mod:`~sparsegnn.distributed.ops`: distributed operators (:func:`build_operator`,
+  the sparsity-aware :class:`SparseRowOperator`, :class:`DistributedTask`, sampling);
+- :mod:`~sparsegnn.distributed.layout`: data layout (:class:`GridShape`, vertex
+  blocks, shards, row blocks, partitioned folders);
+- :mod:`~sparsegnn.distributed.planning`: planning without ranks (exact volumes,
+  :func:`predict`, the cost and memory models, calibration, the automatic choice).
+
+This module re-exports the names most callers need. See docs/distributed.md.
 """
 
-from sparsegnn.distributed.comm import ByteCounts, Communicator, Group, ProcessGrid
-from sparsegnn.distributed.comm_model import SpmmCall, predict, spmm_schedule, tile_nnz
-from sparsegnn.distributed.grid import ALGORITHMS, GridError, GridShape, grid_shape
-from sparsegnn.distributed.launch import RankFailedError, spawn
-from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, local_blocks
-from sparsegnn.distributed.peers import PeerLostError, lost_peers_named
-from sparsegnn.distributed.plan import RankVolume, block_pairs, epoch_volume, row_volume
-from sparsegnn.distributed.session import (
+from sparsegnn.distributed.layout.block_partition import BlockPartition, LocalBlocks, local_blocks
+from sparsegnn.distributed.layout.grid import ALGORITHMS, GridError, GridShape, grid_shape
+from sparsegnn.distributed.ops.sparse_comm import SparseCommunicator, SparseRowOperator
+from sparsegnn.distributed.ops.spmm import DistributedOperator, build_operator
+from sparsegnn.distributed.ops.task import DistributedTask
+from sparsegnn.distributed.planning.comm_model import SpmmCall, predict, spmm_schedule, tile_nnz
+from sparsegnn.distributed.planning.plan import RankVolume, block_pairs, epoch_volume, row_volume
+from sparsegnn.distributed.runtime.comm import ByteCounts, Communicator, Group, ProcessGrid
+from sparsegnn.distributed.runtime.launch import RankFailedError, spawn
+from sparsegnn.distributed.runtime.peers import PeerLostError, lost_peers_named
+from sparsegnn.distributed.runtime.session import (
     RankResult,
     Session,
     all_reduce_sum,
@@ -29,9 +35,6 @@ from sparsegnn.distributed.session import (
     init_session,
     rank_and_world,
 )
-from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.distributed.spmm import DistributedOperator, build_operator
-from sparsegnn.distributed.task import DistributedTask
 
 __all__ = [
     "ALGORITHMS",

@@ -1,6 +1,6 @@
 """How many weights a GCN or GraphSAGE of given widths has, without building it.
 
-The memory predictor (:mod:`sparsegnn.distributed.rank_memory`) counts a rank's
+The memory predictor (:mod:`sparsegnn.distributed.planning.rank_memory`) counts a rank's
 parameters, their gradients and Adam's moments from this count; it must not build the
 model to learn it (a planner prices thousands of configurations, and the launcher
 refuses an oversized one before any weight is allocated). tests/test_memory.py checks it

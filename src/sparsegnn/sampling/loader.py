@@ -11,7 +11,7 @@ one and samples them with stream ``i * w + r``, so all ranks take the same numbe
 steps and a gradient all-reduce after each step averages over the whole minibatch.
 
 Features are a local tensor (indexed per minibatch) or a :class:`FeatureSource` such as
-:class:`~sparsegnn.distributed.feature_fetch.PartitionedFeatures`, whose collective
+:class:`~sparsegnn.distributed.ops.feature_fetch.PartitionedFeatures`, whose collective
 ``fetch`` the loader calls once per bulk with the node ids of all its minibatches.
 """
 

@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from sparsegnn.distributed import RankResult, close_session, init_session, spawn
-from sparsegnn.distributed.comm import Communicator, Group
-from sparsegnn.distributed.sampled import GradientSum
+from sparsegnn.distributed.ops.sampled import GradientSum
+from sparsegnn.distributed.runtime.comm import Communicator, Group
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.infer import MODEL_KIND, TRAIN_KIND, graph_inputs, load_model, model_from

@@ -4,8 +4,8 @@
 the training configuration, a machine profile, the partitioners to consider, a per-rank
 memory limit, the overlap mode and how many configurations to try) and returns an
 :class:`AutoChoice`: every configuration ranked by predicted epoch
-(:func:`~sparsegnn.distributed.autoplan.auto_plan`), the shortlist worth a measured
-trial (:func:`~sparsegnn.distributed.autoplan.shortlist`), the model's choice, the
+(:func:`~sparsegnn.distributed.planning.autoplan.auto_plan`), the shortlist worth a measured
+trial (:func:`~sparsegnn.distributed.planning.autoplan.shortlist`), the model's choice, the
 :class:`~sparsegnn.train.rank_train.DistributedConfig` of each trial, and, once a job
 has run them (:mod:`sparsegnn.train.trials`), the trials' measured epochs and what was
 trained (:meth:`AutoChoice.after_training`, :meth:`AutoChoice.report`). The CLI and
@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from sparsegnn.data import GraphData
-from sparsegnn.distributed.autoplan import Candidate, auto_plan, shortlist
-from sparsegnn.distributed.cost_profile import Profile
-from sparsegnn.distributed.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.planning.autoplan import Candidate, auto_plan, shortlist
+from sparsegnn.distributed.planning.cost_profile import Profile
+from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.train.distributed import with_overlap_variants, with_plan
 from sparsegnn.train.fullgraph import TrainConfig
@@ -37,7 +37,7 @@ _TRIAL_FIELDS = ("algo", "replication", "comm", "partitioner", "epoch_s",
 @dataclass(frozen=True)
 class AutoRequest:
     """What the automatic choice needs: the graph (loaded, or already a
-    :class:`~sparsegnn.distributed.planner.PlanGraph`), ``world_size`` ranks, the
+    :class:`~sparsegnn.distributed.planning.planner.PlanGraph`), ``world_size`` ranks, the
     training configuration (model, width, depth, dtype, seed), the machine ``profile``,
     the ``partitioners`` to consider, ``max_rank_memory_gib`` (None: no limit), the
     ``overlap`` mode (``auto`` tries each 1D/1.5D configuration with and without it) and

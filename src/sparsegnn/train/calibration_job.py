@@ -1,22 +1,22 @@
 """A calibration job: the machine's rates, then what they miss, fitted on real epochs.
 
-The rates of :func:`~sparsegnn.distributed.calibration_rates.measure_profile` (SpMM, matmul,
-dropout, activations, each collective) price the work an epoch does. An epoch also
-costs what none of them count: Python and autograd per operation, the optimiser step,
-the bookkeeping of the training loop, and, where ranks share a host's cores, the turns
-they take. Measured on this machine before this step, that was most of a small graph's
-epoch and the model under-predicted every configuration by 2-3x.
+The rates of :func:`~sparsegnn.distributed.planning.calibration_rates.measure_profile`
+(SpMM, matmul, dropout, activations, each collective) price the work an epoch does. An epoch
+also costs what none of them count: Python and autograd per operation, the optimiser step,
+the bookkeeping of the training loop, and, where ranks share a host's cores, the turns they
+take. Measured on this machine before this step, that was most of a small graph's epoch and
+the model under-predicted every configuration by 2-3x.
 
-So the job then trains every configuration :func:`~sparsegnn.distributed.autoplan.auto_plan`
-admits at its world size, for a few epochs of two generated graphs (512p and 2048p
-vertices; each one's epoch the median of three rounds' epochs), prices the same
-configurations with the rates alone, and fits what the rates
-miss as ``epoch_overhead_s + collective_calls * call_overhead_s + row_values *
-row_overhead_s`` (non-negative least squares): a fixed cost per epoch; one per
-collective call, because the algorithms that make more calls (1D's broadcast per
-stage, SUMMA's three per stage) also run more Python per epoch; and one per value of
-the busiest rank's rows (copies, gathers for sending, loss and accuracy passes that the
-rates do not price). The three numbers go into the profile.
+So the job then trains every configuration
+:func:`~sparsegnn.distributed.planning.autoplan.auto_plan` admits at its world size, for a
+few epochs of two generated graphs (512p and 2048p vertices; each one's epoch the median of
+three rounds' epochs), prices the same configurations with the rates alone, and fits what
+the rates miss as ``epoch_overhead_s + collective_calls * call_overhead_s + row_values *
+row_overhead_s`` (non-negative least squares): a fixed cost per epoch; one per collective
+call, because the algorithms that make more calls (1D's broadcast per stage, SUMMA's three
+per stage) also run more Python per epoch; and one per value of the busiest rank's rows
+(copies, gathers for sending, loss and accuracy passes that the rates do not price). The
+three numbers go into the profile.
 """
 
 from __future__ import annotations
@@ -27,12 +27,17 @@ import numpy as np
 from scipy.optimize import nnls
 
 from sparsegnn.data import GraphData, sbm
-from sparsegnn.distributed.autoplan import auto_plan
-from sparsegnn.distributed.calibration_rates import measure_profile
-from sparsegnn.distributed.cost import EpochCost
-from sparsegnn.distributed.cost_profile import Profile
-from sparsegnn.distributed.planner import PlanConfig, PlanGraph
-from sparsegnn.distributed.session import Session, close_session, gather_objects, init_session
+from sparsegnn.distributed.planning.autoplan import auto_plan
+from sparsegnn.distributed.planning.calibration_rates import measure_profile
+from sparsegnn.distributed.planning.cost import EpochCost
+from sparsegnn.distributed.planning.cost_profile import Profile
+from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.runtime.session import (
+    Session,
+    close_session,
+    gather_objects,
+    init_session,
+)
 from sparsegnn.train.distributed import with_plan
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import peak_rss_bytes

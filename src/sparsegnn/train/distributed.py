@@ -31,9 +31,9 @@ from sparsegnn.distributed import (
     lost_peers_named,
     spawn,
 )
-from sparsegnn.distributed.partitioned import check_manifest
-from sparsegnn.distributed.planner import PlanConfig
-from sparsegnn.distributed.shard import is_shard_dir, manifest_shape, read_manifest
+from sparsegnn.distributed.layout.partitioned import check_manifest
+from sparsegnn.distributed.layout.shard import is_shard_dir, manifest_shape, read_manifest
+from sparsegnn.distributed.planning.planner import PlanConfig
 from sparsegnn.names import Algorithm, replicates, row_wise
 from sparsegnn.train.fullgraph import TrainConfig, TrainResult
 from sparsegnn.train.rank_report import RankReport, comm_summary

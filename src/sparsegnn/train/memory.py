@@ -3,7 +3,7 @@ checked against ``--max-rank-memory`` before any rank starts.
 
 The checks build what each rank will hold from the graph, a partitioned folder's
 manifest or a row-block folder's, and ask the one predictor,
-:func:`sparsegnn.distributed.rank_memory.rank_bytes`, which ``plan`` and ``--algo auto``
+:func:`sparsegnn.distributed.planning.rank_memory.rank_bytes`, which ``plan`` and ``--algo auto``
 ask too.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sparsegnn.distributed.rank_memory import (
+from sparsegnn.distributed.planning.rank_memory import (
     DEFAULT_PROCESS_BYTES,
     MEMORY_KINDS,
     Holding,
@@ -164,11 +164,11 @@ def check_graph_rank_memory(
     builds its operator from. Minibatch: the whole graph (``replicated``) or a row
     block (``partitioned``), without the sampled batches' activations (not modelled).
     ``process``: the process's own part
-    (:func:`~sparsegnn.distributed.rank_memory.process_bytes`)."""
+    (:func:`~sparsegnn.distributed.planning.rank_memory.process_bytes`)."""
     if mode == "fullgraph":
-        from sparsegnn.distributed.grid import grid_shape
-        from sparsegnn.distributed.partitioned import partition_for
-        from sparsegnn.distributed.planner import Layout, PlanConfig, PlanGraph
+        from sparsegnn.distributed.layout.grid import grid_shape
+        from sparsegnn.distributed.layout.partitioned import partition_for
+        from sparsegnn.distributed.planning.planner import Layout, PlanConfig, PlanGraph
 
         shape = grid_shape(algo, nprocs, replication)  # type: ignore[arg-type]
         part = partition_for(int(graph.num_nodes), shape, partition, graph.edge_index,
@@ -211,7 +211,7 @@ def check_shards_rank_memory(
     """The prediction and refusal for a full-graph partitioned folder, from the holdings
     its manifest records per rank (each rank reads only its own file: no whole graph);
     folders written before the manifest recorded them are refused with a way out."""
-    from sparsegnn.distributed.shard import manifest_shape
+    from sparsegnn.distributed.layout.shard import manifest_shape
 
     holdings = manifest.get("rank_holdings")
     if not holdings:
@@ -246,7 +246,7 @@ def check_shards_rank_memory(
 
 @dataclass(frozen=True)
 class _Flight:
-    """What :func:`~sparsegnn.distributed.rank_memory.in_flight_bytes` reads of a run."""
+    """What :func:`~sparsegnn.distributed.planning.rank_memory.in_flight_bytes` reads of a run."""
 
     comm: str
     overlap: bool

@@ -1,6 +1,6 @@
 """The exact bytes of partitioned minibatch training, predicted without a process group.
 
-Every exchange of a partitioned topology (:class:`~sparsegnn.distributed.sampled.
+Every exchange of a partitioned topology (:class:`~sparsegnn.distributed.ops.sampled.
 PartitionedTopology`) and of the feature fetch (:class:`~sparsegnn.distributed.
 feature_fetch.PartitionedFeatures`) moves a number of bytes fixed by the vertex ids each
 rank asks for, and those ids are fixed by ``(seed, epoch, batch)``: a sampler over the
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sparsegnn.distributed.partition import split_range
+from sparsegnn.distributed.layout.block_partition import split_range
 from sparsegnn.sampling.loader import MinibatchLoader
 from sparsegnn.sampling.samplers import LocalTopology
 from sparsegnn.sparse import CSRMatrix
@@ -95,7 +95,7 @@ def predict_partitioned_bytes(
 
     ``row_bytes``: one feature row (``d * element size``); ``num_params``,
     ``value_bytes``: the model's size for the gradient all-reduce; ``bounds``: the row
-    blocks (default: even, as :class:`~sparsegnn.distributed.sampled.RowOwners` cuts).
+    blocks (default: even, as :class:`~sparsegnn.distributed.ops.sampled.RowOwners` cuts).
     """
     n, p, c = adj.shape[0], nprocs, replication
     if bounds is None:

@@ -3,12 +3,12 @@
 Replicated (:func:`train_replicated`): every rank holds the whole topology and samples its
 own share of each minibatch from its own random stream, so sampling needs no
 communication; the only collective is the gradient sum of
-:class:`~sparsegnn.distributed.sampled.GradientSum`.
+:class:`~sparsegnn.distributed.ops.sampled.GradientSum`.
 
 Partitioned (:func:`train_partitioned`): the rows of A and of the feature matrix are cut
 1.5D-style into ``p / c`` blocks, each held by ``c`` ranks
-(:class:`~sparsegnn.distributed.sampled.PartitionedTopology`,
-:class:`~sparsegnn.distributed.feature_fetch.PartitionedFeatures`). Each rank samples the
+(:class:`~sparsegnn.distributed.ops.sampled.PartitionedTopology`,
+:class:`~sparsegnn.distributed.ops.feature_fetch.PartitionedFeatures`). Each rank samples the
 same share with the same streams as a replicated rank, asking the owners for degrees and
 drawn entries, and fetches the bulk's feature rows with one exchange, so it draws the very
 minibatches and ends with the very weights of a replicated run. Sampling and fetching run
@@ -41,16 +41,16 @@ from sparsegnn.distributed import (
     lost_peers_named,
     spawn,
 )
-from sparsegnn.distributed.comm import ByteCounts, Communicator, Group
-from sparsegnn.distributed.feature_fetch import CacheStats, PartitionedFeatures
-from sparsegnn.distributed.row_blocks import read_row_block
-from sparsegnn.distributed.sampled import (
+from sparsegnn.distributed.layout.row_blocks import read_row_block
+from sparsegnn.distributed.ops.feature_fetch import CacheStats, PartitionedFeatures
+from sparsegnn.distributed.ops.sampled import (
     ExchangeCommunicator,
     GradientSum,
     PartitionedTopology,
     RowOwners,
     separate_group,
 )
+from sparsegnn.distributed.runtime.comm import ByteCounts, Communicator, Group
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import operator_for
 from sparsegnn.sparse import CSRMatrix

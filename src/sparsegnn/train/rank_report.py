@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparsegnn.distributed import Communicator, SpmmCall
-from sparsegnn.distributed.sparse_comm import SparseRowOperator
+from sparsegnn.distributed.ops.sparse_comm import SparseRowOperator
 from sparsegnn.train.dist_checkpoint import Resumed
 from sparsegnn.train.fullgraph import EpochStats
 from sparsegnn.train.memory import RankMemory

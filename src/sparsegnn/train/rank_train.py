@@ -8,7 +8,7 @@ masks (each rank draws the whole graph's mask and keeps its rows) or, for graphs
 from a partitioned directory, draws per vertex block from ``seed + 1_000_003 * block``
 (the replicas of a block share that stream, so they stay identical). On 2D/3D each rank
 holds only its column slice of the input features and the first layer runs on partial
-products summed over the process row (:mod:`sparsegnn.distributed.feature_slices`).
+products summed over the process row (:mod:`sparsegnn.distributed.ops.feature_slices`).
 
 ``--checkpoint`` names a folder: every saved epoch is a sub-folder of one shard per rank
 and a manifest written last (:mod:`sparsegnn.train.dist_checkpoint`); a run resumes from
@@ -41,12 +41,12 @@ from sparsegnn.distributed import (
     grid_shape,
     predict,
 )
-from sparsegnn.distributed.comm_model import input_slicing, spmm_schedule
-from sparsegnn.distributed.feature_slices import slice_first_layer, use_slice_dropout
-from sparsegnn.distributed.partitioned import load_shard
-from sparsegnn.distributed.shard import Shard, read_manifest
-from sparsegnn.distributed.sparse_comm import SparseCommunicator, SparseRowOperator
-from sparsegnn.distributed.spmm import SummaOperator, col_lanes
+from sparsegnn.distributed.layout.partitioned import load_shard
+from sparsegnn.distributed.layout.shard import Shard, read_manifest
+from sparsegnn.distributed.ops.feature_slices import slice_first_layer, use_slice_dropout
+from sparsegnn.distributed.ops.sparse_comm import SparseCommunicator, SparseRowOperator
+from sparsegnn.distributed.ops.spmm import SummaOperator, col_lanes
+from sparsegnn.distributed.planning.comm_model import input_slicing, spmm_schedule
 from sparsegnn.names import DEFAULT_MASK, PARTITIONERS, Algorithm
 from sparsegnn.nn.dropout import dropout
 from sparsegnn.train.checkpoint import graph_hash

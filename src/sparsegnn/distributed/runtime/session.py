@@ -2,7 +2,7 @@
 
 One rank session for every multi-rank path (``train --nprocs``, minibatch and tracking
 data-parallel training, bulk annotation): :func:`init_session` joins the process group
-that torchrun or :func:`~sparsegnn.distributed.launch.spawn` describes in the
+that torchrun or :func:`~sparsegnn.distributed.runtime.launch.spawn` describes in the
 environment, with a timeout on every collective; :func:`close_session` leaves it. Code
 outside :mod:`sparsegnn.distributed` calls these helpers and never ``torch.distributed``
 itself (ruff enforces it), so a single process needs no process group at all.
@@ -19,9 +19,9 @@ from typing import Any, Generic, TypeVar
 import torch
 import torch.distributed as dist
 
-from sparsegnn.distributed import peers
-from sparsegnn.distributed.affinity import bind_torchrun_worker
-from sparsegnn.distributed.comm import ByteCounts, set_group_timeout
+from sparsegnn.distributed.runtime import peers
+from sparsegnn.distributed.runtime.affinity import bind_torchrun_worker
+from sparsegnn.distributed.runtime.comm import ByteCounts, set_group_timeout
 
 T = TypeVar("T")
 
@@ -77,10 +77,10 @@ def default_backend() -> str:
 
 def init_session(backend: str | None = None, timeout_s: float = 60.0) -> Session:
     """Join the process group the environment describes; every collective times out, in
-    the default group and in every group :func:`~sparsegnn.distributed.comm.new_group`
+    the default group and in every group :func:`~sparsegnn.distributed.runtime.comm.new_group`
     makes. The ranks then announce their hosts to each other, so that a collective that
-    fails inside :func:`~sparsegnn.distributed.peers.lost_peers_named` names the host and
-    ranks it lost (:mod:`sparsegnn.distributed.peers`)."""
+    fails inside :func:`~sparsegnn.distributed.runtime.peers.lost_peers_named` names the host and
+    ranks it lost (:mod:`sparsegnn.distributed.runtime.peers`)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     bind_torchrun_worker(local, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))

@@ -12,7 +12,7 @@ rank ever holds the whole graph:
 
 Tile indices are stored as int64, values in the dtype they were written with. ``x`` holds
 the rank's rows of the features and, on 2D/3D, only its column slice
-(:func:`~sparsegnn.distributed.partition.feature_columns`), so no rank reads more.
+(:func:`~sparsegnn.distributed.layout.block_partition.feature_columns`), so no rank reads more.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import torch
 
 from sparsegnn.data.graph import check_features, check_labels
 from sparsegnn.data.io import NPZ_ERRORS, atomic_dir
-from sparsegnn.distributed.comm_model import NnzTable, tile_nnz
-from sparsegnn.distributed.grid import ALGORITHMS, GridShape
-from sparsegnn.distributed.partition import (
+from sparsegnn.distributed.layout.block_partition import (
     BlockPartition,
     LocalBlocks,
     feature_columns,
     local_blocks,
 )
+from sparsegnn.distributed.layout.grid import ALGORITHMS, GridShape
+from sparsegnn.distributed.planning.comm_model import NnzTable, tile_nnz
 from sparsegnn.errors import DataFormatError, SparseGNNError
 from sparsegnn.sparse import CSRMatrix
 

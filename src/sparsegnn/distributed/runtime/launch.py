@@ -42,7 +42,7 @@ import tqdm
 
 from sparsegnn.data.leftovers import launcher_temp_dir
 from sparsegnn.data.limits import require_ranks
-from sparsegnn.distributed.affinity import rank_cpus
+from sparsegnn.distributed.runtime.affinity import rank_cpus
 from sparsegnn.errors import SparseGNNError
 
 # Seconds a stopped rank gets to exit after SIGTERM before it is killed.
@@ -89,7 +89,7 @@ def spawn(
     Results travel back through a pipe as plain data (dataclasses, numpy values and paths
     are rebuilt here) and load with ``weights_only=True``, so a rank's reply cannot run
     code in the launcher; nothing is written to disk, so no exit path leaves files behind.
-    Each rank is bound to its own CPUs (:func:`~sparsegnn.distributed.affinity.rank_cpus`).
+    Each rank is bound to its own CPUs (:func:`~sparsegnn.distributed.runtime.affinity.rank_cpus`).
     """
     require_ranks(nprocs)  # --nprocs 100000: one line, not EMFILE mid-start
     launcher_temp_dir()  # named after this pid: removed even after a SIGKILL (leftovers)

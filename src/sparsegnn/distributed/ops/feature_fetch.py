@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from sparsegnn.distributed.comm import Group
-from sparsegnn.distributed.sampled import ExchangeCommunicator, RowOwners
+from sparsegnn.distributed.ops.sampled import ExchangeCommunicator, RowOwners
+from sparsegnn.distributed.runtime.comm import Group
 from sparsegnn.sparse import CSRMatrix
 
 MIB = 2**20

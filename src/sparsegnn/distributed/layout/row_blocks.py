@@ -29,9 +29,9 @@ import torch
 
 from sparsegnn.data.graph import GraphData, check_features, check_labels, row_normalize
 from sparsegnn.data.io import atomic_dir
-from sparsegnn.distributed.grid import grid_shape
-from sparsegnn.distributed.partitioned import check_partitionable, partition_for
-from sparsegnn.distributed.shard import (
+from sparsegnn.distributed.layout.grid import grid_shape
+from sparsegnn.distributed.layout.partitioned import check_partitionable, partition_for
+from sparsegnn.distributed.layout.shard import (
     MANIFEST,
     SPLITS,
     check_replaceable,

@@ -1,8 +1,8 @@
 """Predicted epoch time of a distributed configuration, from a profile.
 
 :func:`predict_epoch` prices one training epoch of a
-:class:`~sparsegnn.distributed.planner.Layout` at the rates of a
-:class:`~sparsegnn.distributed.cost_profile.Profile` (what this machine costs):
+:class:`~sparsegnn.distributed.planning.planner.Layout` at the rates of a
+:class:`~sparsegnn.distributed.planning.cost_profile.Profile` (what this machine costs):
 
 * communication per phase: the exact bytes of the planner (for an all-to-all or
   all-reduce the busiest rank's sent or received, whichever is larger; for broadcast
@@ -30,7 +30,8 @@
 
 Ranks are assumed to wait for each other at every collective, so the epoch costs the
 busiest rank's compute plus the communication plus that overhead: no overlap is
-credited. A rank's peak memory is predicted apart (:mod:`sparsegnn.distributed.rank_memory`).
+credited. A rank's peak memory is predicted apart
+(:mod:`sparsegnn.distributed.planning.rank_memory`).
 """
 
 from __future__ import annotations
@@ -41,15 +42,15 @@ from typing import Any
 
 import numpy as np
 
-from sparsegnn.distributed.comm_model import (
+from sparsegnn.distributed.layout.block_partition import feature_columns, split_sizes, stage_blocks
+from sparsegnn.distributed.layout.grid import GridShape
+from sparsegnn.distributed.planning.comm_model import (
     InputSlicing,
     SpmmCall,
     input_slicing,
     spmm_schedule,
 )
-from sparsegnn.distributed.cost_profile import Profile
-from sparsegnn.distributed.grid import GridShape
-from sparsegnn.distributed.partition import feature_columns, split_sizes, stage_blocks
+from sparsegnn.distributed.planning.cost_profile import Profile
 from sparsegnn.nn.model_size import layer_widths, parameter_count
 
 
@@ -233,7 +234,7 @@ def _spmm_reduce_bytes(shape: GridShape, part: Any, calls: list[SpmmCall],
     """The all-reduce inside ``calls``' SpMMs (1.5D: over the c replicas of a row block's
     output; 2D/3D: over the fiber of l layers): bytes sent summed over the ranks, the
     busiest rank's, and the size of the group it runs in (what
-    :mod:`~sparsegnn.distributed.comm_model` counts into the phase with the broadcasts)."""
+    :mod:`~sparsegnn.distributed.planning.comm_model` counts into the phase with the broadcasts)."""
     group = shape.cols if shape.row_wise else shape.layers
     if group <= 1:
         return 0, 0, group
@@ -349,7 +350,7 @@ def predict_epoch(
     layout: Any, plan: dict[str, Any], cfg: Any, profile: Profile, comm: str,
 ) -> EpochCost:
     """The cost of one epoch of ``layout`` (a planner :class:`Layout`) whose exact bytes
-    ``plan`` (:func:`~sparsegnn.distributed.planner.plan_epoch`'s result) gives.
+    ``plan`` (:func:`~sparsegnn.distributed.planning.planner.plan_epoch`'s result) gives.
 
     ``cfg``: the model's shape (``model``, ``hidden``, ``num_layers``)."""
     g, shape = layout.graph, layout.shape

@@ -4,7 +4,7 @@ Replicated topology (:func:`train_replicated`): every rank holds the whole adjac
 and feature matrix, takes its share ``r::w`` of every global minibatch and samples it
 from its own stream (``i * w + r``) without any communication; the only collective is
 the gradient all-reduce after each step, counted by
-:class:`~sparsegnn.distributed.comm.Communicator` under the phase ``grad_allreduce``.
+:class:`~sparsegnn.distributed.runtime.comm.Communicator` under the phase ``grad_allreduce``.
 The all-reduce gathers and sums in rank order, so every rank applies bit-identical
 updates and the replicas never drift: validation, early stopping and the final test
 accuracy agree on all ranks without further communication.
@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from sparsegnn.distributed.comm import Communicator, Group, new_group
-from sparsegnn.distributed.partition import split_range
+from sparsegnn.distributed.layout.block_partition import split_range
+from sparsegnn.distributed.runtime.comm import Communicator, Group, new_group
 from sparsegnn.sparse import CSRMatrix
 
 

@@ -3,7 +3,7 @@
 Every collective goes through :class:`Communicator`, which counts what this rank sends
 and receives per *phase* (forward SpMM, backward SpMM, gradient all-reduce, metrics,
 setup) and per collective. The counts are the payload model of each collective, stated
-here once and used unchanged by :mod:`sparsegnn.distributed.comm_model`:
+here once and used unchanged by :mod:`sparsegnn.distributed.planning.comm_model`:
 
 * ``broadcast`` of b bytes in a group of g: the root sends ``b * (g - 1)`` (one copy per
   receiver), every other member receives ``b``.
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sparsegnn.distributed.grid import GridError, GridShape
+from sparsegnn.distributed.layout.grid import GridError, GridShape
 from sparsegnn.sparse import CSRMatrix
 
 Counts = dict[str, dict[str, int]]

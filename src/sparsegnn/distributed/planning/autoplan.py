@@ -3,8 +3,9 @@
 For p ranks, :func:`auto_plan` enumerates the algorithms (1D; 1.5D with every
 replication factor the grid admits; 2D; 3D), the communication (sparsity-aware or
 oblivious, where the algorithm has both) and the partitioners, computes each one's exact
-per-rank bytes (:mod:`sparsegnn.distributed.planner`), prices them with a calibrated
-:class:`~sparsegnn.distributed.cost_profile.Profile`, predicts each one's per-rank peak memory,
+per-rank bytes (:mod:`sparsegnn.distributed.planning.planner`), prices them with a calibrated
+:class:`~sparsegnn.distributed.planning.cost_profile.Profile`, predicts each one's per-rank peak
+memory,
 and ranks those that fit a memory limit by predicted epoch time. Partitions are computed
 once per (vertex blocks, partitioner) and shared by the configurations that use them.
 """
@@ -14,11 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sparsegnn.distributed.cost import EpochCost, predict_epoch
-from sparsegnn.distributed.cost_profile import Profile
-from sparsegnn.distributed.grid import GridError, grid_shape
-from sparsegnn.distributed.planner import Layout, PlanConfig, PlanGraph, partitioned, plan_epoch
-from sparsegnn.distributed.rank_memory import predict_memory, process_bytes
+from sparsegnn.distributed.layout.grid import GridError, grid_shape
+from sparsegnn.distributed.planning.cost import EpochCost, predict_epoch
+from sparsegnn.distributed.planning.cost_profile import Profile
+from sparsegnn.distributed.planning.planner import (
+    Layout,
+    PlanConfig,
+    PlanGraph,
+    partitioned,
+    plan_epoch,
+)
+from sparsegnn.distributed.planning.rank_memory import predict_memory, process_bytes
 from sparsegnn.names import ALGORITHMS, replicates, row_wise
 
 

@@ -6,11 +6,11 @@ weight count into predicted bytes by kind. Everything that predicts a rank's mem
 calls it: ``plan`` and ``plan --auto``, ``train --algo auto`` and ``--max-rank-memory``
 (:mod:`sparsegnn.train.memory` builds the holdings from the graph, a partitioned folder's
 manifest or a row-block folder's). :func:`predict_rank_bytes` is its form for a planner
-:class:`~sparsegnn.distributed.planner.Layout`: the busiest rank of the grid.
+:class:`~sparsegnn.distributed.planning.planner.Layout`: the busiest rank of the grid.
 
 Memory is a limit, not a price: ``--max-rank-memory`` and the automatic choice rule
 configurations out with it before any time is compared, so it is apart from the epoch
-time model (:mod:`sparsegnn.distributed.cost`) and reads no rates. Its measured error is
+time model (:mod:`sparsegnn.distributed.planning.cost`) and reads no rates. Its measured error is
 in docs/distributed.md ("Memory accounting"), the measurements in
 docs/results/2026-12-06-memory-predictor.md.
 """
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from sparsegnn.distributed.cost import feature_column_count
-from sparsegnn.distributed.grid import GridShape
-from sparsegnn.distributed.partition import stage_blocks
-from sparsegnn.distributed.spmm import col_lanes
+from sparsegnn.distributed.layout.block_partition import stage_blocks
+from sparsegnn.distributed.layout.grid import GridShape
+from sparsegnn.distributed.ops.spmm import col_lanes
+from sparsegnn.distributed.planning.cost import feature_column_count
 from sparsegnn.names import row_wise
 from sparsegnn.nn.model_size import layer_widths, parameter_count
 
@@ -48,7 +48,7 @@ DEFAULT_PROCESS_BYTES = 384 * 2**20
 
 def process_bytes(profile: Any = None) -> int:
     """The process's own part of a rank's peak: a machine profile's base and growth
-    (:class:`~sparsegnn.distributed.cost_profile.Profile`, ``sparsegnn calibrate``), else
+    (:class:`~sparsegnn.distributed.planning.cost_profile.Profile`, ``sparsegnn calibrate``), else
     :data:`DEFAULT_PROCESS_BYTES`."""
     if profile is None:
         return DEFAULT_PROCESS_BYTES
@@ -147,7 +147,7 @@ def layout_holdings(layout: Any, num_features: int,
 
 def _own_tiles(shape: GridShape, rank: int) -> list[tuple[int, int, int]]:
     """``(row block, column block, layer)`` of the tiles a rank holds
-    (:func:`~sparsegnn.distributed.partition.tile_ranges`)."""
+    (:func:`~sparsegnn.distributed.layout.block_partition.tile_ranges`)."""
     i, j, m = shape.coords(rank)
     if shape.row_wise:
         return [(i, b, 0) for b in stage_blocks(shape, j)]
@@ -166,7 +166,7 @@ def _tile_table(shape: GridShape, part: Any,
                 chunks: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Vectorised (a 1D grid of 4096 ranks has 16M tiles) and read in chunks of
     nonzeros (a plan of 1e8 edges keeps only the pattern), as
-    :func:`~sparsegnn.distributed.cost.rank_nonzeros` counts them."""
+    :func:`~sparsegnn.distributed.planning.cost.rank_nonzeros` counts them."""
     layers = shape.layers
     inner = np.array([part.inner(j, m, layers)[0] for j in range(part.blocks)
                       for m in range(layers)][1:], dtype=np.int64)

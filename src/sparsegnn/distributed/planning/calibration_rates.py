@@ -6,7 +6,7 @@ Every rank of a job of the world size one plans for runs the same measurements a
 same time, after a barrier, so the rates are those of the machine *shared by* that many
 ranks (on a host with fewer cores than ranks, the ranks' compute slows down together,
 which a single-process measurement would miss). Rank 0's numbers become the
-:class:`~sparsegnn.distributed.cost_profile.Profile`:
+:class:`~sparsegnn.distributed.planning.cost_profile.Profile`:
 
 * local SpMM of a uniform random graph (random gathers: the rate of rows that miss
   the caches) at two densities and several widths, solved per width for the time per
@@ -16,7 +16,7 @@ which a single-process measurement would miss). Rank 0's numbers become the
 * a dense matmul (time per multiply-add), a dropout (time per value, its random mask
   included: the mask kind the models train with, ``sparsegnn.names.DEFAULT_MASK``) and an
   activation's pass (time per value);
-* each collective of :class:`~sparsegnn.distributed.comm.Communicator` at several sizes,
+* each collective of :class:`~sparsegnn.distributed.runtime.comm.Communicator` at several sizes,
   fitted as ``latency + bytes * time_per_byte`` against the bytes the busiest rank sends
   or receives in our accounting (the same measure the planner predicts);
 * across hosts, also the broadcast as the algorithms use it (:func:`measure_broadcast_rounds`):
@@ -44,9 +44,9 @@ import torch.distributed as dist
 from scipy.optimize import nnls
 from torch.nn import functional as F
 
-from sparsegnn.distributed.comm import Communicator, Group, new_group
-from sparsegnn.distributed.cost_profile import LinkCost, Profile
-from sparsegnn.distributed.session import Session, barrier, ranks_per_host
+from sparsegnn.distributed.planning.cost_profile import LinkCost, Profile
+from sparsegnn.distributed.runtime.comm import Communicator, Group, new_group
+from sparsegnn.distributed.runtime.session import Session, barrier, ranks_per_host
 from sparsegnn.names import DEFAULT_MASK, MaskKind
 from sparsegnn.nn.dropout import dropout
 from sparsegnn.sparse import CSRMatrix
@@ -252,7 +252,7 @@ def _collective(comm: Communicator, group: Group, name: str, values: int
         piece = x[: max(1, values // group.size)]
         shapes = [tuple(piece.shape)] * group.size
         return (lambda: comm.all_gather(piece, shapes, group)), 4 * piece.numel()
-    from sparsegnn.distributed.sampled import ExchangeCommunicator
+    from sparsegnn.distributed.ops.sampled import ExchangeCommunicator
 
     exchange = ExchangeCommunicator()
     counts = [values // group.size] * group.size

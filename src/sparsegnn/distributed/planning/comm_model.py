@@ -1,8 +1,8 @@
 """Analytic communication volume per rank and epoch, for comparison with the counters.
 
 The formulas restate, in closed form over block sizes, tile nonzeros and feature widths,
-what each algorithm of :mod:`sparsegnn.distributed.spmm` sends under the payload model
-of :mod:`sparsegnn.distributed.comm`; they never call the communication code. With b
+what each algorithm of :mod:`sparsegnn.distributed.ops.spmm` sends under the payload model
+of :mod:`sparsegnn.distributed.runtime.comm`; they never call the communication code. With b
 bytes per value, rank ``(i, k)`` / ``(i, j, m)`` and one SpMM of width f:
 
 * 1D/1.5D (R = p/c process rows): for each stage block j of replica k, the owner sends
@@ -14,7 +14,7 @@ bytes per value, rank ``(i, k)`` / ``(i, j, m)`` and one SpMM of width f:
   fiber all-reduce ``(l - 1) n_i w_j b`` and the column all-gather, which sends
   ``n_i w_j b (q - 1)`` and receives ``n_i (f - w_j) b``; a first-layer SpMM of the
   column-sliced input features (``sliced``) has no all-gather.
-* 2D/3D input slicing (:mod:`sparsegnn.distributed.feature_slices`): each forward pass
+* 2D/3D input slicing (:mod:`sparsegnn.distributed.ops.feature_slices`): each forward pass
   all-reduces the first layer's partial products, ``n_i h`` values per linear map of
   output width h, over the q ranks of the process row (phase ``input_allreduce``,
   ``(q - 1) n_i h b`` each way), and the gradients of those maps' ``f h`` weights are
@@ -37,8 +37,8 @@ from typing import Protocol
 
 import torch
 
-from sparsegnn.distributed.grid import GridShape
-from sparsegnn.distributed.partition import BlockPartition, split_sizes, stage_blocks
+from sparsegnn.distributed.layout.block_partition import BlockPartition, split_sizes, stage_blocks
+from sparsegnn.distributed.layout.grid import GridShape
 from sparsegnn.sparse import CSRMatrix
 
 Volume = dict[str, dict[str, int]]

@@ -1,7 +1,8 @@
 """Sparsity-aware 1D / 1.5D SpMM: each rank receives only the rows of H it multiplies.
 
 Rank ``(i, k)`` multiplies the tiles ``A_ij`` of its stage blocks j (see
-:func:`~sparsegnn.distributed.partition.stage_blocks`). Of block j it needs only the rows
+:func:`~sparsegnn.distributed.layout.block_partition.stage_blocks`). Of block j it needs only the
+rows
 whose ids are nonzero columns of ``A_ij``, and it gets exactly those from rank
 ``(j, k)`` of its column group, in one ``all_to_all`` per SpMM, instead of all of
 ``H_j`` by broadcast. The 1.5D replicas then all-reduce their partial sums as before.
@@ -17,7 +18,7 @@ tiles of ``A^T`` and so has its own plan (the same one when A is symmetric).
 
 Bytes: what a rank sends to and receives from the *other* members of its column group,
 counted under the current phase as ``all_to_all``; the exact numbers are what
-:mod:`sparsegnn.distributed.plan` computes without ranks.
+:mod:`sparsegnn.distributed.planning.plan` computes without ranks.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sparsegnn.distributed.comm import Communicator, Group, ProcessGrid
-from sparsegnn.distributed.grid import GridError
-from sparsegnn.distributed.partition import BlockPartition, LocalBlocks
-from sparsegnn.distributed.spmm import DistributedOperator, column_slices
+from sparsegnn.distributed.layout.block_partition import BlockPartition, LocalBlocks
+from sparsegnn.distributed.layout.grid import GridError
+from sparsegnn.distributed.ops.spmm import DistributedOperator, column_slices
+from sparsegnn.distributed.runtime.comm import Communicator, Group, ProcessGrid
 from sparsegnn.sparse import CSRMatrix, hstack
 
 
@@ -128,7 +129,7 @@ class SparseRowOperator(DistributedOperator):
 
     With ``overlap`` the rank multiplies its own diagonal tile while the exchange is in
     flight, then the received rows, which move in column slices
-    (:func:`~sparsegnn.distributed.spmm.column_slices`) so that each slice's multiply
+    (:func:`~sparsegnn.distributed.ops.spmm.column_slices`) so that each slice's multiply
     hides the next slice's transfer (and on 1.5D each finished slice's replica sum the
     next slice's multiply); both ways add the same two products in the same order, so
     the result is the same to the bit.

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sparsegnn.distributed.grid import GridShape
+from sparsegnn.distributed.layout.grid import GridShape
 from sparsegnn.errors import ShapeError
 from sparsegnn.sparse import CSRMatrix
 

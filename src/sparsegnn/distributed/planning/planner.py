@@ -2,7 +2,7 @@
 
 The graph is partitioned into the grid's vertex blocks, relabelled, and the volume of
 every SpMM of one training epoch (the schedule ``sparsegnn train`` runs,
-:func:`~sparsegnn.distributed.comm_model.spmm_schedule`) is computed per rank: rows and
+:func:`~sparsegnn.distributed.planning.comm_model.spmm_schedule`) is computed per rank: rows and
 bytes sent and received, for sparsity-aware (``sparse``, 1d/1.5d) or oblivious
 (``dense``) communication. The numbers equal what a real run's counters measure
 (tested), which is what lets ``sparsegnn plan`` predict traffic for thousands of ranks.
@@ -24,10 +24,10 @@ import scipy.sparse as sp
 import torch
 
 from sparsegnn.data.graph import GraphData
-from sparsegnn.distributed.comm_model import ModelShape, input_slicing, spmm_schedule
-from sparsegnn.distributed.grid import GridShape, grid_shape
-from sparsegnn.distributed.partition import BlockPartition
-from sparsegnn.distributed.plan import (
+from sparsegnn.distributed.layout.block_partition import BlockPartition
+from sparsegnn.distributed.layout.grid import GridShape, grid_shape
+from sparsegnn.distributed.planning.comm_model import ModelShape, input_slicing, spmm_schedule
+from sparsegnn.distributed.planning.plan import (
     Pattern,
     RankVolume,
     epoch_volume,
@@ -193,7 +193,7 @@ class PlanConfig:
     dtype: str = "float32"
     seed: int = 0
     # ``train --overlap``: a dense 1D/1.5D product then holds more blocks of H at once
-    # (:func:`~sparsegnn.distributed.rank_memory.predict_memory` counts them).
+    # (:func:`~sparsegnn.distributed.planning.rank_memory.predict_memory` counts them).
     overlap: bool = False
 
     @property

@@ -1,7 +1,7 @@
 """Which CPUs each local rank runs on.
 
-:func:`~sparsegnn.distributed.launch.spawn` binds the ranks it starts, and
-:func:`~sparsegnn.distributed.session.init_session` binds a torchrun worker that nothing
+:func:`~sparsegnn.distributed.runtime.launch.spawn` binds the ranks it starts, and
+:func:`~sparsegnn.distributed.runtime.session.init_session` binds a torchrun worker that nothing
 else has bound, both by :func:`rank_cpus` (docs/distributed.md, "Where local ranks run").
 """
 
@@ -63,7 +63,7 @@ def _core_of(cpu: int) -> tuple[int, int]:
 def bind_torchrun_worker(local_rank: int, local_world: int) -> None:
     """Bind this torchrun worker as :func:`rank_cpus` binds local rank ``local_rank`` of
     ``local_world`` on its host, unless it is already bound to fewer than all the host's
-    CPUs (by ``taskset``, a batch system, or :func:`~sparsegnn.distributed.launch.spawn`),
+    CPUs (by ``taskset``, a batch system, or :func:`~sparsegnn.distributed.runtime.launch.spawn`),
     whose choice stands."""
     if not hasattr(os, "sched_getaffinity"):
         return

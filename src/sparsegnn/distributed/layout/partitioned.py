@@ -4,7 +4,7 @@
 partitioner); :func:`write_partitioned` writes every rank's shard of a graph to a folder
 (``sparsegnn data partition``), and :func:`load_shard` gives one rank its shard, read
 from such a folder (its own file only) or cut out of a graph held in memory. The file
-format itself is :mod:`sparsegnn.distributed.shard`'s.
+format itself is :mod:`sparsegnn.distributed.layout.shard`'s.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 from sparsegnn.data.graph import GraphData, row_normalize
 from sparsegnn.data.limits import require_memory
 from sparsegnn.data.vectors import read_int_vector
-from sparsegnn.distributed.grid import GridError, GridShape, grid_shape
-from sparsegnn.distributed.partition import BlockPartition
-from sparsegnn.distributed.shard import (
+from sparsegnn.distributed.layout.block_partition import BlockPartition
+from sparsegnn.distributed.layout.grid import GridError, GridShape, grid_shape
+from sparsegnn.distributed.layout.shard import (
     Shard,
     make_shard,
     manifest_shape,

@@ -1,10 +1,11 @@
 """Input features cut by columns within a process row (2D/3D), and the first layer on them.
 
 Why: on 2D/3D every rank of process row i holds the full rows of vertex block i of the
-activations (:mod:`sparsegnn.distributed.spmm`), which costs little for hidden widths but
+activations (:mod:`sparsegnn.distributed.ops.spmm`), which costs little for hidden widths but
 made the q ranks of a row each hold the whole ``n_i x f`` input block: per-rank feature
 memory fell as 1/sqrt(p) (2D), not 1/p. So rank ``(i, j, m)`` holds only column slice j
-of ``X_i`` (:func:`~sparsegnn.distributed.partition.feature_columns`, ``f / q`` columns;
+of ``X_i``
+(:func:`~sparsegnn.distributed.layout.block_partition.feature_columns`, ``f / q`` columns;
 the fiber replicas m hold the same slice), and the first layer, the only one that reads
 ``X``, runs on partial products:
 
@@ -13,14 +14,14 @@ the fiber replicas m hold the same slice), and the first layer, the only one tha
   which multiplies the slice by its rows of ``W`` and all-reduces the partial product
   over the process row. The layer's output, and everything after it, is full rows again.
 * a first layer that aggregates before its map (``(A X) W``, when it widens) gets the
-  column-sliced SUMMA operator (:meth:`~sparsegnn.distributed.spmm.SummaOperator.
+  column-sliced SUMMA operator (:meth:`~sparsegnn.distributed.ops.spmm.SummaOperator.
   column_sliced`): SUMMA computes slice j of ``A X`` anyway, so ``(A X)_i[:, j] W[j, :]``
   is summed the same way, without the all-gather back to full rows.
 * backward: the row sum passes its gradient through (every rank of the row holds the same
   downstream gradient G, all later work being replicated), so rank j's weight gradient is
   ``X_i[:, j]^T G`` in slice j's columns and zero elsewhere. The task sums it over the
   column group like every gradient, then over the row
-  (:class:`~sparsegnn.distributed.task.DistributedTask`), which assembles the slices
+  (:class:`~sparsegnn.distributed.ops.task.DistributedTask`), which assembles the slices
   exactly and bit-identically on every rank.
 
 Parameters keep their names and shapes (each rank keeps the whole ``W``), so the model
@@ -45,9 +46,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sparsegnn.distributed.comm import Communicator, Group
-from sparsegnn.distributed.spmm import DistributedOperator, SummaOperator
-from sparsegnn.distributed.task import group_sum
+from sparsegnn.distributed.ops.spmm import DistributedOperator, SummaOperator
+from sparsegnn.distributed.ops.task import group_sum
+from sparsegnn.distributed.runtime.comm import Communicator, Group
 from sparsegnn.names import DEFAULT_MASK, MaskKind
 from sparsegnn.nn.dropout import dropout as drop
 from sparsegnn.nn.dropout import dropout_noise

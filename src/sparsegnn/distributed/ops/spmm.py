@@ -9,7 +9,7 @@ the same gathered data reduced in the same order. The one exception is the input
 features on 2D/3D: rank ``(i, j, m)`` holds only column slice j of ``X_i``, and a first
 layer that aggregates them before its linear map multiplies by
 :meth:`SummaOperator.column_sliced`, which takes and returns slice j (SUMMA without its
-final all-gather); :mod:`sparsegnn.distributed.feature_slices` explains the rest.
+final all-gather); :mod:`sparsegnn.distributed.ops.feature_slices` explains the rest.
 
 * 1D/1.5D, rank ``(i, k)``: for each block column j of its stage set, rank ``(j, k)``
   broadcasts ``H_j`` down column group k and every member adds ``A_ij H_j``; then the c
@@ -34,8 +34,13 @@ from typing import Any
 
 import torch
 
-from sparsegnn.distributed.comm import Communicator, ProcessGrid
-from sparsegnn.distributed.partition import BlockPartition, LocalBlocks, split_sizes, stage_blocks
+from sparsegnn.distributed.layout.block_partition import (
+    BlockPartition,
+    LocalBlocks,
+    split_sizes,
+    stage_blocks,
+)
+from sparsegnn.distributed.runtime.comm import Communicator, ProcessGrid
 from sparsegnn.names import row_wise
 from sparsegnn.sparse import column_slices_exact
 

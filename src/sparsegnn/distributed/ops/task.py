@@ -10,7 +10,7 @@ group, which holds exactly one replica of every vertex block, so each vertex cou
 * accuracy = global correct count / global label count;
 * weight gradients are summed over the column group, which makes them equal on every
   rank (each replica of a block computed the same share). On 2D/3D the first layer's
-  maps see only this rank's feature columns (:mod:`sparsegnn.distributed.feature_slices`),
+  maps see only this rank's feature columns (:mod:`sparsegnn.distributed.ops.feature_slices`),
   so their gradients hold only those columns; summing them over the process row as well
   assembles the whole gradient (the other columns are zeros, and adding zeros is exact).
 """
@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sparsegnn.distributed.comm import Communicator, Group
-from sparsegnn.distributed.spmm import DistributedOperator
+from sparsegnn.distributed.ops.spmm import DistributedOperator
+from sparsegnn.distributed.runtime.comm import Communicator, Group
 
 SPLITS = ("train", "val", "test")
 

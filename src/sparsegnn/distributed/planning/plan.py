@@ -1,6 +1,6 @@
 """Exact per-rank communication volume of an epoch, computed without launching ranks.
 
-For the sparsity-aware 1D/1.5D SpMM (:mod:`sparsegnn.distributed.sparse_comm`) the
+For the sparsity-aware 1D/1.5D SpMM (:mod:`sparsegnn.distributed.ops.sparse_comm`) the
 volume is the block connectivity of the relabelled operator: ``pair[i, j]`` is how many
 distinct columns of block j the rows of block i use, i.e. how many rows of ``H_j`` block
 i receives per SpMM (:func:`sparsegnn.partition.pair_rows`; the backward pass uses the
@@ -23,9 +23,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from sparsegnn.distributed.comm_model import InputSlicing, SpmmCall, predict, tile_nnz
-from sparsegnn.distributed.grid import GridShape
-from sparsegnn.distributed.partition import BlockPartition, split_range
+from sparsegnn.distributed.layout.block_partition import BlockPartition, split_range
+from sparsegnn.distributed.layout.grid import GridShape
+from sparsegnn.distributed.planning.comm_model import InputSlicing, SpmmCall, predict, tile_nnz
 from sparsegnn.partition.volume import column_pairs
 from sparsegnn.sparse import CSRMatrix
 
