@@ -65,7 +65,8 @@ def gnn_figures(reco: Reconstruction, run: Evaluation) -> dict[str, float]:
     edges = run.edges()
     return {"seconds_per_event": run.seconds_per_event,
             "edges_per_event": edges["num_edges"] / len(run.results),
-            "cut": reco.config.cut, "min_track_hits": reco.config.min_track_hits,
+            "cut": reco.config.building.cut,
+            "min_track_hits": reco.config.building.min_track_hits,
             **{k: edges[k] for k in ("graph_efficiency", "edge_efficiency", "edge_purity")},
             **run.missed()}
 

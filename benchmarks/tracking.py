@@ -85,6 +85,7 @@ from _tracking import (
     tracking_row,
 )
 from sparsegnn.names import SCORING_PRECISIONS
+from sparsegnn.tracking.building import Triplets, Walkthrough, building_fields, candidates
 from sparsegnn.tracking.ckf import evaluate_ckf
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, read_events
@@ -151,18 +152,18 @@ TUNE_CUTS = (0.1, 0.2, 0.3, 0.5)
 TUNE_LENGTHS = (5, 7)
 TUNE_LOOSE = (None,)
 TUNE_LAYERS = (5, 6, 7)
-# The triplets' chain cutting and geometric linking (reco.build_tracks max_kink,
+# The triplets' chain cutting and geometric linking (building.Triplets max_kink,
 # link_cut), fixed rather than tuned (each doubles the tuning time): chosen on the same
 # validation events with the model of out/s23 (docs/results/tracking.md: pileup 200 at cut 0.1,
 # >= 7 layers, efficiency / fake rate 0.875 / 0.051 -> 0.905 / 0.011; no condition worse).
 TUNE_LINKS = (0.0,)
 TUNE_KINKS = (36.0,)
-# The triplets' second pass over the hits the first left (reco.build_tracks
+# The triplets' second pass over the hits the first left (building.Triplets
 # second_misfit): on the same validation events it took pileup 200 from 0.905 / 0.011 to
 # 0.921 / 0.014 (36) or 0.928 / 0.017 (64), the other conditions up 0.1-1 pt, all fake
 # rates <= 0.02 (docs/results/tracking.md); tuning chooses between the two.
 TUNE_SECOND = (36.0, 64.0)
-# Bridges across a missing segment (reco.build_tracks bridge_misfit), fixed at the
+# Bridges across a missing segment (building.Triplets bridge_misfit), fixed at the
 # triplets' own misfit: on the validation events it recovered 1 / 8 / 2 / 5 particles at
 # gun 1000 / gun 5000 / pileup 50 / pileup 200, fake rates <= 0.012 (docs/results/tracking.md).
 TUNE_BRIDGES = (16.0,)
@@ -185,9 +186,9 @@ def module_map(root: Path, events: int, min_pt: float) -> ModuleMap:
 
 def plain_walkthrough(reco: Reconstruction, events: list[Event], run: Evaluation) -> dict:
     """Pooled track metrics of the same scores built by the walkthrough alone."""
-    cfg = reco.config
-    metrics = [track_metrics(ev, build_tracks(r.scores, cfg.cut, "walkthrough",
-                                              cfg.min_track_hits), reco.targets)[0]
+    b = reco.config.building
+    walk = Walkthrough(cut=b.cut, min_track_hits=b.min_track_hits)
+    metrics = [track_metrics(ev, build_tracks(r.scores, walk), reco.targets)[0]
                for ev, r in zip(events, run.results, strict=True)]
     return combine(metrics)
 
@@ -216,7 +217,7 @@ def trained(args: argparse.Namespace, conditions: list[Condition], targets: Targ
     start = time.perf_counter()
     graphs = {name: [reco.graph(ev) for ev in evs] for name, evs in train_events.items()}
     mixed: list[HitGraph] = [g for gs in graphs.values() for g in gs]
-    reco.edge_filter = train_filter(mixed, FilterConfig(keep=0.999, seed=args.seed))
+    reco.edge_filter, _ = train_filter(mixed, FilterConfig(keep=0.999, seed=args.seed))
     pruned = {name: [reco.edge_filter.prune(g) for g in gs] for name, gs in graphs.items()}
     filter_seconds = time.perf_counter() - start
     print(f"graphs + filter: {filter_seconds:.0f} s, {len(mixed)} training events",
@@ -247,11 +248,11 @@ def tuned_building(reco: Reconstruction, args: argparse.Namespace,
         evs = read_events(events_dir(args.data, found or c.train, split), args.tune_events)
         events += evs
         groups += [c.name] * len(evs)
-    reco = reco.with_config(method="triplets")
-    return tune(reco, events, cuts=TUNE_CUTS, lengths=TUNE_LENGTHS, loose=TUNE_LOOSE,
-                layers=TUNE_LAYERS, groups=groups, max_fake=args.max_fake or None,
-                links=TUNE_LINKS, kinks=TUNE_KINKS, seconds=TUNE_SECOND,
-                bridges=TUNE_BRIDGES)
+    choices = candidates(Triplets(), TUNE_CUTS, TUNE_LENGTHS, TUNE_LOOSE,
+                         min_layers=TUNE_LAYERS, link_cut=TUNE_LINKS, max_kink=TUNE_KINKS,
+                         second_misfit=TUNE_SECOND, bridge_misfit=TUNE_BRIDGES)
+    return tune(reco, events, choices=choices, groups=groups,
+                max_fake=args.max_fake or None)
 
 
 def bench(args: argparse.Namespace) -> list[Row]:
@@ -280,13 +281,10 @@ def bench(args: argparse.Namespace) -> list[Row]:
         run = evaluate_events(reco, test)
         figures = gnn_figures(reco, run)
         seconds = figures.pop("seconds_per_event")
-        extra = {**shared, **figures, "building": reco.config.method,
-                 "min_layers": reco.config.min_layers, "max_fake": args.max_fake,
-                 "extend_cut": reco.config.extend_cut,
-                 "merge_cut": reco.config.merge_cut, "link_cut": reco.config.link_cut,
-                 "max_kink": reco.config.max_kink,
-                 "second_misfit": reco.config.second_misfit,
-                 "bridge_misfit": reco.config.bridge_misfit, "precision": reco.config.precision}
+        building = building_fields(reco.config.building)
+        building.pop("cut"), building.pop("min_track_hits")  # in figures already
+        extra = {**shared, **figures, "building": building.pop("method"), **building,
+                 "max_fake": args.max_fake, "precision": reco.config.precision}
         rows.append(tracking_row(c.test, "gnn", test, run.tracks, seconds, extra))
         rows.append(tracking_row(c.test, "gnn_plain", test, plain_walkthrough(reco, test, run),
                                  seconds, {}))

@@ -108,7 +108,7 @@ def bench(args: argparse.Namespace) -> list[Row]:
     start = time.perf_counter()
     edge_filter = None
     if args.filter_keep is not None:
-        edge_filter = train_filter(graphs, FilterConfig(keep=args.filter_keep, seed=args.seed))
+        edge_filter, _ = train_filter(graphs, FilterConfig(keep=args.filter_keep, seed=args.seed))
         graphs = [edge_filter.prune(g) for g in graphs]
         reco.edge_filter = edge_filter
     filter_seconds = time.perf_counter() - start

@@ -134,7 +134,8 @@ def evaluate(reco: Reconstruction, test_events: list) -> dict[str, float]:
     event (process time: graph construction + edge scoring + track building)."""
     run = evaluate_events(reco, test_events, clock=time.process_time)
     edges, tm = run.edges(), run.tracks
-    return {"cut": reco.config.cut, "min_track_hits": reco.config.min_track_hits,
+    building = reco.config.building
+    return {"cut": building.cut, "min_track_hits": building.min_track_hits,
             **{k: edges[k] for k in ("edge_efficiency", "edge_purity", "edge_auc")},
             "tracking_efficiency": tm.efficiency, "fake_rate": tm.fake_rate,
             "seconds_per_event": run.seconds_per_event}

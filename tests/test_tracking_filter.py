@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.filter import (
     FilterConfig,
     doublet_features,
+    edges_dropped,
     keep_threshold,
     load_filter,
     save_filter,
@@ -65,7 +67,7 @@ def test_filter_drops_fakes_and_keeps_targets_of_unseen_events(tmp_path: Path) -
     held_out = straight_tracks(40, seed=7)
     mmap = ModuleMap.learn([*train_events, held_out])
     graphs = [module_map_graph(ev, mmap) for ev in train_events]
-    filt = train_filter(graphs, FilterConfig(hidden=16, epochs=30, keep=1.0))
+    filt, _ = train_filter(graphs, FilterConfig(hidden=16, epochs=30, keep=1.0))
     for g in graphs:  # keep=1.0: no training target is lost
         assert (filt.logits(g).numpy() >= float(filt.threshold))[g.target].all()
     test = module_map_graph(held_out, mmap)
@@ -95,3 +97,36 @@ def test_bad_filter_inputs_are_refused(tmp_path: Path) -> None:
     save_model(tmp_path / "in.pt", InteractionNetwork(), TrainReport(1.0))
     with pytest.raises(DataFormatError, match="not an edge filter"):
         load_filter(tmp_path / "in.pt")
+
+
+def test_resumed_filter_training_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    """The filter trains through the one loop: stopped after 2 of 4 epochs and resumed
+    from its checkpoint, it ends bit for bit where an uninterrupted run does."""
+    events = [straight_tracks(20, seed) for seed in range(2)]
+    mmap = ModuleMap.learn(events)
+    graphs = [module_map_graph(ev, mmap) for ev in events]
+    cfg = FilterConfig(hidden=8, epochs=4, batch_edges=256)
+    whole, whole_history = train_filter(graphs, cfg)
+    ckpt = tmp_path / "filter.ckpt"
+    train_filter(graphs, replace(cfg, epochs=2), checkpoint=ckpt)
+    resumed, history = train_filter(graphs, cfg, checkpoint=ckpt, resume=True)
+    assert [e.epoch for e in history] == [0, 1, 2, 3]
+    assert [e.loss for e in history] == [e.loss for e in whole_history]
+    for key, value in whole.state_dict().items():
+        assert torch.equal(value, resumed.state_dict()[key]), key
+    with pytest.raises(InvalidValueError, match="checkpoint"):
+        train_filter(graphs, cfg, resume=True)
+
+
+def test_validation_graphs_stop_filter_training_early() -> None:
+    """With validation graphs the loop watches the edges dropped at ``keep``: it stops
+    ``patience`` epochs after the best one and ends on the best epoch's weights."""
+    events = [straight_tracks(20, seed) for seed in range(3)]
+    mmap = ModuleMap.learn(events)
+    graphs = [module_map_graph(ev, mmap) for ev in events]
+    cfg = FilterConfig(hidden=8, epochs=50, patience=1, batch_edges=256)
+    filt, history = train_filter(graphs[:2], cfg, validation=graphs[2:])
+    dropped = [e.edges_dropped for e in history]
+    best = int(np.argmax(dropped))
+    assert len(history) == best + 1 + cfg.patience < cfg.epochs
+    assert edges_dropped(filt, graphs[2:], cfg.keep) == dropped[best]

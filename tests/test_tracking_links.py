@@ -1,4 +1,4 @@
-"""Geometric linking after the triplets (``build_tracks(link_cut=...)``): pieces of one
+"""Geometric linking after the triplets (``Triplets(link_cut=...)``): pieces of one
 helix split by a weak edge are joined and free hits on it attached, whatever the edge's
 score; hits off the helix are not, whatever theirs."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sparsegnn.tracking.building import Triplets, Walkthrough, rebuilt
 from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import RecoConfig
 from sparsegnn.tracking.tracks import EdgeScores, HitGeometry
@@ -33,19 +34,19 @@ def six_hits_and_a_stray() -> tuple[EdgeScores, HitGeometry]:
 
 def test_linking_joins_the_pieces_a_weak_edge_split() -> None:
     s, geometry = six_hits_and_a_stray()
-    plain = build_tracks(s, 0.5, "triplets", geometry=geometry)
+    plain = build_tracks(s, Triplets(cut=0.5), geometry)
     assert groups(plain.hit_track) == [[0, 1, 2], [3, 4, 5]]
-    linked = build_tracks(s, 0.5, "triplets", geometry=geometry, link_cut=0.0)
+    linked = build_tracks(s, Triplets(cut=0.5, link_cut=0.0), geometry)
     assert groups(linked.hit_track) == [[0, 1, 2, 3, 4, 5]]
     # the weak edge is below a link cut of 0.05: the pieces stay apart, and the stray
     # hit, though better scored, bends away from the helix and is not attached either
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
-                               link_cut=0.05).hit_track) == [[0, 1, 2], [3, 4, 5]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, link_cut=0.05), geometry).hit_track) == \
+        [[0, 1, 2], [3, 4, 5]]
     # a layer requirement counts the joined track: only the linked one survives 6 layers
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
-                               link_cut=0.0).hit_track) == [[0, 1, 2, 3, 4, 5]]
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
-                               min_layers=6).hit_track) == []
+    assert groups(build_tracks(s, Triplets(cut=0.5, min_layers=6, link_cut=0.0),
+                               geometry).hit_track) == \
+        [[0, 1, 2, 3, 4, 5]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, min_layers=6), geometry).hit_track) == []
 
 
 def test_linking_attaches_free_hits_on_the_helix_over_rounds() -> None:
@@ -53,17 +54,18 @@ def test_linking_attaches_free_hits_on_the_helix_over_rounds() -> None:
     # 5 (0.05 rad off) is offered to the chain's end by a better edge and loses to 3
     geometry = line([0.0] * 5 + [0.05], [30, 60, 90, 120, 150, 120])
     s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.2), (3, 4, 0.1), (2, 5, 0.3)], 6)
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
-                               link_cut=0.0).hit_track) == [[0, 1, 2, 3, 4]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, link_cut=0.0), geometry).hit_track) == \
+        [[0, 1, 2, 3, 4]]
 
 
 def test_a_stray_hit_alone_is_refused_unless_the_misfit_limit_allows_it() -> None:
     geometry = line([0.0] * 3 + [0.05], [30, 60, 90, 120])
     s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.3)], 4)
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
-                               link_cut=0.0).hit_track) == [[0, 1, 2]]
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, link_cut=0.0,
-                               max_misfit=1e12).hit_track) == [[0, 1, 2, 3]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, link_cut=0.0), geometry).hit_track) == \
+        [[0, 1, 2]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, link_cut=0.0, max_misfit=1e12),
+                               geometry).hit_track) == \
+        [[0, 1, 2, 3]]
 
 
 def test_a_free_hit_between_two_pieces_joins_one_side_per_round() -> None:
@@ -72,23 +74,20 @@ def test_a_free_hit_between_two_pieces_joins_one_side_per_round() -> None:
     geometry = line([0.0] * 7, [30, 60, 90, 120, 150, 180, 210])
     s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.2), (3, 4, 0.3), (4, 5, 0.9),
                 (5, 6, 0.9)], 7)
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry).hit_track) == \
+    assert groups(build_tracks(s, Triplets(cut=0.5), geometry).hit_track) == \
         [[0, 1, 2], [4, 5, 6]]
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
-                               link_cut=0.0).hit_track) == [[0, 1, 2, 3, 4, 5, 6]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, link_cut=0.0), geometry).hit_track) == \
+        [[0, 1, 2, 3, 4, 5, 6]]
 
 
 def test_link_cut_needs_the_triplets() -> None:
-    s, geometry = six_hits_and_a_stray()
-    with pytest.raises(ValueError, match="need method='triplets'"):
-        build_tracks(s, 0.5, "walkthrough", geometry=geometry, link_cut=0.0)
+    with pytest.raises(ValueError, match="link_cut: only with method='triplets'"):
+        rebuilt(Walkthrough(), link_cut=0.0)
     with pytest.raises(ValueError, match="link_cut"):
-        RecoConfig(method="walkthrough", link_cut=0.0).checked()
-    with pytest.raises(ValueError, match="link_cut"):
-        RecoConfig(method="triplets", link_cut=1.5).checked()
-    config = RecoConfig(method="triplets", link_cut=0.0).checked()
-    assert RecoConfig.from_dict(config.to_dict()).link_cut == 0.0
-    assert RecoConfig.from_dict({"method": "triplets"}).link_cut is None  # older files
+        Triplets(link_cut=1.5)
+    config = RecoConfig(building=Triplets(link_cut=0.0))
+    assert RecoConfig.from_dict(config.to_dict()).building.link_cut == 0.0
+    assert RecoConfig.from_dict({"method": "triplets"}).building.link_cut is None  # older
 
 
 def test_max_kink_cuts_a_chain_where_it_turns_onto_another_particle() -> None:
@@ -100,19 +99,20 @@ def test_max_kink_cuts_a_chain_where_it_turns_onto_another_particle() -> None:
     z = np.array([30.0, 60.0, 90.0, 180.0, 270.0])
     bent = HitGeometry(np.column_stack([geometry.positions[:, :2], z]), geometry.layer)
     s = scored([(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.8), (3, 4, 0.8)], 5)
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=bent).hit_track) == \
+    assert groups(build_tracks(s, Triplets(cut=0.5), bent).hit_track) == \
         [[0, 1, 2, 3, 4]]
     # cut there, dropping the weaker edge 2 -> 3: the pieces 0-1-2 and 3-4
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=bent,
-                               max_kink=36.0).hit_track) == [[0, 1, 2], [3, 4]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, max_kink=36.0), bent).hit_track) == \
+        [[0, 1, 2], [3, 4]]
     # linking cannot rejoin them through the bend either
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=bent, max_kink=36.0,
-                               link_cut=0.0).hit_track) == [[0, 1, 2], [3, 4]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, max_kink=36.0, link_cut=0.0),
+                               bent).hit_track) == \
+        [[0, 1, 2], [3, 4]]
     # a chain that bends nowhere is left whole
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry,
-                               max_kink=36.0).hit_track) == [[0, 1, 2, 3, 4]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, max_kink=36.0), geometry).hit_track) == \
+        [[0, 1, 2, 3, 4]]
     with pytest.raises(ValueError, match="max_kink"):
-        RecoConfig(method="triplets", max_kink=0.0).checked()
+        Triplets(max_kink=0.0)
 
 
 def test_second_pass_builds_from_the_hits_the_first_left() -> None:
@@ -124,29 +124,28 @@ def test_second_pass_builds_from_the_hits_the_first_left() -> None:
     # a stray edge from B's hit 7 onto A's hit 3 scores well: the second pass must not
     # take a hit the first pass's track holds
     s = scored(a + b + [(7, 3, 0.5)], 10)
-    first = build_tracks(s, 0.3, "triplets", min_hits=5, geometry=geometry)
+    first = build_tracks(s, Triplets(cut=0.3, min_track_hits=5), geometry)
     assert groups(first.hit_track) == [[0, 1, 2, 3, 4]]
-    both = build_tracks(s, 0.3, "triplets", min_hits=5, geometry=geometry,
-                        second_misfit=36.0)
+    both = build_tracks(s, Triplets(cut=0.3, second_misfit=36.0, min_track_hits=5), geometry)
     assert groups(both.hit_track) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
     assert both.num_tracks == 2
     # the second pass meets the same length requirement
     short = scored(a + b[:2], 10)
-    assert groups(build_tracks(short, 0.3, "triplets", min_hits=5, geometry=geometry,
-                               second_misfit=36.0).hit_track) == [[0, 1, 2, 3, 4]]
+    assert groups(build_tracks(short, Triplets(cut=0.3, second_misfit=36.0, min_track_hits=5),
+                               geometry).hit_track) == \
+        [[0, 1, 2, 3, 4]]
     with pytest.raises(ValueError, match="second_misfit"):
-        build_tracks(s, 0.3, "walkthrough", second_misfit=36.0)
-    with pytest.raises(ValueError, match="second_misfit"):
-        RecoConfig(method="walkthrough", second_misfit=36.0).checked()
+        rebuilt(Walkthrough(), second_misfit=36.0)
 
 
 def test_another_method_over_a_triplets_model_drops_the_triplets_refinements() -> None:
-    tuned = RecoConfig(method="triplets", link_cut=0.0, max_kink=36.0, second_misfit=64.0)
+    tuned = RecoConfig(building=Triplets(min_layers=5, link_cut=0.0, max_kink=36.0,
+                                         second_misfit=64.0))
     walk = tuned.overridden(method="walkthrough", cut=0.3)
-    assert (walk.method, walk.cut) == ("walkthrough", 0.3)
-    assert (walk.link_cut, walk.max_kink, walk.second_misfit) == (None, None, None)
+    assert walk.building == Walkthrough(cut=0.3, min_layers=5)
     kept = tuned.overridden(cut=0.3, method=None)
-    assert (kept.link_cut, kept.max_kink, kept.second_misfit) == (0.0, 36.0, 64.0)
+    assert kept.building == Triplets(cut=0.3, min_layers=5, link_cut=0.0, max_kink=36.0,
+                                     second_misfit=64.0)
 
 
 def helix(phi0: float, radii: list[float], radius_of_curvature: float = 1000.0
@@ -174,22 +173,23 @@ def two_pieces() -> tuple[EdgeScores, HitGeometry]:
 def test_bridging_joins_the_pieces_of_a_missing_segment() -> None:
     s, geometry = two_pieces()
     assert np.sign(geometry.positions[3, 1]) != np.sign(geometry.positions[4, 1])  # wraps
-    plain = build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6)
+    plain = build_tracks(s, Triplets(cut=0.5, min_layers=6), geometry)
     assert groups(plain.hit_track) == []  # each piece crosses 4 layers
-    bridged = build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
-                           bridge_misfit=16.0)
+    bridged = build_tracks(s, Triplets(cut=0.5, min_layers=6, bridge_misfit=16.0), geometry)
     # the other particle's chain starts nearer to hit 3 but bends away: not joined
     assert groups(bridged.hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
     # pieces long enough alone are left as they are (a join could only merge particles)
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=3,
-                               bridge_misfit=16.0).hit_track) == \
+    assert groups(build_tracks(s, Triplets(cut=0.5, min_layers=3, bridge_misfit=16.0),
+                               geometry).hit_track) == \
         [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
     # a misfit limit below the other particle's bend still joins ours (misfit ~0) ...
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
-                               bridge_misfit=1e-3).hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, min_layers=6, bridge_misfit=1e-3),
+                               geometry).hit_track) == \
+        [[0, 1, 2, 3, 4, 5, 6, 7]]
     # ... and one above it lets the other particle's chain compete: the better fit wins
-    assert groups(build_tracks(s, 0.5, "triplets", geometry=geometry, min_layers=6,
-                               bridge_misfit=1e12).hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert groups(build_tracks(s, Triplets(cut=0.5, min_layers=6, bridge_misfit=1e12),
+                               geometry).hit_track) == \
+        [[0, 1, 2, 3, 4, 5, 6, 7]]
 
 
 def test_bridging_does_not_depend_on_the_order_of_hits_or_edges() -> None:
@@ -199,19 +199,17 @@ def test_bridging_does_not_depend_on_the_order_of_hits_or_edges() -> None:
     moved = HitGeometry(geometry.positions[order], geometry.layer[order])
     where = np.argsort(order)
     s2 = EdgeScores("toy", where[s.edge_index[:, ::-1]], s.scores[::-1], 11)
-    assert groups(build_tracks(s2, 0.5, "triplets", geometry=moved, min_layers=6,
-                               bridge_misfit=16.0).hit_track) == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert groups(build_tracks(s2, Triplets(cut=0.5, min_layers=6, bridge_misfit=16.0),
+                               moved).hit_track) == \
+        [[0, 1, 2, 3, 4, 5, 6, 7]]
 
 
 def test_bridge_misfit_needs_the_triplets() -> None:
-    s, geometry = two_pieces()
     with pytest.raises(ValueError, match="bridge_misfit"):
-        build_tracks(s, 0.5, "walkthrough", geometry=geometry, bridge_misfit=16.0)
+        rebuilt(Walkthrough(), bridge_misfit=16.0)
     with pytest.raises(ValueError, match="bridge_misfit"):
-        RecoConfig(method="walkthrough", bridge_misfit=16.0).checked()
-    with pytest.raises(ValueError, match="bridge_misfit"):
-        RecoConfig(method="triplets", bridge_misfit=0.0).checked()
-    tuned = RecoConfig(method="triplets", bridge_misfit=16.0)
-    assert RecoConfig.from_dict(tuned.to_dict()).bridge_misfit == 16.0
-    assert RecoConfig.from_dict({"method": "triplets"}).bridge_misfit is None  # older files
-    assert tuned.overridden(method="walkthrough").bridge_misfit is None
+        Triplets(bridge_misfit=0.0)
+    tuned = RecoConfig(building=Triplets(bridge_misfit=16.0))
+    assert RecoConfig.from_dict(tuned.to_dict()) == tuned
+    assert RecoConfig.from_dict({"method": "triplets"}).building.bridge_misfit is None  # older
+    assert tuned.overridden(method="walkthrough").building == Walkthrough()

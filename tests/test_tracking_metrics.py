@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sparsegnn.tracking.building import Components, Walkthrough
 from sparsegnn.tracking.events import Event, Particles
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.metrics import (
@@ -129,12 +130,12 @@ def test_components_and_walkthrough_on_a_junction() -> None:
     edges = np.array(_chain(4) + _chain(4, 4) + [[1, 6]]).T
     scores = np.array([0.9, 0.9, 0.9, 0.9, 0.8, 0.9, 0.7])
     es = EdgeScores("toy", edges, scores, 8)
-    merged = build_tracks(es, 0.5, "components")
+    merged = build_tracks(es, Components(cut=0.5))
     assert merged.num_tracks == 1
-    walked = build_tracks(es, 0.5, "walkthrough")
+    walked = build_tracks(es, Walkthrough(cut=0.5))
     # Node 6's best incoming edge is 5->6 (0.8 > 0.7), so 1->6 is dropped.
     assert walked.hit_track.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    high_cut = build_tracks(es, 0.85, "components")
+    high_cut = build_tracks(es, Components(cut=0.85))
     assert high_cut.hit_track.tolist() == [0, 0, 0, 0, 1, 1, 2, 2]
 
 
@@ -142,27 +143,26 @@ def test_short_tracks_are_dropped_and_the_rest_renumbered() -> None:
     # A 2-hit piece (0-1), a 4-hit chain (2-5) and a 3-hit chain (6-8).
     edges = np.array(_chain(2) + _chain(4, 2) + _chain(3, 6)).T
     es = EdgeScores("toy", edges, np.full(edges.shape[1], 0.9), 9)
-    assert build_tracks(es, 0.5).hit_track.tolist() == [0, 0, 1, 1, 1, 1, 2, 2, 2]
-    assert build_tracks(es, 0.5, min_hits=3).hit_track.tolist() == [-1, -1, 0, 0, 0, 0, 1, 1, 1]
-    walked = build_tracks(es, 0.5, "walkthrough", min_hits=4)
+    assert build_tracks(es, Components(cut=0.5)).hit_track.tolist() == [0, 0, 1, 1, 1, 1, 2, 2, 2]
+    assert build_tracks(es, Components(cut=0.5, min_track_hits=3)).hit_track.tolist() == \
+        [-1, -1, 0, 0, 0, 0, 1, 1, 1]
+    walked = build_tracks(es, Walkthrough(cut=0.5, min_track_hits=4))
     assert walked.hit_track.tolist() == [-1, -1, 0, 0, 0, 0, -1, -1, -1]
-    with pytest.raises(ValueError, match="min_hits"):
-        build_tracks(es, 0.5, min_hits=0)
+    with pytest.raises(ValueError, match="min_track_hits"):
+        Components(cut=0.5, min_track_hits=0)
 
 
 def test_walkthrough_falls_back_to_the_next_best_edge() -> None:
     # Hit 0 prefers 0->1 (0.9) but hit 2 claims 1 with 0.95; 0 then continues via 0->3.
     edges = np.array([[0, 1], [0, 3], [2, 1]]).T
     es = EdgeScores("toy", edges, np.array([0.9, 0.8, 0.95]), 4)
-    assert build_tracks(es, 0.5, "walkthrough").hit_track.tolist() == [0, 1, 1, 0]
+    assert build_tracks(es, Walkthrough(cut=0.5)).hit_track.tolist() == [0, 1, 1, 0]
 
 
 def test_isolated_hits_are_on_no_track() -> None:
     es = EdgeScores("toy", np.array([[0], [2]]), np.array([0.4]), 4)
-    assert build_tracks(es, 0.5).hit_track.tolist() == [-1, -1, -1, -1]
-    assert build_tracks(es, 0.3).hit_track.tolist() == [0, -1, 0, -1]
-    with pytest.raises(ValueError, match="unknown track-building method"):
-        build_tracks(es, 0.3, "magic")
+    assert build_tracks(es, Components(cut=0.5)).hit_track.tolist() == [-1, -1, -1, -1]
+    assert build_tracks(es, Components(cut=0.3)).hit_track.tolist() == [0, -1, 0, -1]
 
 
 def test_roc_auc_known_values() -> None:

@@ -4,6 +4,7 @@ and the stages chained on disk (`reconstruct --model M`, `evaluate --tracks DIR`
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from sparsegnn.cli.main import main
 from sparsegnn.data.paths import BUNDLED
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking.building import MIN_TRACK_HITS, Triplets, Walkthrough, candidates
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.infer import load_model, load_track_model, predict, save_model
@@ -24,7 +26,7 @@ from sparsegnn.tracking.pipeline import (
     score_written_tracks,
     tune,
 )
-from sparsegnn.tracking.reco import MIN_TRACK_HITS, build_tracks
+from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import RecoConfig
 from sparsegnn.tracking.stage_outputs import read_tracks, write_tracks
 from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, train
@@ -39,7 +41,7 @@ def trained() -> tuple[Reconstruction, list, list]:
     """A small model on toy events with its reconstruction (module map, cuts)."""
     train_events = [straight_tracks(12, seed) for seed in range(3)]
     test_events = [straight_tracks(12, seed) for seed in (10, 11)]
-    settings = RecoConfig(cuts=DoubletCuts(dphi=0.5), method="walkthrough")
+    settings = RecoConfig(cuts=DoubletCuts(dphi=0.5), building=Walkthrough())
     reco = Reconstruction(settings, module_map=ModuleMap.learn(train_events))
     graphs = [reco.graph(ev) for ev in train_events]
     reco.model, _ = train(graphs, TrackTrainConfig(model=INConfig(hidden=8, iterations=1),
@@ -52,7 +54,7 @@ def test_stages_compose_as_the_functions_do(trained) -> None:
     out = reco.run(events[0])
     scores = predict(reco.model, out.graph)
     np.testing.assert_array_equal(out.scores.scores, scores.scores)
-    expected = build_tracks(scores, reco.config.cut, "walkthrough", reco.config.min_track_hits)
+    expected = build_tracks(scores, reco.config.building)
     np.testing.assert_array_equal(out.tracks.hit_track, expected.hit_track)
     oracle = Reconstruction(RecoConfig(graph="truth"))
     run = evaluate_events(oracle, events)
@@ -62,21 +64,23 @@ def test_stages_compose_as_the_functions_do(trained) -> None:
 
 def test_tune_picks_the_best_pair_on_training_events(trained) -> None:
     reco, train_events, _ = trained
-    tuned = tune(reco, train_events[:2], cuts=(0.3, 0.7), lengths=(2, 5))
+    tuned = tune(reco, train_events[:2], choices=candidates(Walkthrough(), (0.3, 0.7), (2, 5)))
     scores = [reco.score(reco.graph(ev)) for ev in train_events[:2]]
 
     def quality(cut: float, n: int) -> float:
-        m = combine([track_metrics(ev, build_tracks(s, cut, "walkthrough", n))[0]
+        m = combine([track_metrics(ev, build_tracks(s, Walkthrough(cut=cut, min_track_hits=n)))[0]
                      for ev, s in zip(train_events[:2], scores, strict=True)])
         return m.efficiency - m.fake_rate
 
     best = max(quality(c, n) for c in (0.3, 0.7) for n in (2, 5))
-    assert quality(tuned.config.cut, tuned.config.min_track_hits) == best
-    assert tuned.config.method == "walkthrough" and tuned.model is reco.model
-    assert tuned.config.extend_cut is None and tuned.config.merge_cut is None
+    found = tuned.config.building
+    assert quality(found.cut, found.min_track_hits) == best
+    assert found == Walkthrough(cut=found.cut, min_track_hits=found.min_track_hits)
+    assert tuned.model is reco.model
     # with the looser passes among the choices, the winner is at least as good
-    loose = tune(reco, train_events[:2], cuts=(0.3, 0.7), lengths=(2, 5), loose=(None, 0.5))
-    cfg = loose.config
+    choices = candidates(Walkthrough(), (0.3, 0.7), (2, 5), loose=(None, 0.5))
+    loose = tune(reco, train_events[:2], choices=choices)
+    cfg = loose.config.building
     assert cfg.extend_cut == cfg.merge_cut and cfg.extend_cut in (None, 0.5 * cfg.cut)
     m = combine([track_metrics(ev, loose.build(s))[0]
                  for ev, s in zip(train_events[:2], scores, strict=True)])
@@ -88,20 +92,20 @@ def test_tune_weighs_each_group_the_same(trained) -> None:
     events = train_events[:3]
     names = ["a", "a", "b"]
     reco = reco.with_config(method="triplets")
-    tuned = tune(reco, events, cuts=(0.3, 0.7), lengths=(2, 5), layers=(1, 5), groups=names)
+    choices = candidates(Triplets(), (0.3, 0.7), (2, 5), min_layers=(1, 5))
+    tuned = tune(reco, events, choices=choices, groups=names)
     scores = [reco.score(reco.graph(ev)) for ev in events]
 
-    def quality(cfg: RecoConfig) -> float:
-        trial = reco.with_config(cut=cfg.cut, min_track_hits=cfg.min_track_hits,
-                                 min_layers=cfg.min_layers)
+    def quality(building: Triplets) -> float:
+        trial = replace(reco, config=replace(reco.config, building=building))
         per = [track_metrics(ev, trial.build(s, ev))[0]
                for ev, s in zip(events, scores, strict=True)]
         a, b = combine(per[:2]), combine(per[2:])
         return ((a.efficiency - a.fake_rate) + (b.efficiency - b.fake_rate)) / 2
 
-    best = max(quality(RecoConfig(cut=c, min_track_hits=n, min_layers=k))
+    best = max(quality(Triplets(cut=c, min_track_hits=n, min_layers=k))
                for c in (0.3, 0.7) for n in (2, 5) for k in (1, 5))
-    assert quality(tuned.config) == best and tuned.config.method == "triplets"
+    assert quality(tuned.config.building) == best and tuned.config.building.method == "triplets"
     with pytest.raises(InvalidValueError, match="groups"):
         tune(reco, events, groups=["a"])
 
@@ -119,7 +123,7 @@ def test_model_file_carries_its_reconstruction(trained, tmp_path: Path) -> None:
     old = load_track_model(tmp_path / "old.pt")
     assert old.settings is None and old.module_map is None
     assert Reconstruction.from_model(old).config == RecoConfig()
-    assert RecoConfig().min_track_hits == MIN_TRACK_HITS
+    assert RecoConfig().building.min_track_hits == MIN_TRACK_HITS
     assert load_model(tmp_path / "m.pt").cfg == reco.model.cfg
 
 
@@ -145,8 +149,8 @@ def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
     (the same metrics as the library's), `evaluate --tracks` scores what it wrote, and a
     flag still overrides a saved setting."""
     events = read_events(SAMPLE)
-    settings = RecoConfig(cuts=DoubletCuts(phi_slope=0.01), method="walkthrough", cut=0.3,
-                          min_track_hits=4)
+    settings = RecoConfig(cuts=DoubletCuts(phi_slope=0.01),
+                          building=Walkthrough(cut=0.3, min_track_hits=4))
     reco = Reconstruction(settings, module_map=ModuleMap.learn(events))
     reco.model, report = train([reco.graph(ev) for ev in events],
                                TrackTrainConfig(model=INConfig(hidden=8, iterations=1),

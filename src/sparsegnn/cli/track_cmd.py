@@ -15,6 +15,7 @@ simulated events and scores it with the same metrics. The reconstruction itself 
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 
 from sparsegnn.cli.common import (
@@ -41,7 +42,7 @@ from sparsegnn.cli.track_options import (
     reconstruction,
     target_flags,
 )
-from sparsegnn.errors import DataFormatError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.names import SEED_ORDERS
 
 
@@ -104,9 +105,8 @@ def _register_build(stages: argparse._SubParsersAction) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.events import read_events
-    from sparsegnn.tracking.pipeline import graph_summary
     from sparsegnn.tracking.settings import RecoConfig
-    from sparsegnn.tracking.stage_outputs import GRAPHS_FORMAT, output_folder
+    from sparsegnn.tracking.stage_runs import build_graphs
 
     edge_filter = None
     if args.filter is not None:
@@ -115,17 +115,8 @@ def _build(args: argparse.Namespace) -> int:
         edge_filter = load_filter(args.filter)
     events = read_events(events_dir(args), args.limit)
     reco = reconstruction(args, RecoConfig(), events, edge_filter=edge_filter)
-    graphs = [reco.graph(ev) for ev in events]
-    with output_folder(args.out, GRAPHS_FORMAT) as (tmp, manifest):
-        for g in graphs:
-            g.save(tmp / f"{g.name}.npz")
-        manifest([f"{g.name}.npz" for g in graphs], settings=reco.config.to_dict())
-    result = {"out": str(args.out), "graph": reco.config.graph,
-              "module_map_pairs": len(reco.module_map or ()), **graph_summary(graphs)}
-    summary = (f"{len(graphs)} {reco.config.graph} graphs -> {args.out}: mean "
-               f"{result['mean_num_edges']:.0f} edges, efficiency "
-               f"{result['mean_efficiency']:.4f}, purity {result['mean_purity']:.4f}")
-    return emit(args, clean(result), summary)
+    outcome = build_graphs(reco, events, args.out)
+    return emit(args, clean(outcome.to_dict()), outcome.summary())
 
 
 # ---------------------------------------------------------------------------- train-filter
@@ -139,7 +130,17 @@ def _register_train_filter(stages: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=int_range(1), default=6)
     p.add_argument("--hidden", type=int_range(1), default=64)
     p.add_argument("--seed", type=int_range(0), default=0)
+    p.add_argument("--val-graphs", type=Path, default=None,
+                   help="validation graphs: each epoch reports the fraction of their edges "
+                        "dropped at --keep, and the best epoch's weights are kept")
+    p.add_argument("--patience", type=int_range(1), default=None,
+                   help="with --val-graphs: stop after this many epochs without improvement")
+    p.add_argument("--checkpoint", type=output_file, default=None,
+                   help="rewrite this training checkpoint after every epoch")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint up to --epochs")
     add_json_flag(p)
+    add_run_flags(p)
     p.set_defaults(func=_train_filter)
 
 
@@ -147,16 +148,22 @@ def _train_filter(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.filter import FilterConfig, filter_summary, save_filter, train_filter
     from sparsegnn.tracking.stage_outputs import load_graphs
 
+    if args.patience is not None and args.val_graphs is None:
+        raise InvalidValueError("--patience needs --val-graphs to watch")
     graphs = load_graphs(args.graphs)
-    edge_filter = train_filter(graphs, FilterConfig(hidden=args.hidden, epochs=args.epochs,
-                                                    keep=args.keep, seed=args.seed))
+    validation = None if args.val_graphs is None else load_graphs(args.val_graphs)
+    cfg = FilterConfig(hidden=args.hidden, epochs=args.epochs, keep=args.keep, seed=args.seed,
+                       patience=args.patience, progress=args.progress, logdir=args.logdir)
+    edge_filter, history = train_filter(graphs, cfg, args.checkpoint, args.resume, validation)
     save_filter(args.out, edge_filter)
     result = {"out": str(args.out), "num_graphs": len(graphs), "keep": args.keep,
-              **filter_summary(edge_filter, graphs)}
+              **filter_summary(edge_filter, graphs), "epochs_run": len(history),
+              "history": [asdict(e) for e in history]}
     summary = (f"filter -> {args.out}: on its {len(graphs)} training graphs it keeps "
                f"{result['targets_kept']:.4f} of the target edges with "
                f"{result['edges_kept']:.3f} of the edges")
-    return emit(args, clean(result), summary)
+    return finish_run(args, f"sparsegnn track train-filter: doublet filter on {args.graphs}",
+                      clean(result), summary)
 
 
 # ---------------------------------------------------------------------------- train
@@ -259,25 +266,13 @@ def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
 
 def _reconstruct(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.settings import RecoConfig
-    from sparsegnn.tracking.stage_outputs import (
-        TRACKS_FORMAT,
-        output_folder,
-        tracks_file,
-        write_tracks,
-    )
+    from sparsegnn.tracking.stage_runs import ReconstructRequest, reconstruct
 
     found, events, graphs = model_and_events(args)
-    reco = reconstruction(args, RecoConfig(), events, found)
-    counts = []
-    with output_folder(args.out, TRACKS_FORMAT) as (tmp, manifest):
-        for i, ev in enumerate(events):
-            tracks = reco.run(ev, None if graphs is None else graphs[i]).tracks
-            write_tracks(tmp / tracks_file(ev.name), ev, tracks)
-            counts.append({"event": ev.name, "num_tracks": int((tracks.sizes() >= 3).sum())})
-        manifest([tracks_file(c["event"]) for c in counts], settings=reco.config.to_dict(),
-                 model=str(args.model), graphs=None if graphs is None else str(args.graphs))
-    result = {"out": str(args.out), "settings": reco.config.to_dict(), "events": counts}
-    return emit(args, clean(result), f"tracks of {len(counts)} events -> {args.out}")
+    outcome = reconstruct(ReconstructRequest(
+        reconstruction(args, RecoConfig(), events, found), events, args.out, graphs,
+        model=str(args.model), graphs_source=None if graphs is None else str(args.graphs)))
+    return emit(args, clean(outcome.to_dict()), outcome.summary())
 
 
 # ---------------------------------------------------------------------------- demo

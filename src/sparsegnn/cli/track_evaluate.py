@@ -68,18 +68,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     found, events, graphs = model_and_events(args)
     reco = reconstruction(args, RecoConfig(graph="truth"), events, found)
     evaluation = evaluate_events(reco, events, graphs)
-    pooled, cfg = evaluation.tracks, reco.config
+    pooled, cfg, building = evaluation.tracks, reco.config, reco.config.building
     result = {
         "events": len(events), "graph": "saved" if args.graphs else cfg.graph,
-        "scores": "model" if found is not None else "oracle", "cut": cfg.cut,
-        "method": cfg.method, "min_track_hits": cfg.min_track_hits,
+        "scores": "model" if found is not None else "oracle", "cut": building.cut,
+        "method": building.method, "min_track_hits": building.min_track_hits,
         **evaluation.edges(), **pooled.to_dict(), "missed_particles": evaluation.missed(),
     }
     if args.plots is not None:
         result["plots"] = [str(p) for p in plot_results(evaluation.results, reco.targets,
                                                         args.plots)]
-    summary = (f"{len(events)} events, {result['scores']} scores, {cfg.method} at cut "
-               f"{cfg.cut}: " + _track_line(pooled) + _missed_line(result["missed_particles"]))
+    summary = (f"{len(events)} events, {result['scores']} scores, {building.method} at cut "
+               f"{building.cut}: " + _track_line(pooled) + _missed_line(result["missed_particles"]))
     if args.report is not None:
         _evaluation_report(args, evaluation, reco, clean(result))
         summary += f"\nreport: {args.report}"

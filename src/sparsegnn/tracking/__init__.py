@@ -7,6 +7,7 @@ Stages hand each other typed objects: :class:`Event` (events.py), :class:`HitGra
 have optional dependencies and are imported only from their own modules.
 """
 
+from sparsegnn.tracking.building import Components, TrackBuilding, Triplets, Walkthrough
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, Particles, read_event, read_events
 from sparsegnn.tracking.graph_construction import module_map_graph, truth_graph
@@ -24,6 +25,7 @@ from sparsegnn.tracking.tracks import EdgeScores, Tracks
 from sparsegnn.tracking.truth import TargetConfig
 
 __all__ = [
+    "Components",
     "DoubletCuts",
     "EdgeMetrics",
     "EdgeScores",
@@ -33,8 +35,11 @@ __all__ = [
     "ModuleMap",
     "Particles",
     "TargetConfig",
+    "TrackBuilding",
     "TrackMetrics",
     "Tracks",
+    "Triplets",
+    "Walkthrough",
     "build_tracks",
     "edge_metrics",
     "module_map_graph",

@@ -16,22 +16,31 @@ point stated in what is kept, not in logits.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sparsegnn.errors import DataFormatError, InvalidValueError, NonFiniteError
+from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.hit_graph import EDGE_SCALE, NODE_SCALE, HitGraph
 from sparsegnn.tracking.model import mlp
-from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint, seed_everything
+from sparsegnn.train.checkpoint import (
+    content_hash,
+    read_checkpoint,
+    save_checkpoint,
+    seed_everything,
+)
+from sparsegnn.train.loop import LoopConfig, run_epochs
 
 NUM_FEATURES = 10  # r, z of both hits; dr, dphi, dz, deta; phi slope; z0
 _CHUNK = 65536  # edges per chunk when scoring without autograd
 FILTER_KIND = "track-filter"  # the kind in a filter file's checkpoint fingerprint
+FILTER_TRAIN_KIND = "track-filter-train"  # ... and in a filter training checkpoint's
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,9 @@ class FilterConfig:
     batch_edges: int = 8192
     keep: float = 0.999
     seed: int = 0
+    patience: int | None = None  # early stopping, with validation graphs
+    progress: bool | None = False  # the loop's bar: always, never (default), on a terminal
+    logdir: Path | None = None  # TensorBoard event files
 
 
 class EdgeFilter(nn.Module):
@@ -114,38 +126,89 @@ def vertex_z(z0: np.ndarray, span: float = 300.0, bin_mm: float = 2.0) -> float:
     return float(near.mean())
 
 
-def train_filter(graphs: list[HitGraph], cfg: FilterConfig = FilterConfig()) -> EdgeFilter:
-    """Fit the filter on every edge of ``graphs`` and set its threshold.
+@dataclass(frozen=True)
+class FilterEpoch:
+    """One epoch of filter training; ``edges_dropped`` is the fraction of the validation
+    graphs' edges the filter drops at the threshold keeping ``keep`` of their targets
+    (what early stopping watches; NaN without validation graphs)."""
+
+    epoch: int
+    loss: float  # mean over the epoch's batches
+    seconds: float
+    edges_dropped: float = float("nan")
+
+
+def train_filter(graphs: list[HitGraph], cfg: FilterConfig = FilterConfig(),
+                 checkpoint: str | Path | None = None, resume: bool = False,
+                 validation: list[HitGraph] | None = None
+                 ) -> tuple[EdgeFilter, list[FilterEpoch]]:
+    """Fit the filter on every edge of ``graphs`` and set its threshold; the filter and
+    the per-epoch history.
 
     The loss is the Interaction Network's: target edges up-weighted by the negatives per
     positive, and true edges of non-target particles (soft particles) weighted 0, so the
-    filter neither keeps nor drops them on purpose.
+    filter neither keeps nor drops them on purpose. Epochs run through
+    :func:`sparsegnn.train.loop.run_epochs` like every training mode: ``checkpoint`` is
+    rewritten after each (``resume`` continues from it, bit for bit), ``cfg.logdir``
+    gets TensorBoard curves, and with ``validation`` graphs and ``cfg.patience`` training
+    stops once ``edges_dropped`` has not improved for that many epochs, ending on the
+    best weights.
     """
     if not 0.0 < cfg.keep <= 1.0:
         raise InvalidValueError(f"keep must be in (0, 1], got {cfg.keep}")
+    if resume and checkpoint is None:
+        raise InvalidValueError("resume needs the checkpoint to resume from")
     feats = torch.cat([doublet_features(g) for g in graphs])
     target = torch.from_numpy(np.concatenate([g.target for g in graphs]))
     true = torch.from_numpy(np.concatenate([g.y for g in graphs]))
-    if not bool(target.any()):
-        raise InvalidValueError("the training graphs have no target edges to keep")
+    if not bool(target.any()) or (validation is not None
+                                  and not any(g.target.any() for g in validation)):
+        raise InvalidValueError("the training (or validation) graphs have no target edges "
+                                "to keep")
     weight = torch.where(true & ~target, 0.0, 1.0)
     pos_weight = (~target).sum() / target.sum()
     seed_everything(cfg.seed)
     filt = EdgeFilter(cfg.hidden, cfg.layers)
     optim = torch.optim.Adam(filt.parameters(), lr=cfg.lr)
-    for epoch in range(cfg.epochs):
+
+    def epoch_fn(epoch: int) -> FilterEpoch:
+        start, total, batches = time.perf_counter(), 0.0, 0
         for batch in torch.randperm(feats.shape[0]).split(cfg.batch_edges):
             loss = F.binary_cross_entropy_with_logits(
                 filt(feats[batch]), target[batch].float(), weight[batch], pos_weight=pos_weight)
             optim.zero_grad()
             loss.backward()
             optim.step()
-        if not torch.isfinite(loss):  # NaN weights make every later loss NaN too
-            raise NonFiniteError(f"filter epoch {epoch}: the training loss is {float(loss)}; "
-                                 "training stopped (try a lower learning rate)")
+            total, batches = total + float(loss.detach()), batches + 1
+        dropped = float("nan") if validation is None else edges_dropped(filt, validation,
+                                                                         cfg.keep)
+        return FilterEpoch(epoch, total / max(batches, 1), time.perf_counter() - start, dropped)
+
+    loop = LoopConfig(epochs=cfg.epochs, patience=None if validation is None else cfg.patience,
+                      checkpoint=None if checkpoint is None else Path(checkpoint),
+                      resume=resume, progress=cfg.progress, logdir=cfg.logdir)
+    state = run_epochs(filt, optim, epoch_fn, loop, FilterEpoch,
+                       score=None if validation is None else (lambda e: e.edges_dropped),
+                       stamp=_train_fingerprint(cfg, graphs))
     filt.threshold.fill_(keep_threshold(torch.cat([filt.logits(g) for g in graphs]), target,
                                         cfg.keep))
-    return filt
+    return filt, state.history
+
+
+def edges_dropped(filt: EdgeFilter, graphs: list[HitGraph], keep: float) -> float:
+    """The fraction of ``graphs``' edges below the threshold that keeps ``keep`` of their
+    target edges: how much a filter saves the GNN at the operating point asked for."""
+    logits = torch.cat([filt.logits(g) for g in graphs])
+    target = torch.from_numpy(np.concatenate([g.target for g in graphs]))
+    return float((logits < keep_threshold(logits, target, keep)).float().mean())
+
+
+def _train_fingerprint(cfg: FilterConfig, graphs: list[HitGraph]) -> dict[str, Any]:
+    """What a filter training checkpoint must match to resume: the filter's sizes, the
+    batches and the training graphs (names and sizes, hashed)."""
+    events = [[g.name, g.num_nodes, g.num_edges] for g in graphs]
+    return {"kind": FILTER_TRAIN_KIND, "hidden": cfg.hidden, "layers": cfg.layers,
+            "batch_edges": cfg.batch_edges, "graphs": content_hash(events)[:16]}
 
 
 def keep_threshold(logits: torch.Tensor, target: torch.Tensor, keep: float) -> float:

@@ -21,6 +21,11 @@ from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.tracks import Tracks
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig, segments, selected_particles
 
+# Hit groups shorter than this are not tracks to the metrics (they match nothing and count
+# in no rate; docs/tracking.md): a definition of the measurement, apart from the minimum
+# length track building keeps (sparsegnn.tracking.building.MIN_TRACK_HITS).
+COUNTED_TRACK_HITS = 3
+
 
 @dataclass(frozen=True)
 class EdgeMetrics:
@@ -104,7 +109,7 @@ def match_tracks(event: Event,
 
 
 def track_metrics(event: Event, tracks: Tracks, cfg: TargetConfig = DEFAULT_TARGETS,
-                  min_track_hits: int = 3) -> tuple[TrackMetrics, ParticleMatches]:
+                  min_track_hits: int = COUNTED_TRACK_HITS) -> tuple[TrackMetrics, ParticleMatches]:
     """Tracking efficiency, fake and duplicate rates and TrackML score of ``tracks``.
 
     Only tracks with at least ``min_track_hits`` hits count, for matching as for the

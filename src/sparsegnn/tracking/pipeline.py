@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking.building import TrackBuilding, candidates
 from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.graph_construction import module_map_graph, truth_graph
 from sparsegnn.tracking.hit_graph import GraphStats, HitGraph
@@ -135,11 +136,8 @@ class Reconstruction:
     def build(self, scores: EdgeScores, event: Event | None = None) -> Tracks:
         """Tracks from ``scores``; the triplets method and a layer requirement also read
         the hits' positions and layers from ``event``."""
-        cfg = self.config
         geometry = None if event is None else HitGeometry.from_event(event)
-        return build_tracks(scores, cfg.cut, cfg.method, cfg.min_track_hits, cfg.extend_cut,
-                            cfg.merge_cut, geometry, cfg.min_layers, cfg.max_misfit,
-                            cfg.link_cut, cfg.max_kink, cfg.second_misfit, cfg.bridge_misfit)
+        return build_tracks(scores, self.config.building, geometry)
 
     def run(self, event: Event, graph: HitGraph | None = None) -> EventReco:
         """Every stage on ``event`` (from ``graph`` when given, else building it)."""
@@ -149,8 +147,8 @@ class Reconstruction:
 
     def measure(self, event: Event, reco: EventReco) -> EventResult:
         """``reco``'s edges (at the cut) and tracks against ``event``'s truth."""
-        return evaluate_tracks(event, reco.graph, reco.scores, reco.tracks, self.config.cut,
-                               self.targets)
+        return evaluate_tracks(event, reco.graph, reco.scores, reco.tracks,
+                               self.config.building.cut, self.targets)
 
     def save(self, path: str | Path, report: object) -> None:
         """The model with everything this reconstruction uses it with (settings, module
@@ -163,21 +161,13 @@ class Reconstruction:
 
 
 def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGraph] | None = None,
-         cuts: Sequence[float] = CUT_CHOICES,
-         lengths: Sequence[int] = MIN_TRACK_HITS_CHOICES,
-         loose: Sequence[float | None] = (None,), layers: Sequence[int] = (1,),
-         groups: Sequence[str] | None = None, max_fake: float | None = None,
-         links: Sequence[float | None] = (None,), kinks: Sequence[float | None] = (None,),
-         seconds: Sequence[float | None] = (None,),
-         bridges: Sequence[float | None] = (None,)) -> Reconstruction:
-    """``reco`` with the edge-score cut, minimum track length and layer count that do best
-    on ``events`` (training or validation events: the test events stay unseen); each of
-    ``loose`` (a fraction of the cut, or ``None``) is tried as the extend and merge cut
-    (:func:`~sparsegnn.tracking.reco.build_tracks`), and each of ``links`` as the
-    triplets' geometric linking cut (``None``: no linking), and of ``kinks`` as their
-    largest bend (``max_kink``; ``None``: chains are not cut), and of ``seconds`` as the
-    misfit of their second pass (``second_misfit``; ``None``: none), and of ``bridges``
-    as the misfit of their bridges across missing segments (``bridge_misfit``).
+         choices: Sequence[TrackBuilding] | None = None, groups: Sequence[str] | None = None,
+         max_fake: float | None = None) -> Reconstruction:
+    """``reco`` with the track building of ``choices`` that does best on ``events``
+    (training or validation events: the test events stay unseen). Default choices: its
+    own method at every cut of :data:`CUT_CHOICES` and length of
+    :data:`MIN_TRACK_HITS_CHOICES` (:func:`~sparsegnn.tracking.building.candidates` makes
+    grids over any of a method's parameters).
 
     Best is the highest efficiency minus fake rate, averaged over ``groups`` (the
     condition of each event; default: one group). Pooling particles instead lets the
@@ -189,38 +179,27 @@ def tune(reco: Reconstruction, events: Sequence[Event], graphs: Sequence[HitGrap
     Positives are up-weighted by the negatives per positive in the loss, which pushes
     scores up, so 0.5 is not the natural cut. The TrackML score would barely see fakes
     (it weighs hits, and a fragment holds few), hence efficiency minus fake rate. Ties go
-    to the first choice in (cut, length, loose, layers, links, kinks, seconds, bridges)
-    order.
-    Each event is scored once.
+    to the first choice. Each event is scored once.
     """
+    if choices is None:
+        choices = candidates(reco.config.building, CUT_CHOICES, MIN_TRACK_HITS_CHOICES)
     graphs = [reco.graph(ev) for ev in events] if graphs is None else list(graphs)
     scores = [reco.score(g) for g in graphs]
     names = [""] * len(events) if groups is None else list(groups)
     if len(names) != len(events):
         raise InvalidValueError(f"{len(names)} groups for {len(events)} events")
+    geometry = [HitGeometry.from_event(ev) for ev in events]
 
-    def chosen(cut: float, length: int, fraction: float | None, min_layers: int,
-               link: float | None, kink: float | None, second: float | None,
-               bridge: float | None) -> Reconstruction:
-        looser = None if fraction is None else fraction * cut
-        config = replace(reco.config, cut=cut, min_track_hits=length, extend_cut=looser,
-                         merge_cut=looser, min_layers=min_layers, link_cut=link,
-                         max_kink=kink, second_misfit=second, bridge_misfit=bridge)
-        return replace(reco, config=config.checked())
-
-    def quality(choice: tuple) -> tuple[int, float]:
-        trial = chosen(*choice)
+    def quality(building: TrackBuilding) -> tuple[int, float]:
         per_group: dict[str, list[TrackMetrics]] = {}
-        for ev, s, name in zip(events, scores, names, strict=True):
+        for ev, s, g, name in zip(events, scores, geometry, names, strict=True):
             per_group.setdefault(name, []).append(
-                track_metrics(ev, trial.build(s, ev), reco.targets)[0])
+                track_metrics(ev, build_tracks(s, building, g), reco.targets)[0])
         pooled = [combine(ms) for ms in per_group.values()]
         over = 0 if max_fake is None else sum(m.fake_rate > max_fake for m in pooled)
         return -over, float(np.mean([m.efficiency - m.fake_rate for m in pooled]))
 
-    return chosen(*max(((c, n, f, k, w, b, m, g) for c in cuts for n in lengths
-                        for f in loose for k in layers for w in links for b in kinks
-                        for m in seconds for g in bridges), key=quality))
+    return replace(reco, config=replace(reco.config, building=max(choices, key=quality)))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ cut, one hit per end per round (never joining two chains); then pieces whose out
 inner start an edge of at least ``merge_cut`` joins are merged into one track (the
 duplicates and fragments of one particle that the walkthrough split at a junction).
 
-The ``triplets`` method, which chooses by helix geometry as well and recovers by it what
+Which method and its parameters are a :mod:`sparsegnn.tracking.building` object. The
+``triplets`` method, which chooses by helix geometry as well and recovers by it what
 the cut and graph construction lose, is :mod:`sparsegnn.tracking.triplets`; the records
 track building takes and gives are :mod:`sparsegnn.tracking.tracks`, the greedy and
 labelling every method shares :mod:`sparsegnn.tracking.chains`.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparsegnn.names import TRACK_METHODS
+from sparsegnn.tracking.building import Components, TrackBuilding, Triplets, Walkthrough
 from sparsegnn.tracking.chains import (
     EXTEND_ROUNDS,
     best_per_node,
@@ -34,92 +35,86 @@ from sparsegnn.tracking.chains import (
     with_layers,
 )
 from sparsegnn.tracking.tracks import EdgeScores, HitGeometry, Tracks
-from sparsegnn.tracking.triplets import TRIPLET_MISFIT, bridges, links, second_pass, triplet_pass
-
-# The default minimum track length, for every caller (library, command line, benchmarks):
-# keep every track of two or more hits. Dense events want more (5-7; the rule in
-# sparsegnn.tracking.pipeline.tune chooses it on training events).
-MIN_TRACK_HITS = 1
-METHODS = TRACK_METHODS
+from sparsegnn.tracking.triplets import bridges, links, second_pass, triplet_pass
 
 
-def build_tracks(scores: EdgeScores, cut: float = 0.5, method: str = "components",
-                 min_hits: int = MIN_TRACK_HITS, extend_cut: float | None = None,
-                 merge_cut: float | None = None, geometry: HitGeometry | None = None,
-                 min_layers: int = 1, max_misfit: float = TRIPLET_MISFIT,
-                 link_cut: float | None = None, max_kink: float | None = None,
-                 second_misfit: float | None = None,
-                 bridge_misfit: float | None = None) -> Tracks:
-    """Tracks from the edges scored >= ``cut``; ``method`` is 'components', 'walkthrough'
-    or 'triplets' (the walkthrough choosing by helix geometry too,
-    :mod:`sparsegnn.tracking.triplets`).
+def build_tracks(scores: EdgeScores, building: TrackBuilding,
+                 geometry: HitGeometry | None = None) -> Tracks:
+    """Tracks from the edges scored >= ``building.cut``, the way ``building`` says
+    (:mod:`sparsegnn.tracking.building`).
 
-    Tracks of fewer than ``min_hits`` hits are dropped (their hits go back to no track):
-    the length requirement every tracker applies (ACTS's CKF keeps tracks of >= 6
+    Tracks of fewer than ``min_track_hits`` hits are dropped (their hits go back to no
+    track): the length requirement every tracker applies (ACTS's CKF keeps tracks of >= 6
     measurements). On dense events most short pieces are fragments of particles split by
     a missing edge, and the double-majority matching counts a fragment holding less than
-    half of its particle's hits as a fake. The walkthrough then extends chains through
-    edges >= ``extend_cut`` and merges pieces joined by an edge >= ``merge_cut`` (module
-    docstring); both ``None``: neither (the triplets method extends and merges alike).
-    Tracks crossing fewer than ``min_layers`` distinct layers are dropped too; the
-    triplets method and ``min_layers`` > 1 need the hits' ``geometry``. ``link_cut``
-    (triplets only) joins pieces and attaches free hits through edges down to that score
-    where the helix geometry agrees (:mod:`sparsegnn.tracking.triplets`), before the
-    length requirements; ``max_kink`` (triplets only) first cuts chains where they bend
-    more than that; ``second_misfit`` (triplets only) adds a second pass over the hits
-    left on no track; ``bridge_misfit`` (triplets only) joins chains across a missing
-    segment before it.
+    half of its particle's hits as a fake. Tracks crossing fewer than ``min_layers``
+    distinct layers are dropped too; the triplets and ``min_layers`` > 1 need the hits'
+    ``geometry``.
     """
-    _check_build(method, min_hits, extend_cut, merge_cut, geometry, min_layers)
-    if method != "triplets" and not (link_cut is None and max_kink is None
-                                     and second_misfit is None and bridge_misfit is None):
-        raise ValueError("link_cut, max_kink, second_misfit and bridge_misfit need "
-                         "method='triplets'")
-    keep = scores.scores >= cut
-    if method == "components":
+    if geometry is None and building.needs_geometry:
+        raise ValueError(f"{building.method} with min_layers {building.min_layers} needs "
+                         "the hits' geometry")
+    keep = scores.scores >= building.cut
+    if isinstance(building, Components):
         src, dst = scores.edge_index[:, keep]
-        labels = label_components(src, dst, scores.num_nodes, min_hits)
-        return Tracks(scores.name, with_layers(labels, geometry, min_layers))
-    src, dst = scores.edge_index
-    chosen = np.zeros(keep.size, dtype=bool)
-    if method == "walkthrough":
-        chosen[keep] = greedy_chains(src[keep], dst[keep], scores.scores[keep], scores.num_nodes)
+        labels = label_components(src, dst, scores.num_nodes, building.min_track_hits)
+        return Tracks(scores.name, with_layers(labels, geometry, building.min_layers))
+    assert isinstance(building, Walkthrough)
+    chosen = _chains(scores, keep, building, geometry)
+    if isinstance(building, Triplets):
+        return Tracks(scores.name, _triplet_labels(scores, chosen, building, geometry))
+    return Tracks(scores.name, _labels(scores, chosen, building, geometry))
+
+
+def _chains(scores: EdgeScores, keep: np.ndarray, building: Walkthrough,
+            geometry: HitGeometry | None) -> np.ndarray:
+    """The edges the walk (or the triplet pass) chooses among the ``keep`` ones, then
+    extended and merged through the looser cuts (module docstring)."""
+    if isinstance(building, Triplets):
+        chosen = triplet_pass(scores, keep, geometry.positions, building.max_misfit,
+                              building.max_kink)
     else:
-        chosen = triplet_pass(scores, keep, geometry.positions, max_misfit, max_kink)
-    if extend_cut is not None:
-        chosen |= _extension(scores, chosen, extend_cut)
-    if merge_cut is not None:
-        chosen |= _merges(scores, chosen, merge_cut)
-    if link_cut is not None:
-        chosen |= links(scores, chosen, geometry.positions, link_cut, max_misfit)
-    ends, starts = np.empty((2, 0), dtype=np.int64)
-    if bridge_misfit is not None:
-        ends, starts = bridges(scores, chosen, geometry, bridge_misfit, min_hits, min_layers)
-    labels = with_layers(label_components(np.concatenate([src[chosen], ends]),
-                                            np.concatenate([dst[chosen], starts]),
-                                            scores.num_nodes, min_hits), geometry, min_layers)
-    if second_misfit is not None:
-        more = second_pass(scores, labels < 0, geometry.positions, second_misfit, max_kink,
-                            link_cut)
-        more = with_layers(label_components(src[more], dst[more], scores.num_nodes,
-                                              min_hits), geometry, min_layers)
-        labels = np.where(labels >= 0, labels,
-                          np.where(more >= 0, more + labels.max(initial=-1) + 1, -1))
-    return Tracks(scores.name, labels)
+        src, dst = scores.edge_index
+        chosen = np.zeros(keep.size, dtype=bool)
+        chosen[keep] = greedy_chains(src[keep], dst[keep], scores.scores[keep],
+                                     scores.num_nodes)
+    if building.extend_cut is not None:
+        chosen |= _extension(scores, chosen, building.extend_cut)
+    if building.merge_cut is not None:
+        chosen |= _merges(scores, chosen, building.merge_cut)
+    return chosen
 
 
-def _check_build(method: str, min_hits: int, extend_cut: float | None,
-                 merge_cut: float | None, geometry: HitGeometry | None,
-                 min_layers: int) -> None:
-    """Refuse a combination of :func:`build_tracks` options that cannot be honoured."""
-    if min_hits < 1 or min_layers < 1:
-        raise ValueError(f"min_hits and min_layers must be >= 1, got {min_hits}, {min_layers}")
-    if method not in METHODS:
-        raise ValueError(f"unknown track-building method {method!r}; use one of {METHODS}")
-    if method == "components" and (extend_cut is not None or merge_cut is not None):
-        raise ValueError("extend_cut and merge_cut need method='walkthrough' or 'triplets'")
-    if geometry is None and (method == "triplets" or min_layers > 1):
-        raise ValueError("method='triplets' and min_layers > 1 need the hits' geometry")
+def _labels(scores: EdgeScores, chosen: np.ndarray, building: TrackBuilding,
+            geometry: HitGeometry | None, extra: np.ndarray | None = None) -> np.ndarray:
+    """Track of each hit from the ``chosen`` edges (and ``extra`` ``[2, K]`` joins),
+    tracks too short or on too few layers dropped."""
+    src, dst = scores.edge_index
+    ends, starts = np.empty((2, 0), dtype=np.int64) if extra is None else extra
+    labels = label_components(np.concatenate([src[chosen], ends]),
+                              np.concatenate([dst[chosen], starts]), scores.num_nodes,
+                              building.min_track_hits)
+    return with_layers(labels, geometry, building.min_layers)
+
+
+def _triplet_labels(scores: EdgeScores, chosen: np.ndarray, building: Triplets,
+                    geometry: HitGeometry) -> np.ndarray:
+    """The triplets' refinements after the chains: links, bridges, the second pass."""
+    b = building
+    if b.link_cut is not None:
+        chosen = chosen | links(scores, chosen, geometry.positions, b.link_cut, b.max_misfit)
+    joins = None
+    if b.bridge_misfit is not None:
+        joins = bridges(scores, chosen, geometry, b.bridge_misfit, b.min_track_hits,
+                        b.min_layers)
+    labels = _labels(scores, chosen, b, geometry, joins)
+    if b.second_misfit is None:
+        return labels
+    more = second_pass(scores, labels < 0, geometry.positions, b.second_misfit, b.max_kink,
+                       b.link_cut)
+    more = _labels(scores, more, b, geometry)
+    return np.where(labels >= 0, labels,
+                    np.where(more >= 0, more + labels.max(initial=-1) + 1, -1))
 
 
 def _extension(scores: EdgeScores, chosen: np.ndarray, extend_cut: float) -> np.ndarray:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from sparsegnn.tracking.building import Walkthrough
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import read_events
 from sparsegnn.tracking.metrics import TrackMetrics
@@ -118,8 +119,8 @@ def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig()) -> DemoResult:
                             seed=cfg.seed)
     settings = RecoConfig(map_level="layer", cuts=DEMO_CUTS,
                           train_sample_nodes=tcfg.max_sample_nodes, fanouts=tcfg.fanouts,
-                          seed_order=tcfg.seed_order, cut=cfg.cut, method="walkthrough",
-                          min_track_hits=cfg.min_track_hits)
+                          seed_order=tcfg.seed_order,
+                          building=Walkthrough(cut=cfg.cut, min_track_hits=cfg.min_track_hits))
     reco = Reconstruction(settings, module_map=ModuleMap.learn(train_events, "layer"))
     graphs = [reco.graph(ev) for ev in train_events]
     stages["graphs"], clock = time.perf_counter() - clock, time.perf_counter()
