@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from sparsegnn.cli.main import main
 from sparsegnn.torchrun import (
     Endpoint,
     WorkerWatch,
@@ -234,10 +235,9 @@ def test_torchruns_status_passes_and_what_it_leaves_is_killed(
     assert not [p for p in job if _alive(p)]
 
 
-def test_the_command_needs_torchruns_arguments() -> None:
-    done = subprocess.run([sys.executable, "-m", "sparsegnn", "launch", "--"],
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+def test_the_command_needs_torchruns_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """The console script's entry point, called in-process: its status and stderr."""
+    assert main(["launch", "--"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "sparsegnn launch: error: no torchrun arguments: sparsegnn launch -- --nnodes N "
         "... -m sparsegnn train ..."]

@@ -1,37 +1,140 @@
 """What every hostile-input test checks: the real CLI, one clear line, nothing left behind.
 
-Each case runs ``python -m sparsegnn ...`` as a subprocess (so the top-level handler, exit
-status and stderr are the real ones) and then asserts, with :func:`assert_user_error`,
-exit status 2, exactly one non-blank stderr line that names the input and no traceback;
-:func:`snapshot` before and after shows that inputs are byte-identical and that no output,
-``.partial`` or ``.tmp`` file was left behind.
+Each case runs ``sparsegnn ...`` through the console script's own entry point
+(:func:`sparsegnn.cli.main.main`, so the top-level handler, exit status and stderr are the
+real ones) and then asserts, with :func:`assert_user_error`, exit status 2, exactly one
+non-blank stderr line that names the input and no traceback; :func:`snapshot` before and
+after shows that inputs are byte-identical and that no output, ``.partial`` or ``.tmp``
+file was left behind.
+
+:func:`run_cli` calls it in this interpreter, as the process would: file descriptors 1
+and 2 (what the ranks it starts inherit too) go to files, logging is configured by the
+command itself, warnings print as a fresh interpreter prints them, and an exception that
+escapes is a traceback and exit 1. A fresh interpreter costs seconds of imports per case;
+cases about the process itself (its environment at start, signals, what a killed launcher
+leaves) ask for one with ``fresh=True`` or ``env=``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import logging
 import os
 import pickletools
 import shlex
 import subprocess
 import sys
+import tempfile
+import traceback
+import warnings
 import zipfile
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO, TextIO
 
 import pytest
 import torch
 
 
 def run_cli(*args: str | os.PathLike[str], cwd: Path | None = None, timeout: float = 180,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``sparsegnn ARGS`` in a fresh interpreter; a hang fails the test instead of CI."""
+            env: dict[str, str] | None = None, fresh: bool = False
+            ) -> subprocess.CompletedProcess[str]:
+    """``sparsegnn ARGS``: in this interpreter, or (``fresh`` or ``env`` given) in a new one,
+    where a hang fails the test after ``timeout`` seconds instead of CI."""
+    argv = [str(arg) for arg in args]
+    if not fresh and env is None:
+        return _run_here(argv, cwd)
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "sparsegnn", *map(str, args)],
+        [sys.executable, "-m", "sparsegnn", *argv],
         capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env, check=False,
     )
+
+
+# What a fresh interpreter filters (no -W, no PYTHONWARNINGS): pytest's "error" must not
+# turn a warning the CLI prints into an exception here.
+_PYTHON_DEFAULT_FILTERS = (("default", DeprecationWarning, "__main__"),
+                           ("ignore", DeprecationWarning, ""),
+                           ("ignore", PendingDeprecationWarning, ""),
+                           ("ignore", ImportWarning, ""), ("ignore", ResourceWarning, ""))
+
+
+def _run_here(argv: list[str], cwd: Path | None) -> subprocess.CompletedProcess[str]:
+    """:func:`sparsegnn.cli.main.main` on ``argv`` as ``python -m sparsegnn`` runs it."""
+    from sparsegnn.cli.main import main
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with _fds_to(out, err), _as_started(), contextlib.chdir(cwd or os.getcwd()):
+            try:
+                code = main(argv)
+            except SystemExit as stop:
+                code = _exit_status(stop.code)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(["sparsegnn", *argv], code,
+                                           out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
+def _exit_status(code: object) -> int:
+    """What the interpreter exits with for ``SystemExit(code)`` (a message goes to stderr)."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
+@contextlib.contextmanager
+def _fds_to(out: IO[bytes], err: IO[bytes]) -> Iterator[None]:
+    """Descriptors 1 and 2, and ``sys.stdout``/``sys.stderr`` on them, into ``out``/``err``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (sys.stdout, sys.stderr, os.dup(1), os.dup(2))
+    os.dup2(out.fileno(), 1)
+    os.dup2(err.fileno(), 2)
+    sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
+                                               write_through=True) for fd in (1, 2))
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = saved[:2]
+        for fd, dup in ((1, saved[2]), (2, saved[3])):
+            os.dup2(dup, fd)
+            os.close(dup)
+
+
+@contextlib.contextmanager
+def _as_started() -> Iterator[None]:
+    """Logging unconfigured (the command's ``basicConfig`` takes effect, on the stderr of
+    :func:`_fds_to`) and a fresh interpreter's warning filters, printing to that stderr;
+    pytest's own handlers, levels and filters are back afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers = []
+    try:
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category, module in reversed(_PYTHON_DEFAULT_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module)
+            warnings.showwarning = _print_warning
+            yield
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers = handlers
+        root.setLevel(level)
+
+
+def _print_warning(message: Warning | str, category: type[Warning], filename: str,
+                   lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def assert_user_error(proc: subprocess.CompletedProcess[str], *names: str) -> str:
@@ -107,9 +210,8 @@ def tree(*roots: Path) -> dict[str, str]:
 
 def run_all(argvs: list[tuple[str | Path, ...]], cwd: Path
              ) -> list[subprocess.CompletedProcess[str]]:
-    """Run the commands of one case side by side (each CLI start is seconds of imports)."""
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
-        return list(pool.map(lambda argv: run_cli(*argv, cwd=cwd), argvs))
+    """Run the commands of one case, one after the other, each as :func:`run_cli` does."""
+    return [run_cli(*argv, cwd=cwd) for argv in argvs]
 
 
 def all_refused(cases: list[tuple[tuple[str | Path, ...], tuple[str, ...]]], cwd: Path,

@@ -1,8 +1,8 @@
 """Hostile and careless input to ``sparsegnn curate``: the real CLI, one line, nothing changed.
 
 The store (documents, graph, annotations) is built once in-process; every case then runs
-the CLI as a subprocess and checks exit status 2, one stderr line naming the input, no
-traceback, no output or partial file, and a byte-identical store.
+the CLI's entry point (``run_cli`` in conftest) and checks exit status 2, one stderr line
+naming the input, no traceback, no output or partial file, and a byte-identical store.
 """
 
 from __future__ import annotations

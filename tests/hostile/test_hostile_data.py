@@ -1,8 +1,8 @@
 """Hostile and careless input to the data commands (issue 27): ids, sizes, loaders, outputs.
 
-Every case runs the real CLI in a subprocess. A refusal must be exit 2 with one stderr line
-that names the input, no traceback, no output or temp file left behind and the inputs
-unchanged; an accepted input must give exactly the graph it describes.
+Every case runs the real CLI's entry point (``run_cli`` in conftest). A refusal must be
+exit 2 with one stderr line that names the input, no traceback, no output or temp file left
+behind and the inputs unchanged; an accepted input must give exactly the graph it describes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Hostile and careless input to ``sparsegnn track`` (issue 27): models, checkpoints, graphs,
 output folders and numeric options.
 
-Every case runs the real CLI in a subprocess. A refusal must be exit 2 with one stderr line
+Every case runs the real CLI's entry point (``run_cli`` in conftest: exit status, stdout
+and stderr as the process would have them). A refusal must be exit 2 with one stderr line
 that names the input, no traceback, no output, temp file or folder left behind and the
-inputs unchanged. One CLI start costs seconds here (torch), so the commands of a case run
-side by side, and the small events, graphs, model and checkpoints are made once per module
+inputs unchanged. The small events, graphs, model and checkpoints are made once per module
 in-process.
 """
 
@@ -30,8 +30,6 @@ from sparsegnn.tracking.infer import save_model
 from sparsegnn.tracking.model import INConfig, InteractionNetwork
 from sparsegnn.tracking.train import TrackTrainConfig, TrainReport, train
 from tracking_toys import straight_tracks
-
-pytestmark = pytest.mark.slow  # every case starts the CLI at least once (~4 s each here)
 
 _FAST = ("--hidden", "8", "--iterations", "1", "--epochs", "1", "--device", "cpu")
 _EV2 = "event000000002"

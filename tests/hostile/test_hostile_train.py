@@ -1,10 +1,10 @@
 """Hostile and careless input to ``sparsegnn train`` (issue 27): checkpoints, graphs,
 numeric options and checkpoint paths.
 
-Every case runs the real CLI in a subprocess. A refusal must be exit 2 with one stderr line
+Every case runs the real CLI's entry point (``run_cli`` in conftest: exit status, stdout
+and stderr as the process would have them). A refusal must be exit 2 with one stderr line
 that names the input, no traceback, no output, checkpoint or temp file left behind and the
-inputs (checkpoints included) byte-identical. One CLI start costs seconds here (torch), so
-the commands of a case run side by side, and the small graphs and checkpoints are made
+inputs (checkpoints included) byte-identical. The small graphs and checkpoints are made
 once per module in-process, exactly as the CLI would make them.
 """
 
@@ -25,8 +25,6 @@ from sparsegnn.data.generators import from_spec
 from sparsegnn.data.io import load_graph, save_graph
 from sparsegnn.train import TrainConfig, train_single
 from sparsegnn.train.checkpoint import read_checkpoint
-
-pytestmark = pytest.mark.slow  # every case starts the CLI at least once (~4 s each here)
 
 # 128 features: the first layer's weight (and its Adam moments) is then the largest tensor
 # of a checkpoint, so flipped bytes land in model data rather than in an RNG state.
