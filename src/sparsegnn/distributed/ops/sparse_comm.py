@@ -23,54 +23,16 @@ counted under the current phase as ``all_to_all``; the exact numbers are what
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from sparsegnn.distributed.layout.block_partition import BlockPartition, LocalBlocks
 from sparsegnn.distributed.layout.grid import GridError
+from sparsegnn.distributed.ops.row_exchange import SparseCommunicator, request_rows
 from sparsegnn.distributed.ops.spmm import DistributedOperator, column_slices
-from sparsegnn.distributed.runtime.comm import Communicator, Group, ProcessGrid
+from sparsegnn.distributed.runtime.comm import Group, ProcessGrid
 from sparsegnn.sparse import CSRMatrix, hstack
-
-
-class SparseCommunicator(Communicator):
-    """A :class:`Communicator` that also exchanges rows with one ``all_to_all``."""
-
-    def exchange(
-        self, send: torch.Tensor, send_counts: list[int], recv_counts: list[int], group: Group
-    ) -> torch.Tensor:
-        """Rows ``send_counts[m]`` of ``send`` (member order) go to member m; returns the
-        ``sum(recv_counts)`` rows received, in member order. Counts are known to both
-        sides (they are part of the plan), so no size exchange precedes the data."""
-        recv, work = self.exchange_async(send, send_counts, recv_counts, group)
-        self.wait(work)
-        return recv
-
-    def exchange_async(
-        self, send: torch.Tensor, send_counts: list[int], recv_counts: list[int], group: Group
-    ) -> tuple[torch.Tensor, Any]:
-        """:meth:`exchange` started: the receive buffer, to read only after :meth:`wait`
-        on the handle (``None`` when nothing moves). Counted now."""
-        if group.size == 1:
-            return send, None
-        width = math.prod(send.shape[1:])
-        recv = send.new_empty((sum(recv_counts), *send.shape[1:]))
-        work = dist.all_to_all_single(
-            recv.view(-1), send.contiguous().view(-1),
-            [c * width for c in recv_counts], [c * width for c in send_counts],
-            group=group.handle, async_op=True,
-        )
-        row_bytes = width * send.element_size()
-        self._count(
-            "all_to_all",
-            (sum(send_counts) - send_counts[group.me]) * row_bytes,
-            (sum(recv_counts) - recv_counts[group.me]) * row_bytes,
-        )
-        return recv, work
 
 
 def compress_columns(t: CSRMatrix) -> tuple[CSRMatrix, torch.Tensor]:
@@ -116,10 +78,7 @@ def build_plan(
             tile, wanted[j] = compress_columns(tiles[j])
             compressed.append(tile)
     need_counts = [len(w) for w in wanted]
-    counts = torch.tensor(need_counts, dtype=torch.long, device=device).reshape(-1, 1)
-    ones = [1] * group.size
-    send_counts = comm.exchange(counts, ones, ones, group).reshape(-1).tolist()
-    requests = comm.exchange(torch.cat(wanted), need_counts, send_counts, group)
+    requests, send_counts = request_rows(wanted, comm, group)
     remote = hstack(compressed) if compressed and sum(need_counts) else None
     return RowPlan(tiles.get(me), remote, requests, send_counts, need_counts)
 

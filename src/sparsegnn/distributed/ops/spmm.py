@@ -23,11 +23,16 @@ final all-gather); :mod:`sparsegnn.distributed.ops.feature_slices` explains the 
   ``n f / q`` per rank, the price of keeping the models unchanged.
 
 The backward pass is the same routine on the tiles of ``A^T`` (``G_H = A^T G_Z``).
+
+Every operator also serves the edge side of the protocol (:class:`sparsegnn.nn.EdgeOperator`:
+SDDMM, row softmax, SpMM with per-edge values) through
+:class:`~sparsegnn.distributed.ops.edge_exchange.EdgeExchange`, built on first use.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from collections import deque
 from typing import Any
@@ -40,6 +45,7 @@ from sparsegnn.distributed.layout.block_partition import (
     split_sizes,
     stage_blocks,
 )
+from sparsegnn.distributed.ops.edge_exchange import EdgeExchange
 from sparsegnn.distributed.runtime.comm import Communicator, ProcessGrid
 from sparsegnn.names import row_wise
 from sparsegnn.sparse import column_slices_exact
@@ -118,6 +124,38 @@ class DistributedOperator:
     def multiply(self, x: torch.Tensor, transpose: bool) -> torch.Tensor:
         """``(A H)_i`` (or ``(A^T H)_i``) without autograd; implemented per algorithm."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------ the edge protocol
+    @functools.cached_property
+    def edges(self) -> EdgeExchange:
+        """The rank's edges and their row exchange, built at the first attention call
+        (collective: every rank of the grid makes that call at the same point)."""
+        return EdgeExchange(self.grid, self.comm, self.part, self.blocks)
+
+    def edge_values(self) -> torch.Tensor:
+        """The operator's values on this rank's edges, in their edge order."""
+        return self.edges.edge_values()
+
+    def sddmm_add(self, u_dst: torch.Tensor, v_src: torch.Tensor) -> torch.Tensor:
+        """``u_dst[row_e] + v_src[col_e]`` per local edge and head."""
+        return self.edges.sddmm_add(u_dst, v_src)
+
+    def sddmm_dot(self, a_dst: torch.Tensor, b_src: torch.Tensor) -> torch.Tensor:
+        """``<a_dst[row_e], b_src[col_e]>`` per local edge and head."""
+        return self.edges.sddmm_dot(a_dst, b_src)
+
+    def sddmm_leaky(self, u_dst: torch.Tensor, v_src: torch.Tensor, att: torch.Tensor,
+                    negative_slope: float = 0.2) -> torch.Tensor:
+        """GATv2's ``att . leaky_relu(u_dst[row_e] + v_src[col_e])`` per edge and head."""
+        return self.edges.sddmm_leaky(u_dst, v_src, att, negative_slope)
+
+    def edge_softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """Softmax within each row over all of its edges, on every rank that holds some."""
+        return self.edges.edge_softmax(scores)
+
+    def edge_matmul(self, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``out_i = sum_j values_ij x_j`` over the row's edges, full rows of block i."""
+        return self.edges.edge_matmul(values, x)
 
 
 class _DistSpMM(torch.autograd.Function):
