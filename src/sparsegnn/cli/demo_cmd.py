@@ -24,9 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparsegnn.cli.train_cmd import fullgraph_summary
     from sparsegnn.data import load_any, row_normalize
     from sparsegnn.train import TrainConfig, train_single
+    from sparsegnn.train.train_summary import fullgraph_summary
 
     device = resolve_device(args.device)
     graph = load_any("cora", args.data_dir)

@@ -17,7 +17,6 @@ from sparsegnn.cli.common import (
     int_range,
     output_file,
 )
-from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import ALGORITHMS, PARTITIONERS
 
 # The most ranks a plan is made for: its block-to-block tables grow with the square.
@@ -106,22 +105,11 @@ def _memory(args: argparse.Namespace, lay: Any, cfg: Any) -> dict[str, Any]:
 
 
 def load_profile(path: str | None, parts: int, calibrate: bool, option: str) -> Any:
-    """The profile at ``path``, or, when the user asked for it with ``calibrate``, one
-    measured now (quick, ``min(parts, 8)`` ranks): calibrating spawns ranks for up to a
-    minute, which a planning command must not do behind the user's back."""
-    from sparsegnn.distributed.planning.cost_profile import Profile
+    """The profile at ``path``, or one measured now where ``calibrate`` asks for it
+    (:func:`~sparsegnn.train.train_grid.profile_or_calibrate`, as ``train`` does)."""
+    from sparsegnn.train.train_grid import profile_or_calibrate
 
-    if path is not None:
-        return Profile.load(path)
-    if not calibrate:
-        raise InvalidValueError(
-            f"{option} needs a machine profile: write one with `sparsegnn calibrate "
-            f"--nprocs {min(parts, 8)} --out machine.json` and pass --profile machine.json, "
-            "or add --calibrate to measure a quick one now")
-    from sparsegnn.distributed import spawn
-    from sparsegnn.train.calibration_job import calibrate_rank
-
-    return spawn(calibrate_rank, min(parts, 8), (True,), wall_timeout_s=900)[0]
+    return profile_or_calibrate(path, parts, calibrate, option)
 
 
 def _auto(args: argparse.Namespace) -> int:

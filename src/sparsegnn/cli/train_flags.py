@@ -2,7 +2,8 @@
 
 This module owns the argument registration only (the model and optimiser, checkpoints,
 the distributed full-graph group and the sampled-minibatch group); what the parsed
-options become, and which mode runs, is :mod:`sparsegnn.cli.train_cmd`'s. Like every CLI
+options become is :mod:`sparsegnn.cli.train_cmd`'s, and which mode runs
+:func:`sparsegnn.train.train_request.run_train`'s. Like every CLI
 module it imports the library only inside functions (``--help`` stays light).
 """
 
@@ -155,5 +156,5 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
 def checkpoint_path(text: str) -> Path:
     """A checkpoint file, or a folder for a distributed run: which of the two a run may use
     is known only once all flags are parsed
-    (:func:`sparsegnn.cli.train_cmd._check_checkpoint_kind`)."""
+    (:func:`sparsegnn.train.train_request.run_train` checks it)."""
     return output_dir(text) if Path(text).is_dir() else output_file(text)

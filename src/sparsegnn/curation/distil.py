@@ -62,7 +62,7 @@ from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train import EpochStats
 from sparsegnn.train.checkpoint import content_hash, read_checkpoint, save_checkpoint
 from sparsegnn.train.fullgraph import train_epoch
-from sparsegnn.train.loop import LoopConfig, run_epochs
+from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
 
 # Layout of a saved annotator's state (2: inside a checksummed sparsegnn checkpoint;
 # 3: a channel per edge kind and hop, learnt channel weights, the text-only fallback).
@@ -264,14 +264,11 @@ def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None
     # as a text-only run would, and a resumed pair as an uninterrupted one.
     loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
                       checkpoint=None if checkpoint is None else Path(checkpoint),
-                      resume=resume, progress=progress, desc="distil", seed=cfg.seed,
+                      resume=resume, progress=progress, seed=cfg.seed,
                       logdir=None if logdir is None else Path(logdir))
     stamp = {"kind": "distil", "student": content_hash(_model_fields(cfg))[:16], **stamp}
-    state = run_epochs(model, optimizer, epoch_fn, loop, EpochStats,
-                       score=lambda s: s.val_accuracy, stamp=stamp)
-    if state.best_weights is not None:
-        model.load_state_dict(state.best_weights)
-    return state
+    return run_epochs(model, optimizer, epoch_fn, loop, EpochStats,
+                      score=lambda s: s.val_accuracy, stamp=stamp, role=LoopRole(desc="distil"))
 
 
 @torch.no_grad()

@@ -50,7 +50,7 @@ from sparsegnn.train.checkpoint import (
     read_checkpoint,
     seed_everything,
 )
-from sparsegnn.train.loop import LoopConfig, run_epochs
+from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,9 @@ def train(graphs: list[HitGraph], cfg: TrackTrainConfig, device: torch.device | 
         return stats
 
     loop = LoopConfig(epochs=cfg.epochs, checkpoint=rank_checkpoint(checkpoint, me, world),
-                      resume=resume, progress=cfg.progress, logdir=cfg.logdir,
-                      reports=me == 0)
+                      resume=resume, progress=cfg.progress, logdir=cfg.logdir)
     state = run_epochs(model, optim, epoch_fn, loop, EpochReport, stamp=stamp,
-                       extra=_Sizes(model.cfg, pos_weight))
+                       extra=_Sizes(model.cfg, pos_weight), role=LoopRole(reports=me == 0))
     return model, TrainReport(pos_weight, state.history)
 
 

@@ -9,11 +9,9 @@ accuracy, progress, atomic checkpoints and exact resume come from :mod:`sparsegn
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import torch
@@ -24,16 +22,21 @@ from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import DEFAULT_MASK, MASK_KINDS, MaskKind
 from sparsegnn.nn import GCN, GraphSAGE, Operator, graph_operator
 from sparsegnn.train.checkpoint import Fingerprint, graph_hash
-from sparsegnn.train.loop import CheckpointStore, LoopConfig, LoopState, run_epochs
+from sparsegnn.train.loop import CheckpointStore, LoopConfig, LoopRole, LoopState, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
 Split = Literal["train", "val", "test"]
 Precision = Literal["fp32", "bf16"]
 
 
-@dataclass
-class TrainConfig:
-    """Everything that decides a full-graph run; defaults are Kipf & Welling's for Cora."""
+@dataclass(kw_only=True)
+class TrainConfig(LoopConfig):
+    """Everything that decides a full-graph run; defaults are Kipf & Welling's for Cora.
+
+    The loop's settings (epochs, patience, seed, checkpoint, checkpoint_every, resume,
+    progress, logdir) are inherited from :class:`~sparsegnn.train.loop.LoopConfig`:
+    :func:`~sparsegnn.train.loop.run_epochs` reads this configuration itself.
+    """
 
     model: Literal["gcn", "sage"] = "gcn"
     hidden: int = 16
@@ -51,14 +54,10 @@ class TrainConfig:
     # Feature storage: "bf16" keeps the features and activations in bfloat16 (half the
     # bytes) and everything else in float32; see feature_dtype.
     precision: Precision = "fp32"
-    checkpoint: Path | None = None
     checkpoint_every: int = 10
-    resume: bool = False
     # Train from epoch 0 on a checkpoint folder that holds saved epochs (deleted once this
     # run's first checkpoint lands); without it or resume such a folder is refused.
     restart: bool = False
-    progress: bool | None = None  # a bar: always, never, or on a terminal only (None)
-    logdir: Path | None = None  # TensorBoard event files (main rank)
 
     def __post_init__(self) -> None:
         if self.resume and self.restart:
@@ -214,15 +213,10 @@ def fit(
     stays the last good state.
     """
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
-                      checkpoint=None if store is not None else cfg.checkpoint,
-                      checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
-                      progress=cfg.progress, is_main=is_main, seed=cfg.seed,
-                      logdir=cfg.logdir, reports=is_main)
     state = run_epochs(model, optimizer, lambda epoch: train_epoch(model, task, optimizer, epoch),
-                       loop, EpochStats, score=lambda s: s.val_accuracy,
+                       cfg, EpochStats, score=lambda s: s.val_accuracy,
                        stamp=fingerprint(cfg) if stamp is None else stamp, on_epoch=on_epoch,
-                       store=store)
+                       store=store, role=LoopRole(is_main=is_main, reports=is_main))
     return _finish(model, task, state, cfg.precision)
 
 
@@ -248,16 +242,12 @@ def train_epoch(
 def _finish(
     model: nn.Module, task: Task, state: LoopState[EpochStats], precision: str = "fp32"
 ) -> TrainResult:
-    """Evaluate the best-on-validation weights on the test split."""
-    final = copy.deepcopy(model.state_dict())
-    if state.best_weights is not None:
-        model.load_state_dict(state.best_weights)
+    """Evaluate the best-on-validation weights (the loop restored them) on the test split."""
     model.eval()
     with torch.no_grad():
         logits = model(task.x, task.adj)
     test_acc = task.accuracy(logits, "test")
     confusion = task.confusion(logits, "test") if isinstance(task, LocalTask) else None
-    model.load_state_dict(final)
     times = sorted(h.seconds for h in state.history)
     return TrainResult(
         epochs_run=state.epoch,

@@ -9,7 +9,7 @@ epoch does. :func:`run_epochs` owns everything around that epoch, once:
   (:mod:`sparsegnn.train.eventlog`), both on one rank only, and ``on_epoch``;
 * a NaN or infinite loss stops the run before anything is saved, so the last checkpoint
   stays the last good state;
-* early stopping on a validation score, and the best-scoring weights kept for the caller;
+* early stopping on a validation score, and the best-scoring weights restored at the end;
 * atomic checkpoints (model, optimiser, loop state, every RNG stream, and any extra state
   a mode registers) every ``checkpoint_every`` epochs and at the end, each stamped with a
   fingerprint of what must match to resume; where they live is a :class:`CheckpointStore`
@@ -129,17 +129,18 @@ class FileStore:
         return f"checkpoint {self.path}"
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True)
 class LoopConfig:
     """How the loop runs; what an epoch does is the mode's business.
 
+    Every mode's configuration embeds these settings by inheriting them
+    (:class:`~sparsegnn.train.fullgraph.TrainConfig` is a ``LoopConfig``), so the loop
+    reads the mode's own configuration instead of a copy of its fields.
     ``patience=None`` trains every epoch (no validation score); ``seed=None`` leaves the
-    RNG streams as the caller set them (a mode that seeds before building its model).
-    ``checkpoint`` is a file (a :class:`FileStore`) unless :func:`run_epochs` gets a store.
-    ``progress``: a bar always (True), never (False), or on a terminal only (None), with
-    summary lines where there is no bar; ``logdir``: TensorBoard event files there.
-    ``is_main`` writes a :class:`FileStore`'s file (modes that keep one file per rank leave
-    it True everywhere); ``reports`` shows progress and writes event files, on one rank.
+    RNG streams as the caller set them. ``checkpoint`` is a file (a :class:`FileStore`)
+    unless :func:`run_epochs` gets a store. ``progress``: a bar always (True), never
+    (False), or on a terminal only (None), with summary lines where there is no bar;
+    ``logdir``: TensorBoard event files there.
     """
 
     epochs: int
@@ -148,11 +149,24 @@ class LoopConfig:
     checkpoint_every: int = 1
     resume: bool = False
     progress: bool | None = None
-    is_main: bool = True
     seed: int | None = None
-    desc: str = "train"
     logdir: Path | None = None
+
+
+@dataclass(frozen=True)
+class LoopRole:
+    """What differs between the processes of one run, so it is no configuration's field.
+
+    ``is_main`` writes a :class:`FileStore`'s file (modes that keep one file per rank
+    leave it True everywhere); ``reports`` shows progress and writes event files, on one
+    rank; ``reseed``: seed every stream with ``LoopConfig.seed`` on a fresh start (False
+    for a mode that seeds before building its model and sampler).
+    """
+
+    is_main: bool = True
     reports: bool = True
+    desc: str = "train"
+    reseed: bool = True
 
 
 @dataclass
@@ -189,27 +203,32 @@ def run_epochs(
     on_epoch: Callable[[S], None] | None = None,
     extra: Resumable | None = None,
     store: CheckpointStore | None = None,
+    role: LoopRole = LoopRole(),
 ) -> LoopState[S]:
     """Run ``epoch_fn(epoch)`` for the remaining epochs of ``cfg``; returns the final state.
 
     ``score`` (higher is better) drives early stopping and the best weights, which the
-    caller finds in ``state.best_weights`` (the model itself keeps the last weights).
+    model holds when the run ends (checkpoints keep the last ones, to resume from).
     ``stamp`` is the fingerprint a checkpoint file must match to be resumed, field for
     field; ``store`` replaces the file of ``cfg.checkpoint`` (and brings its own checks).
     """
     if store is None and cfg.checkpoint is not None:
-        store = FileStore(Path(cfg.checkpoint), stamp or {}, cfg.is_main)
+        store = FileStore(Path(cfg.checkpoint), stamp or {}, role.is_main)
     if store is not None:
         store.prepare()
     try:
-        return _run(model, optimizer, epoch_fn, cfg, record, score, on_epoch, extra, store)
+        state = _run(model, optimizer, epoch_fn, cfg, role, record, score, on_epoch, extra,
+                     store)
     finally:
         if store is not None:
             store.close()
+    if state.best_weights is not None:  # after the last save: a resume needs the last ones
+        model.load_state_dict(state.best_weights)
+    return state
 
 
 def _run(model: nn.Module, optimizer: torch.optim.Optimizer, epoch_fn: Callable[[int], S],
-         cfg: LoopConfig, record: type[S], score: Callable[[S], float] | None,
+         cfg: LoopConfig, role: LoopRole, record: type[S], score: Callable[[S], float] | None,
          on_epoch: Callable[[S], None] | None, extra: Resumable | None,
          store: CheckpointStore | None) -> LoopState[S]:
     """:func:`run_epochs` once the store (if any) is prepared and locked."""
@@ -220,10 +239,11 @@ def _run(model: nn.Module, optimizer: torch.optim.Optimizer, epoch_fn: Callable[
         state = _restore(payload, store.describe(), model, optimizer, record, extra)
         saved = state.epoch
         log.debug("resumed from %s at epoch %d", store.describe(), state.epoch)
-    elif cfg.seed is not None:
+    elif cfg.seed is not None and role.reseed:
         seed_everything(cfg.seed)
-    display = EpochDisplay(cfg.epochs, state.epoch, cfg.desc, cfg.progress, cfg.reports, score)
-    events = EventLog(cfg.logdir) if cfg.logdir is not None and cfg.reports else None
+    display = EpochDisplay(cfg.epochs, state.epoch, role.desc, cfg.progress, role.reports,
+                           score)
+    events = EventLog(cfg.logdir) if cfg.logdir is not None and role.reports else None
     try:
         while state.epoch < cfg.epochs and not state.stopped_early:
             stats = epoch_fn(state.epoch)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -34,7 +34,7 @@ from sparsegnn.sampling.samplers import Sampler, Topology
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.checkpoint import rank_checkpoint, seed_everything
 from sparsegnn.train.fullgraph import TrainConfig, confusion_counts, fingerprint
-from sparsegnn.train.loop import LoopConfig, run_epochs
+from sparsegnn.train.loop import LoopRole, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
 SamplerKind = Literal["sage", "ladies", "shadow"]
@@ -195,18 +195,13 @@ def fit_minibatch(
         stats.val_accuracy = accuracy(model, "val")
         return stats
 
-    loop = LoopConfig(epochs=cfg.epochs, patience=cfg.patience,
-                      checkpoint=rank_checkpoint(cfg.checkpoint, rank, world_size),
-                      checkpoint_every=cfg.checkpoint_every, resume=cfg.resume,
-                      progress=cfg.progress, seed=None, logdir=cfg.logdir,
-                      reports=rank == 0)
     stamp = {**fingerprint(cfg, kind="minibatch", world_size=world_size, rank=rank),
              "sampler": mb.sampler, "fanouts": ",".join(map(str, mb.fanouts)),
              "batch_size": mb.batch_size, "seed": cfg.seed}  # the seed draws the minibatches
-    state = run_epochs(model, optimizer, epoch_fn, loop, MinibatchEpoch,
-                       score=lambda s: s.val_accuracy, stamp=stamp)
-    if state.best_weights is not None:
-        model.load_state_dict(state.best_weights)
+    rank_cfg = replace(cfg, checkpoint=rank_checkpoint(cfg.checkpoint, rank, world_size))
+    state = run_epochs(model, optimizer, epoch_fn, rank_cfg, MinibatchEpoch,
+                       score=lambda s: s.val_accuracy, stamp=stamp,
+                       role=LoopRole(reports=rank == 0, reseed=False))
     history = state.history
     seconds = sum(h.seconds for h in history)
     result = MinibatchResult(
