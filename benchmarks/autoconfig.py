@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row, emit, make_parser
 from _judge import judge
 from sparsegnn.data import GraphData, rmat, sbm
-from sparsegnn.distributed import close_session, init_session, spawn
+from sparsegnn.distributed import rank_session, spawn
 from sparsegnn.distributed.planning.autoplan import auto_plan
 from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.runtime.session import gather_objects
@@ -79,8 +79,7 @@ def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig],
     shortlist (the winner's index and each trial's epoch), then time the sweep's fastest
     and the auto choice again, side by side in ``confirm_rounds`` fresh rounds (by index
     into ``todo``; empty when they are the same configuration)."""
-    session = init_session("gloo", timeout_s=600)
-    try:
+    with rank_session("gloo", timeout_s=600) as session:
         def as_run(configs: list[PlanConfig]) -> list[DistributedConfig]:
             return [distributed_config(c, session.backend) for c in configs]
 
@@ -93,20 +92,15 @@ def _measure(graph: GraphData, cfg: TrainConfig, todo: list[PlanConfig],
         again = median_epoch_over_rounds(session, graph, cfg, as_run([todo[k] for k in pair]),
                                          confirm_rounds)
         return measured, won, trial_s, dict(zip(pair, again, strict=True))
-    finally:
-        close_session()
 
 
 def _peak_rss(graph: GraphData, cfg: TrainConfig, config: PlanConfig) -> int:
     """Rank body of a fresh job: train ``config``; the largest peak resident set of its
     ranks (``ru_maxrss`` is the process's, hence the fresh job)."""
-    session = init_session("gloo", timeout_s=600)
-    try:
+    with rank_session("gloo", timeout_s=600) as session:
         got = train_rank(graph, cfg, distributed_config(config, session.backend), session)
         assert got is not None and got[2].memory is not None
         return max(gather_objects(got[2].memory.peak_rss_bytes))
-    finally:
-        close_session()
 
 
 def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any) -> list[Row]:

@@ -30,7 +30,7 @@ import torch
 
 from _harness import Row, emit, parse_args, print_table
 from sparsegnn.data import load_any, row_normalize
-from sparsegnn.distributed import barrier, close_session, grid_shape, init_session, spawn
+from sparsegnn.distributed import barrier, grid_shape, rank_session, spawn
 from sparsegnn.distributed.planning.planner import layout, plan_epoch
 from sparsegnn.nn import operator_for
 from sparsegnn.partition import Adjacency, partition, size_cap
@@ -89,9 +89,8 @@ def max_load_bound(degree: np.ndarray, p: int, imbalance: float = 0.03) -> int:
 
 def _gloo_body(spec: str, cfg: TrainConfig, todo: list[tuple], work: str) -> list[Row]:
     """Rank body: each (p, partitioner, comm) on the first p ranks of one job."""
-    session = init_session("gloo", timeout_s=300)
     out = []
-    try:
+    with rank_session("gloo", timeout_s=300) as session:
         graph = load_any(spec, None, seed=0)
         if graph.x is not None:
             graph.x = row_normalize(graph.x)
@@ -107,10 +106,8 @@ def _gloo_body(spec: str, cfg: TrainConfig, todo: list[tuple], work: str) -> lis
             out.append({"graph": spec, "p": p, "partitioner": partitioner, "comm": comm,
                         "rank": report.rank, "epoch_time_s": result.epoch_time_s,
                         "test_accuracy": result.test_accuracy,
-                        "sent": sum(v.get("sent", 0) for v in report.epoch_bytes.values()),
+                        "sent": report.epoch_bytes.sent,
                         "matches_plan": report.matches_model()})
-    finally:
-        close_session()
     return out
 
 

@@ -26,9 +26,8 @@ from sparsegnn.distributed import (
     ALGORITHMS,
     GridError,
     barrier,
-    close_session,
     grid_shape,
-    init_session,
+    rank_session,
     spawn,
 )
 from sparsegnn.names import replicates
@@ -54,9 +53,8 @@ def cases(ranks: list[int], replication: int) -> tuple[list[Case], list[Row]]:
 
 
 def _rank_body(spec: str, cfg: TrainConfig, todo: list[Case]) -> list[Row]:
-    session = init_session("gloo", timeout_s=300)
     rows = []
-    try:
+    with rank_session("gloo", timeout_s=300) as session:
         graph = load_any(spec, None, seed=cfg.seed)
         for algo, p, c in todo:
             barrier()
@@ -68,11 +66,9 @@ def _rank_body(spec: str, cfg: TrainConfig, todo: list[Case]) -> list[Row]:
             rows.append({
                 "algo": algo, "p": p, "replication": c, "rank": report.rank,
                 "epoch_time_s": result.epoch_time_s,
-                "measured": report.epoch_bytes, "model": report.predicted,
+                "measured": report.epoch_bytes.to_dict(), "model": report.predicted.to_dict(),
                 "matches_model": report.matches_model(),
             })
-    finally:
-        close_session()
     return rows
 
 

@@ -72,7 +72,7 @@ def _rank_results(model: Any, result: Any, report: Any) -> dict[str, Any]:
         "test_accuracy": result.test_accuracy,
         "weights": {k: v.clone() for k, v in model.state_dict().items()},
         "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
-        "measured": report.epoch_bytes, "predicted": report.predicted,
+        "measured": report.epoch_bytes.to_dict(), "predicted": report.predicted.to_dict(),
         "constant": report.constant_across_epochs,
     }
 

@@ -70,7 +70,8 @@ def _both(graph: Any, work: str) -> dict[str, Any]:
                 out[f"{name}/{comm}"] = {
                     "losses": [h.loss for h in result.history],
                     "grads": {n: p.grad.clone() for n, p in model.named_parameters()},
-                    "measured": report.epoch_bytes, "predicted": report.predicted,
+                    "measured": report.epoch_bytes.to_dict(),
+                    "predicted": report.predicted.to_dict(),
                 }
     finally:
         close_session()

@@ -30,17 +30,14 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sparsegnn.distributed import in_torchrun, spawn
-    from sparsegnn.distributed.runtime.session import job_rank
+    from sparsegnn.distributed import run_on_ranks
     from sparsegnn.train.calibration_job import calibrate_rank
 
-    if in_torchrun():  # the job's own ranks, across its hosts: measures their links
-        profile = calibrate_rank(args.quick, args.backend)
-        if job_rank() != 0:
-            return 0
-    else:
-        profile = spawn(calibrate_rank, args.nprocs, (args.quick, args.backend),
-                        wall_timeout_s=1800)[0]
+    # Under torchrun the job's own ranks, across its hosts: it measures their links.
+    profile = run_on_ranks(calibrate_rank, args.nprocs, (args.quick, args.backend),
+                           wall_timeout_s=1800).lead
+    if profile is None:  # a torchrun rank other than 0: rank 0 writes and reports
+        return 0
     if args.out:
         profile.save(args.out)
     out = profile.to_dict()

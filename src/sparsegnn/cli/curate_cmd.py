@@ -181,31 +181,18 @@ def _register_annotate(cmds: argparse._SubParsersAction) -> None:
 
 
 def _annotate(args: argparse.Namespace) -> int:
-    from sparsegnn.curation.annotate import annotate, annotate_over_ranks
-    from sparsegnn.curation.distil import Annotator
-    from sparsegnn.distributed import close_session, in_torchrun, init_session
+    from sparsegnn.curation.annotate import annotate_job
 
     out = args.out if args.out is not None else Path(args.corpus) / "annotations.parquet"
-    extra: dict[str, Any] = {}
-    if args.nprocs > 1:
-        ranks = annotate_over_ranks(args.corpus, args.model, out, args.nprocs,
-                                    batch_rows=args.batch_rows)
-        report = ranks[0].value
-        extra = {"world_size": len(ranks), "bytes_sent_per_rank": [r.comm.sent for r in ranks]}
-    else:
-        # Under torchrun every rank annotates a share; annotation runs on the CPU, so gloo.
-        rank = init_session("gloo").rank if in_torchrun() else 0
-        try:
-            report = annotate(args.corpus, Annotator.load(args.model), out,
-                              batch_rows=args.batch_rows, progress=not args.no_progress)
-        finally:
-            close_session()
-        if rank != 0:
-            return 0
+    outcome = annotate_job(args.corpus, args.model, out, args.nprocs,
+                           batch_rows=args.batch_rows, progress=not args.no_progress)
+    if outcome is None:  # a torchrun rank other than 0: rank 0 reports
+        return 0
+    report = outcome.report
     summary = (f"annotated {report.num_documents} documents in {report.seconds:.1f} s "
                f"({report.docs_per_second:.0f} docs/s, peak memory "
                f"{report.peak_memory_bytes / 2**20:.0f} MiB) -> {report.output}")
-    return emit(args, {**asdict(report), **extra}, summary)
+    return emit(args, outcome.to_dict(), summary)
 
 
 # --------------------------------------------------------------------------- query

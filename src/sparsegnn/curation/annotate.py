@@ -18,7 +18,7 @@ concatenates the ranks' parts, in order, into the one output file.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +44,10 @@ from sparsegnn.distributed import (
     RankResult,
     all_reduce_sum,
     barrier,
-    close_session,
-    init_session,
+    in_torchrun,
     rank_and_world,
-    spawn,
+    rank_session,
+    run_on_ranks,
 )
 from sparsegnn.distributed.runtime.comm import Communicator, Group
 from sparsegnn.optional import require
@@ -61,6 +61,21 @@ class AnnotateReport:
     docs_per_second: float
     peak_memory_bytes: int
     output: str
+
+
+@dataclass(frozen=True)
+class AnnotateOutcome:
+    """What ``curate annotate`` reports: rank 0's report and, over spawned ranks, how
+    many there were and the bytes each sent (a torchrun rank knows only its own)."""
+
+    report: AnnotateReport
+    world_size: int | None = None
+    bytes_sent_per_rank: list[int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        ranks = {} if self.world_size is None else {
+            "world_size": self.world_size, "bytes_sent_per_rank": self.bytes_sent_per_rank}
+        return {**asdict(self.report), **ranks}
 
 
 def predict(logits: torch.Tensor, classes: list[str]) -> Prediction:
@@ -186,26 +201,34 @@ def _full_h0(local: torch.Tensor, share: Share, n: int, world: int,
         return comm.all_reduce(h0, Group(tuple(range(world)), rank))
 
 
-def annotate_over_ranks(store_dir: str | Path, model: str | Path, out_path: str | Path,
-                        nprocs: int, *, batch_rows: int = 16384, timeout_s: float = 600.0,
-                        ) -> list[RankResult[AnnotateReport]]:
-    """Annotate the store over ``nprocs`` spawned local gloo ranks; every rank's report
-    and the bytes it sent, in rank order (rank 0 wrote the output)."""
-    return spawn(_annotate_rank, nprocs, (str(store_dir), str(model), str(out_path),
-                                          batch_rows, timeout_s),
-                 heartbeat_timeout_s=timeout_s)
+def annotate_job(store_dir: str | Path, model: str | Path, out_path: str | Path,
+                 nprocs: int = 1, *, batch_rows: int = 16384, progress: bool = True,
+                 timeout_s: float = 600.0) -> AnnotateOutcome | None:
+    """``curate annotate``: in this process, over ``nprocs`` spawned local gloo ranks, or
+    as this process's rank of a torchrun job (annotation runs on the CPU, so gloo). Rank
+    0's outcome; ``None`` on the other torchrun ranks, where rank 0 reports."""
+    if nprocs == 1 and not in_torchrun():
+        return AnnotateOutcome(annotate(store_dir, Annotator.load(model), out_path,
+                                        batch_rows=batch_rows, progress=progress))
+    ran = run_on_ranks(_annotate_rank, nprocs,
+                       (str(store_dir), str(model), str(out_path), batch_rows, timeout_s,
+                        progress and in_torchrun()),  # spawned ranks draw no bar
+                       heartbeat_timeout_s=timeout_s)
+    if ran.lead is None:
+        return None
+    if not ran.spawned:
+        return AnnotateOutcome(ran.lead.value)
+    return AnnotateOutcome(ran.lead.value, len(ran.results),
+                           [r.comm.sent for r in ran.results])
 
 
 def _annotate_rank(store_dir: str, model: str, out_path: str, batch_rows: int,
-                   timeout_s: float) -> RankResult[AnnotateReport]:
-    """One rank of :func:`annotate_over_ranks` (or of a torchrun job)."""
-    session = init_session("gloo", timeout_s)  # annotation runs on the CPU
-    try:
+                   timeout_s: float, progress: bool) -> RankResult[AnnotateReport]:
+    """One rank of :func:`annotate_job`, spawned or of a torchrun job."""
+    with rank_session("gloo", timeout_s) as session:  # annotation runs on the CPU
         comm = Communicator()
         report = annotate(store_dir, Annotator.load(model), out_path, batch_rows=batch_rows,
-                          progress=False, comm=comm)
-    finally:
-        close_session()
+                          progress=progress, comm=comm)
     return RankResult(session.rank, session.world_size, report, comm.counts())
 
 

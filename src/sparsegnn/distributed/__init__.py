@@ -22,6 +22,7 @@ from sparsegnn.distributed.ops.task import DistributedTask
 from sparsegnn.distributed.planning.comm_model import SpmmCall, predict, spmm_schedule, tile_nnz
 from sparsegnn.distributed.planning.plan import RankVolume, block_pairs, epoch_volume, row_volume
 from sparsegnn.distributed.runtime.comm import ByteCounts, Communicator, Group, ProcessGrid
+from sparsegnn.distributed.runtime.dispatch import OnRanks, ranks_for, run_on_ranks
 from sparsegnn.distributed.runtime.launch import RankFailedError, spawn
 from sparsegnn.distributed.runtime.peers import PeerLostError, lost_peers_named
 from sparsegnn.distributed.runtime.session import (
@@ -34,6 +35,7 @@ from sparsegnn.distributed.runtime.session import (
     in_torchrun,
     init_session,
     rank_and_world,
+    rank_session,
 )
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "GridShape",
     "Group",
     "LocalBlocks",
+    "OnRanks",
     "PeerLostError",
     "ProcessGrid",
     "RankFailedError",
@@ -70,7 +73,10 @@ __all__ = [
     "lost_peers_named",
     "predict",
     "rank_and_world",
+    "rank_session",
+    "ranks_for",
     "row_volume",
+    "run_on_ranks",
     "spawn",
     "spmm_schedule",
     "tile_nnz",

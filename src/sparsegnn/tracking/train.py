@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from sparsegnn.distributed import RankResult, close_session, init_session, spawn
+from sparsegnn.distributed import RankResult, in_torchrun, rank_session, run_on_ranks
 from sparsegnn.distributed.ops.sampled import GradientSum
 from sparsegnn.distributed.runtime.comm import Communicator, Group
 from sparsegnn.errors import DataFormatError, InvalidValueError
@@ -380,8 +380,7 @@ def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
                timeout_s: float = 60.0, resume: bool = False) -> RankResult[TrainedShare]:
     """One rank of data-parallel training (spawned, or under torchrun): it loads only its
     share of the graph files, ``paths[rank::world_size]``, so no rank holds every event."""
-    session = init_session(backend, timeout_s)
-    try:
+    with rank_session(backend, timeout_s) as session:
         if len(paths) < session.world_size:
             raise InvalidValueError(f"{len(paths)} graphs for {session.world_size} ranks: "
                                     "every rank needs at least one event")
@@ -394,8 +393,6 @@ def train_rank(paths: list[str], cfg: TrackTrainConfig, init: str | None = None,
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         share = TrainedShare(len(graphs), asdict(model.cfg), state, report)
         return RankResult(session.rank, session.world_size, share, comm.counts())
-    finally:
-        close_session()
 
 
 def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
@@ -404,15 +401,16 @@ def train_data_parallel(paths: list[str], cfg: TrackTrainConfig, nprocs: int,
                         wall_timeout_s: float | None = None, resume: bool = False,
                         ) -> tuple[InteractionNetwork, TrainReport,
                                    list[RankResult[TrainedShare]]]:
-    """Spawn ``nprocs`` local gloo ranks over the graph files; the trained model (every
-    rank ends with the same weights; rank 0's are returned), its report and each rank's
-    result (events, communication bytes by phase)."""
+    """Train over ``nprocs`` spawned local gloo ranks, or as this process's rank under
+    torchrun; the trained model (every rank ends with the same weights; the first result's
+    are returned), its report and the results of the ranks run here (every rank's when
+    spawned, this rank's alone under torchrun): events and communication bytes by phase."""
     if nprocs > len(paths):
         raise InvalidValueError(f"{nprocs} ranks for {len(paths)} graphs: every rank needs "
                                 "at least one event")
-    results = spawn(train_rank, nprocs,
-                    (paths, cfg, init, checkpoint, backend, timeout_s, resume),
-                    wall_timeout_s=wall_timeout_s, heartbeat_timeout_s=timeout_s)
+    results = run_on_ranks(train_rank, nprocs,
+                           (paths, cfg, init, checkpoint, backend, timeout_s, resume),
+                           wall_timeout_s=wall_timeout_s, heartbeat_timeout_s=timeout_s).results
     return results[0].value.model(), results[0].value.report, results
 
 
@@ -425,24 +423,16 @@ def run_training(paths: list[Path], cfg: TrackTrainConfig, device: torch.device 
     process's rank of a torchrun job. The model and report (``None`` on torchrun ranks
     other than 0, where rank 0 writes and reports), and for ranks what each one held
     and sent (``None`` for one process)."""
-    from sparsegnn.distributed import in_torchrun
-
     if nprocs == 1 and not in_torchrun():
         start = None if init is None else load_model(init)
         model, report = train([HitGraph.load(p) for p in paths], cfg, device, start,
                               checkpoint, resume)
         return model, report, None
-    names = [str(p) for p in paths]
-    given = (None if init is None else str(init),
-             None if checkpoint is None else str(checkpoint))
-    if in_torchrun():  # every rank ends with the same weights and the all-rank report
-        results = [train_rank(names, cfg, *given, backend, timeout_s, resume)]
-        if results[0].rank != 0:
-            return None, None, None
-        model, report = results[0].value.model(), results[0].value.report
-    else:
-        model, report, results = train_data_parallel(names, cfg, nprocs, *given, backend,
-                                                     timeout_s, resume=resume)
+    model, report, results = train_data_parallel(
+        [str(p) for p in paths], cfg, nprocs, None if init is None else str(init),
+        None if checkpoint is None else str(checkpoint), backend, timeout_s, resume=resume)
+    if results[0].rank != 0:  # every rank ends with the same weights; rank 0 reports
+        return None, None, None
     return model, report, {
         "world_size": results[0].world_size, "events_per_rank": [r.value.events for r in results],
         "bytes_sent_per_rank": [r.comm.sent for r in results],

@@ -32,12 +32,7 @@ from sparsegnn.distributed.planning.calibration_rates import measure_profile
 from sparsegnn.distributed.planning.cost import EpochCost
 from sparsegnn.distributed.planning.cost_profile import Profile
 from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
-from sparsegnn.distributed.runtime.session import (
-    Session,
-    close_session,
-    gather_objects,
-    init_session,
-)
+from sparsegnn.distributed.runtime.session import Session, gather_objects, rank_session
 from sparsegnn.train.distributed import with_plan
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import peak_rss_bytes
@@ -51,8 +46,7 @@ ROUNDS = 3  # each configuration's epoch is the median of this many rounds' epoc
 def calibrate_rank(quick: bool = False, backend: str | None = None,
                    timeout_s: float = 120.0) -> Profile:
     """One rank's part of a calibration job (every rank of the job calls it)."""
-    session = init_session(backend, timeout_s)
-    try:
+    with rank_session(backend, timeout_s) as session:
         # Rank 0's rates are the profile's: every rank prices with them, so all train
         # the same configurations in the same order.
         rates = gather_objects(measure_profile(session, quick))[0]
@@ -64,8 +58,6 @@ def calibrate_rank(quick: bool = False, backend: str | None = None,
         base = max(gather_objects(session.start_rss_bytes))
         return replace(fitted, rank_base_bytes=base,
                        rank_overhead_bytes=max(fitted.rank_overhead_bytes, grown))
-    finally:
-        close_session()
 
 
 def fit_overheads(session: Session, rates: Profile, quick: bool = False) -> Profile:

@@ -19,17 +19,15 @@ from typing import Any
 
 from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import (
-    ByteCounts,
     GridError,
     GridShape,
     RankResult,
-    close_session,
     gather_objects,
     grid_shape,
-    in_torchrun,
-    init_session,
     lost_peers_named,
-    spawn,
+    rank_session,
+    ranks_for,
+    run_on_ranks,
 )
 from sparsegnn.distributed.layout.partitioned import check_manifest
 from sparsegnn.distributed.layout.shard import is_shard_dir, manifest_shape, read_manifest
@@ -140,23 +138,21 @@ class DistributedRun:
 
 def run_distributed(job: DistributedJob) -> DistributedRun | None:
     """Run ``job`` on ``job.nprocs`` spawned local ranks, or as this process's rank under
-    torchrun; rank 0's :class:`DistributedRun` (``None`` on other torchrun ranks)."""
-    if in_torchrun():  # the grid is torchrun's world, checked when the ranks build it
-        mine = _run_job(job)
-        return mine.value if mine.rank == 0 else None
-    shape = grid_shape(job.dcfg.algo, job.nprocs, job.dcfg.replication)
+    torchrun (whose world is the grid); rank 0's :class:`DistributedRun` (``None`` on other
+    torchrun ranks). The grid and a partitioned folder are checked before any rank starts."""
+    shape = grid_shape(job.dcfg.algo, ranks_for(job.nprocs), job.dcfg.replication)
     if is_shard_dir(job.dataset):
         check_manifest(job.dataset, shape, job.cfg.model)
     threads = max(1, (os.cpu_count() or 1) // shape.size)
-    return spawn(_run_job, shape.size, (job,), threads=threads,
-                 heartbeat_timeout_s=job.dcfg.timeout_s)[0].value
+    lead = run_on_ranks(_run_job, shape.size, (job,), threads=threads,
+                        heartbeat_timeout_s=job.dcfg.timeout_s).lead
+    return None if lead is None else lead.value
 
 
 def _run_job(job: DistributedJob) -> RankResult[DistributedRun]:
     """One rank of a job: load (or read its shard), train, gather every rank's bytes; its
     own bytes are those of its last epoch."""
-    session = init_session(job.dcfg.backend, job.dcfg.timeout_s)
-    try:
+    with rank_session(job.dcfg.backend, job.dcfg.timeout_s) as session:
         if is_shard_dir(job.dataset):
             source: Any = Path(job.dataset)
             name = read_manifest(source)["name"]
@@ -179,9 +175,7 @@ def _run_job(job: DistributedJob) -> RankResult[DistributedRun]:
             assert trained is not None  # the grid spans the whole job
             _, result, report = trained
             reports = gather_objects(report)
-    finally:
-        close_session()
     shape = grid_shape(dcfg.algo, len(reports), dcfg.replication)
     run = DistributedRun(name, shape, session.backend, str(session.device), result, reports,
                          dcfg, trials)
-    return RankResult(session.rank, session.world_size, run, ByteCounts(report.epoch_bytes))
+    return RankResult(session.rank, session.world_size, run, report.epoch_bytes)

@@ -35,11 +35,10 @@ from sparsegnn.distributed import (
     RankResult,
     Session,
     barrier,
-    close_session,
-    in_torchrun,
-    init_session,
     lost_peers_named,
-    spawn,
+    rank_session,
+    ranks_for,
+    run_on_ranks,
 )
 from sparsegnn.distributed.layout.row_blocks import read_row_block
 from sparsegnn.distributed.ops.feature_fetch import CacheStats, PartitionedFeatures
@@ -50,7 +49,7 @@ from sparsegnn.distributed.ops.sampled import (
     RowOwners,
     separate_group,
 )
-from sparsegnn.distributed.runtime.comm import ByteCounts, Communicator, Group
+from sparsegnn.distributed.runtime.comm import Communicator, Group
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import operator_for
 from sparsegnn.sparse import CSRMatrix
@@ -81,8 +80,7 @@ def train_replicated_rank(
     timeout_s: float = 60.0,
 ) -> RankOutcome:
     """One rank's part of a replicated-topology run; every rank of the job calls this."""
-    session = init_session(backend, timeout_s)
-    try:
+    with rank_session(backend, timeout_s) as session:
         comm = Communicator()
         group = Group(tuple(range(session.world_size)), session.rank)
         with lost_peers_named():
@@ -103,8 +101,6 @@ def train_replicated_rank(
             session.start_rss_bytes)
         return RankResult(session.rank, session.world_size,
                           Replica(result.to_dict(), state, memory), comm.counts())
-    finally:
-        close_session()
 
 
 def train_replicated(
@@ -117,27 +113,15 @@ def train_replicated(
     timeout_s: float = 60.0,
     wall_timeout_s: float | None = None,
 ) -> list[RankOutcome]:
-    """Spawn ``nprocs`` local ranks, train, and return every rank's outcome in rank order."""
-    return spawn(
+    """Train on ``nprocs`` spawned local ranks (every rank's outcome, in rank order), or
+    as this process's rank under torchrun (its outcome alone)."""
+    return run_on_ranks(
         train_replicated_rank,
         nprocs,
         (data, cfg, mb, backend, timeout_s),
         wall_timeout_s=wall_timeout_s,
         heartbeat_timeout_s=timeout_s,
-    )
-
-
-def run_replicated(
-    data: MinibatchData, cfg: TrainConfig, mb: MinibatchConfig, nprocs: int, *,
-    backend: str | None = None, timeout_s: float = 60.0,
-) -> RankOutcome | None:
-    """``nprocs`` spawned local ranks, or this process's rank under torchrun; rank 0's
-    outcome (``None`` on the other torchrun ranks)."""
-    if nprocs > 1:
-        return train_replicated(data, cfg, mb, nprocs, backend=backend,
-                                timeout_s=timeout_s)[0]
-    outcome = train_replicated_rank(data, cfg, mb, backend, timeout_s)
-    return outcome if outcome.rank == 0 else None
+    ).results
 
 
 class Handoff:
@@ -259,16 +243,6 @@ class PartitionedEvaluator:
         return float(counts[0].float() / counts[1].float())
 
 
-def _merged(*counts: ByteCounts) -> ByteCounts:
-    phases: dict[str, dict[str, int]] = {}
-    for c in counts:
-        for phase, values in c.phases.items():
-            into = phases.setdefault(phase, {})
-            for k, v in values.items():
-                into[k] = into.get(k, 0) + v
-    return ByteCounts(phases)
-
-
 def check_partitioned(nprocs: int, replication: int) -> None:
     """Refuse, before any rank starts, a replication factor that does not divide the ranks."""
     if replication < 1 or nprocs % replication:
@@ -341,7 +315,7 @@ def fit_partitioned(
     memory = measure_rank_memory([topo.block], [features.rows, features.cache_rows], model,
                                  session.start_rss_bytes)
     return RankResult(session.rank, session.world_size, Replica(summary, state, memory),
-                      _merged(xcomm.counts(), gcomm.counts()))
+                      xcomm.counts() + gcomm.counts())
 
 
 def _cache_report(
@@ -370,16 +344,12 @@ def train_partitioned_rank(
     feature_cache_mb: float = 0.0,
 ) -> RankOutcome:
     """One rank's part of a partitioned-topology run; every rank of the job calls this."""
-    session = init_session(backend, timeout_s)
-    try:
-        with lost_peers_named():
-            return fit_partitioned(session, source, cfg, mb, replication, feature_cache_mb)
-    finally:
-        close_session()
+    with rank_session(backend, timeout_s) as session, lost_peers_named():
+        return fit_partitioned(session, source, cfg, mb, replication, feature_cache_mb)
 
 
 def train_partitioned(
-    data: MinibatchData | Path,
+    data: MinibatchData | Source,
     cfg: TrainConfig,
     mb: MinibatchConfig,
     nprocs: int,
@@ -390,17 +360,19 @@ def train_partitioned(
     wall_timeout_s: float | None = None,
     feature_cache_mb: float = 0.0,
 ) -> list[RankOutcome]:
-    """Spawn ``nprocs`` local ranks that each keep only their rows (cut from ``data``, or
-    read from a row-block folder); every rank's outcome."""
-    check_partitioned(nprocs, replication)
-    source = data if isinstance(data, Path) else Handoff(data)
-    return spawn(
+    """Train on ranks that each keep only their rows (cut from ``data``, or read from a
+    row-block folder): ``nprocs`` spawned local ranks (every rank's outcome), or this
+    process's rank under torchrun (its outcome alone). A bad replication is refused
+    before any rank starts."""
+    check_partitioned(ranks_for(nprocs), replication)
+    source = data if isinstance(data, Path | Handoff) else Handoff(data)
+    return run_on_ranks(
         train_partitioned_rank,
         nprocs,
         (source, cfg, mb, replication, backend, timeout_s, feature_cache_mb),
         wall_timeout_s=wall_timeout_s,
         heartbeat_timeout_s=timeout_s,
-    )
+    ).results
 
 
 def run_minibatch(
@@ -413,19 +385,12 @@ def run_minibatch(
     (``source`` a Path) is always trained partitioned. The feature cache
     (``feature_cache_mb``) applies to the partitioned topology only."""
     if isinstance(source, Handoff) and topology == "replicated":
-        if nprocs > 1:
-            return _with_memory(train_replicated(source.take(), cfg, mb, nprocs,
-                                                 backend=backend, timeout_s=timeout_s))
-        outcome = train_replicated_rank(source.take(), cfg, mb, backend, timeout_s)
-    elif nprocs > 1 or not in_torchrun():  # one rank of its own outside torchrun
-        data = source if isinstance(source, Path) else source.take()
-        return _with_memory(train_partitioned(data, cfg, mb, nprocs, replication,
-                                              backend=backend, timeout_s=timeout_s,
-                                              feature_cache_mb=feature_cache_mb))
-    else:
-        outcome = train_partitioned_rank(source, cfg, mb, replication, backend, timeout_s,
-                                         feature_cache_mb)
-    return _with_memory([outcome]) if outcome.rank == 0 else None
+        outcomes = train_replicated(source.take(), cfg, mb, nprocs, backend=backend,
+                                    timeout_s=timeout_s)
+    else:  # a torchrun rank takes its rows from the handed-over graph and drops the rest
+        outcomes = train_partitioned(source, cfg, mb, nprocs, replication, backend=backend,
+                                     timeout_s=timeout_s, feature_cache_mb=feature_cache_mb)
+    return _with_memory(outcomes) if outcomes[0].rank == 0 else None
 
 
 def memory_per_rank(outcomes: list[RankOutcome]) -> list[dict[str, Any]]:

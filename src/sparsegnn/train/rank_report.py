@@ -12,11 +12,10 @@ computes.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparsegnn.distributed import Communicator, SpmmCall
+from sparsegnn.distributed import ByteCounts, Communicator, SpmmCall
 from sparsegnn.distributed.ops.sparse_comm import SparseRowOperator
 from sparsegnn.train.dist_checkpoint import Resumed
 from sparsegnn.train.fullgraph import EpochStats
@@ -30,9 +29,9 @@ class RankReport:
 
     rank: int
     coords: tuple[int, int, int]
-    epoch_bytes: dict[str, dict[str, int]]
+    epoch_bytes: ByteCounts
     constant_across_epochs: bool
-    predicted: dict[str, dict[str, int]]
+    predicted: ByteCounts
     memory: RankMemory | None = None
     resumed: Resumed | None = None  # where --resume continued from (rank 0 reports it)
     checkpoint_warnings: list[str] = field(default_factory=list)  # incomplete ones skipped
@@ -42,11 +41,7 @@ class RankReport:
 
     def matches_model(self) -> bool:
         """Measured == predicted, phase by phase (the model predicts totals per phase)."""
-        measured = {
-            p: {"sent": v.get("sent", 0), "recv": v.get("recv", 0)}
-            for p, v in self.epoch_bytes.items()
-        }
-        return measured == self.predicted
+        return self.epoch_bytes.totals() == self.predicted.totals()
 
 
 def planned_spmm_bytes(
@@ -70,7 +65,7 @@ class EpochMeter:
 
     def __init__(self, comm: Communicator) -> None:
         self.comm, self.previous = comm, comm.counts().phases
-        self.last: dict[str, dict[str, int]] = {}
+        self.last = ByteCounts({})
         self.constant = True
         self.waited_before = comm.waited_seconds()
         self.waits: list[dict[str, float]] = []
@@ -92,32 +87,27 @@ class EpochMeter:
             diff = {key: n - before.get(key, 0) for key, n in counts.items()}
             if phase != "setup" and any(diff.values()):
                 delta[phase] = {k: v for k, v in diff.items() if v}
-        if self.last and delta != self.last:
+        if self.last.phases and delta != self.last.phases:
             self.constant = False
-        self.last, self.previous = delta, now
+        self.last, self.previous = ByteCounts(delta), now
 
 
 def comm_summary(reports: list[RankReport]) -> dict[str, Any]:
     """Per-rank and total bytes of one epoch, measured, and the comm model's prediction."""
 
-    def rank_entry(r: RankReport, phases: dict[str, dict[str, int]]) -> dict[str, Any]:
-        return {"rank": r.rank, "coords": list(r.coords), "sent": _total([phases]),
-                "recv": _total([phases], "recv"), "phases": phases}
+    def rank_entry(r: RankReport, counts: ByteCounts) -> dict[str, Any]:
+        return {"rank": r.rank, "coords": list(r.coords), "sent": counts.sent,
+                "recv": counts.recv, "phases": counts.to_dict()}
 
     return {
         "per_rank": [
             {**rank_entry(r, r.epoch_bytes), "constant_across_epochs": r.constant_across_epochs}
             for r in reports
         ],
-        "total_bytes_per_epoch": _total(r.epoch_bytes for r in reports),
+        "total_bytes_per_epoch": sum(r.epoch_bytes.sent for r in reports),
         "comm_model": {
             "per_rank": [rank_entry(r, r.predicted) for r in reports],
-            "total_bytes_per_epoch": _total(r.predicted for r in reports),
+            "total_bytes_per_epoch": sum(r.predicted.sent for r in reports),
         },
         "matches_model": all(r.matches_model() for r in reports),
     }
-
-
-def _total(volumes: Iterable[dict[str, dict[str, int]]], key: str = "sent") -> int:
-    """Bytes sent (or received) by the given ranks together over all phases."""
-    return sum(v.get(key, 0) for vol in volumes for v in vol.values())

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from sparsegnn.distributed import (
+    ByteCounts,
     Communicator,
     DistributedOperator,
     DistributedTask,
@@ -180,7 +181,8 @@ def train_rank(
         predicted.update(planned_spmm_bytes(op, calls, shard.x.element_size()))
     tiles = [*shard.blocks.forward.values(), *shard.blocks.backward.values()]
     memory = measure_rank_memory(tiles, [shard.x], model, session.start_rss_bytes)
-    report = RankReport(grid.rank, grid.coords, meter.last, meter.constant, predicted, memory,
+    report = RankReport(grid.rank, grid.coords, meter.last, meter.constant,
+                        ByteCounts(predicted), memory,
                         store.resumed if store else None, store.skipped if store else [],
                         meter.waited_per_epoch())
     return model, result, report

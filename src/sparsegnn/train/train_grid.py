@@ -16,7 +16,7 @@ from typing import Any
 
 from sparsegnn.distributed.layout.shard import is_shard_dir, read_manifest
 from sparsegnn.distributed.planning.cost_profile import Profile
-from sparsegnn.distributed.runtime.launch import spawn
+from sparsegnn.distributed.runtime.dispatch import run_on_ranks
 from sparsegnn.distributed.runtime.session import in_torchrun
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import PARTITIONERS
@@ -130,7 +130,8 @@ def profile_or_calibrate(path: str | None, parts: int, calibrate: bool, option: 
             f"{option} needs a machine profile: write one with `sparsegnn calibrate "
             f"--nprocs {min(parts, 8)} --out machine.json` and pass --profile machine.json, "
             "or add --calibrate to measure a quick one now")
-    return spawn(calibrate_rank, min(parts, 8), (True,), wall_timeout_s=900)[0]
+    # Spawned: rank 0's profile; under torchrun: this rank's (priced with rank 0's rates).
+    return run_on_ranks(calibrate_rank, min(parts, 8), (True,), wall_timeout_s=900).results[0]
 
 
 def auto_trials(request: TrainRequest) -> int:

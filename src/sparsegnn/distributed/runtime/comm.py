@@ -53,6 +53,20 @@ class ByteCounts:
     def recv(self) -> int:
         return sum(c.get("recv", 0) for c in self.phases.values())
 
+    def totals(self) -> ByteCounts:
+        """Only each phase's ``sent``/``recv`` totals: what the comm model predicts."""
+        return ByteCounts({p: {"sent": c.get("sent", 0), "recv": c.get("recv", 0)}
+                           for p, c in self.phases.items()})
+
+    def __add__(self, other: ByteCounts) -> ByteCounts:
+        """Both records' bytes, phase by phase and key by key (two communicators' counts)."""
+        phases = self.to_dict()
+        for phase, counts in other.phases.items():
+            into = phases.setdefault(phase, {})
+            for key, n in counts.items():
+                into[key] = into.get(key, 0) + n
+        return ByteCounts(phases)
+
     def to_dict(self) -> Counts:
         return {p: dict(c) for p, c in self.phases.items()}
 

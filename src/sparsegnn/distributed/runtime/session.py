@@ -1,16 +1,19 @@
 """This process's place in a multi-rank job, and the few collectives applications need.
 
 One rank session for every multi-rank path (``train --nprocs``, minibatch and tracking
-data-parallel training, bulk annotation): :func:`init_session` joins the process group
-that torchrun or :func:`~sparsegnn.distributed.runtime.launch.spawn` describes in the
-environment, with a timeout on every collective; :func:`close_session` leaves it. Code
-outside :mod:`sparsegnn.distributed` calls these helpers and never ``torch.distributed``
-itself (ruff enforces it), so a single process needs no process group at all.
+data-parallel training, bulk annotation, calibration): :func:`rank_session` joins the
+process group that torchrun or :func:`~sparsegnn.distributed.runtime.launch.spawn`
+describes in the environment, with a timeout on every collective, and leaves it however
+the rank's work ends. Code outside :mod:`sparsegnn.distributed` calls these helpers and
+never ``torch.distributed`` itself (ruff enforces it), so a single process needs no
+process group at all.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -103,6 +106,17 @@ def close_session() -> None:
     peers.forget()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def rank_session(backend: str | None = None, timeout_s: float = 60.0) -> Iterator[Session]:
+    """This rank's :class:`Session` for the block (:func:`init_session`); the process
+    group is left however the block ends, so a failed rank never holds its peers."""
+    session = init_session(backend, timeout_s)
+    try:
+        yield session
+    finally:
+        close_session()
 
 
 def gather_objects(obj: Any) -> list[Any]:
