@@ -1,14 +1,21 @@
-"""GNN layers and models whose message passing is SpMM on any operator."""
+"""GNN layers and models whose message passing is sparse linear algebra on any operator."""
 
 from sparsegnn.nn.conv import GCNConv, SAGEConv
-from sparsegnn.nn.models import GCN, GraphSAGE
+from sparsegnn.nn.gat import GATConv, GATv2Conv, attention_pattern
+from sparsegnn.nn.gin import GINConv
+from sparsegnn.nn.model_size import MODEL_KINDS
+from sparsegnn.nn.models import GAT, GCN, GIN, GraphSAGE, build_model
 from sparsegnn.nn.operator import (
     Operator,
     as_operator,
     graph_operator,
     normalize,
     operator_for,
+    unit_self_loops,
 )
+from sparsegnn.nn.rgcn import RGCNConv, relation_operators
 
-__all__ = ["GCN", "GCNConv", "GraphSAGE", "Operator", "SAGEConv", "as_operator",
-           "graph_operator", "normalize", "operator_for"]
+__all__ = ["GAT", "GCN", "GIN", "MODEL_KINDS", "GATConv", "GATv2Conv", "GCNConv",
+           "GINConv", "GraphSAGE", "Operator", "RGCNConv", "SAGEConv", "as_operator",
+           "attention_pattern", "build_model", "graph_operator", "normalize",
+           "operator_for", "relation_operators", "unit_self_loops"]

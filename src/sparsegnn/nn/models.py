@@ -1,4 +1,4 @@
-"""GCN and GraphSAGE models of any depth and width.
+"""GCN, GraphSAGE, GAT, GATv2 and GIN models of any depth and width.
 
 ``forward(x, adj)`` takes one operator (full-graph training: every layer multiplies by
 the same matrix) or a list with one operator per layer (sampled minibatches: layer l
@@ -17,7 +17,9 @@ from sparsegnn.data.limits import require_memory
 from sparsegnn.names import DEFAULT_MASK
 from sparsegnn.nn.conv import Aggr, GCNConv, SAGEConv
 from sparsegnn.nn.dropout import MASK_KINDS, MaskKind, dropout
-from sparsegnn.nn.model_size import layer_widths, parameter_count
+from sparsegnn.nn.gat import GATConv, GATv2Conv
+from sparsegnn.nn.gin import GINConv
+from sparsegnn.nn.model_size import MODEL_KINDS, layer_widths, parameter_count
 from sparsegnn.nn.operator import Operator
 from sparsegnn.sparse import REDUCED_DTYPES
 
@@ -29,12 +31,12 @@ def _widths(in_channels: int, hidden: int, out_channels: int, num_layers: int) -
 
 
 def _require_weights(model: str, in_dim: int, hidden: int, out_dim: int,
-                     num_layers: int) -> None:
+                     num_layers: int, heads: int = 8, out_heads: int = 1) -> None:
     """Refuse (:class:`~sparsegnn.errors.ResourceError`) a model whose weights alone
     exceed available memory, before torch allocates them: ``--hidden 99999999999`` would
     otherwise end in a RuntimeError from the allocator, or, where memory is overcommitted,
     in the OOM killer."""
-    params = parameter_count(model, in_dim, hidden, out_dim, num_layers)
+    params = parameter_count(model, in_dim, hidden, out_dim, num_layers, heads, out_heads)
     widths = layer_widths(in_dim, hidden, out_dim, num_layers)
     itemsize = torch.empty(0).element_size()  # parameters are made in the default dtype
     require_memory(params * itemsize, f"a {model.upper()} of layer widths "
@@ -129,3 +131,97 @@ class GraphSAGE(_Stack):
         w = _widths(in_channels, hidden, out_channels, num_layers)
         _require_weights("sage", in_channels, hidden, out_channels, num_layers)
         self.layers = nn.ModuleList(SAGEConv(a, b, aggr=aggr) for a, b in itertools.pairwise(w))
+
+
+class GAT(nn.Module):
+    """A stack of :class:`GATConv` (or :class:`GATv2Conv` with ``v2=True``), as in
+    Veličković et al. and PyG's example: hidden layers of ``heads`` heads of ``hidden``
+    channels, concatenated, with ELU between layers; the last layer averages
+    ``out_heads`` heads. ``dropout`` drops the input of every layer and, as attention
+    dropout, the attention weights. The operator is ``operator_for("gat", A)`` (one
+    self-loop per node) or one such pattern per layer (sampled blocks).
+    """
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, num_layers: int = 2,
+                 heads: int = 8, out_heads: int = 1, dropout: float = 0.6, v2: bool = False,
+                 dropout_mask: MaskKind = DEFAULT_MASK):
+        super().__init__()
+        w = _widths(in_channels, hidden, out_channels, num_layers)
+        _require_weights("gatv2" if v2 else "gat", in_channels, hidden, out_channels,
+                         num_layers, heads, out_heads)
+        conv = GATv2Conv if v2 else GATConv
+        last = num_layers - 1
+        self.layers = nn.ModuleList(
+            conv(a if i == 0 else a * heads, b, heads=out_heads if i == last else heads,
+                 concat=i != last, dropout=dropout)
+            for i, (a, b) in enumerate(itertools.pairwise(w)))
+        self.dropout, self.dropout_mask = dropout, dropout_mask
+
+    def reset_parameters(self) -> None:
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor | Sequence[Operator]
+                ) -> torch.Tensor:
+        ops = _per_layer(adj, len(self.layers))
+        for i, (layer, op) in enumerate(zip(self.layers, ops, strict=True)):
+            x = dropout(x, self.dropout, self.training, self.dropout_mask)
+            x = layer(x, op)
+            if i < len(self.layers) - 1:
+                x = torch.nn.functional.elu(x)
+        return x
+
+
+def _gin_mlp(a: int, b: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b))
+
+
+class GIN(nn.Module):
+    """A stack of :class:`GINConv` (Xu et al.), each with a two-layer MLP and ``eps``
+    fixed at 0 (GIN-0) unless ``train_eps``; ReLU and dropout between layers. The
+    operator is the raw adjacency (``operator_for("gin", A)``)."""
+
+    def __init__(self, in_channels: int, hidden: int, out_channels: int, num_layers: int = 2,
+                 dropout: float = 0.5, train_eps: bool = False,
+                 dropout_mask: MaskKind = DEFAULT_MASK):
+        super().__init__()
+        w = _widths(in_channels, hidden, out_channels, num_layers)
+        _require_weights("gin", in_channels, hidden, out_channels, num_layers)
+        self.layers = nn.ModuleList(GINConv(_gin_mlp(a, b), train_eps=train_eps)
+                                    for a, b in itertools.pairwise(w))
+        self.dropout, self.dropout_mask = dropout, dropout_mask
+
+    def reset_parameters(self) -> None:
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor | Sequence[Operator]
+                ) -> torch.Tensor:
+        ops = _per_layer(adj, len(self.layers))
+        for i, (layer, op) in enumerate(zip(self.layers, ops, strict=True)):
+            x = dropout(x, self.dropout, self.training, self.dropout_mask)
+            x = layer(x, op)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x
+
+
+def build_model(kind: str, in_channels: int, hidden: int, out_channels: int,
+                num_layers: int = 2, dropout: float = 0.5, *, heads: int = 8,
+                dropout_mask: MaskKind = DEFAULT_MASK) -> nn.Module:
+    """A fresh model of ``kind`` (:data:`~sparsegnn.nn.model_size.MODEL_KINDS`); it
+    multiplies by ``operator_for(kind, A)``. ``heads`` is GAT's and GATv2's hidden head
+    count (their last layer has one head, as the GAT paper's Cora model)."""
+    if kind == "gcn":
+        return GCN(in_channels, hidden, out_channels, num_layers, dropout,
+                   dropout_mask=dropout_mask)
+    if kind == "sage":
+        return GraphSAGE(in_channels, hidden, out_channels, num_layers, dropout,
+                         dropout_mask=dropout_mask)
+    if kind in ("gat", "gatv2"):
+        return GAT(in_channels, hidden, out_channels, num_layers, heads=heads,
+                   dropout=dropout, v2=kind == "gatv2", dropout_mask=dropout_mask)
+    if kind == "gin":
+        return GIN(in_channels, hidden, out_channels, num_layers, dropout,
+                   dropout_mask=dropout_mask)
+    raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODEL_KINDS)}")

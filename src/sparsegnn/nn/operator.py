@@ -11,9 +11,14 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
-from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix, gcn_norm, row_norm
+from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix, add_self_loops, gcn_norm, row_norm
 
-Norm = Literal["gcn", "mean", "sum"]
+Norm = Literal["gcn", "mean", "sum", "attention"]
+
+# The operator each model kind multiplies by (operator_for): attention layers take the
+# pattern with one self-loop per node, GIN the raw sum.
+MODEL_NORMS: dict[str, Norm] = {"gcn": "gcn", "sage": "mean", "gat": "attention",
+                                "gatv2": "attention", "gin": "sum"}
 
 
 @runtime_checkable
@@ -32,13 +37,28 @@ def normalize(adj: CSRMatrix, norm: Norm) -> CSRMatrix:
         return gcn_norm(adj)
     if norm == "mean":
         return row_norm(adj)
+    if norm == "attention":
+        return unit_self_loops(adj)
     return adj
 
 
+def unit_self_loops(adj: CSRMatrix) -> CSRMatrix:
+    """``adj`` without its diagonal entries, then with one entry of value 1 per node: the
+    pattern PyG's attention layers attend over (``remove_self_loops`` then
+    ``add_self_loops``). The other values are kept: an attention layer reads them as
+    edge multiplicities (a repeated edge stored once with its count)."""
+    rows = adj.row_indices()
+    off = rows != adj.col
+    bare = CSRMatrix.from_coo(rows[off], adj.col[off], adj.val[off], adj.shape)
+    return add_self_loops(bare)
+
+
 def operator_for(model: str, adj: CSRMatrix) -> CSRMatrix:
-    """The operator a model kind multiplies by: ``gcn_norm`` for GCN, the row-normalised
-    mean for GraphSAGE. Every path from a graph to a model's operator goes through here."""
-    return normalize(adj, "gcn" if model == "gcn" else "mean")
+    """The operator a model kind multiplies by (:data:`MODEL_NORMS`): ``gcn_norm`` for
+    GCN, the row-normalised mean for GraphSAGE, the pattern with unit self-loops for GAT
+    and GATv2, the raw sum for GIN. Every path from a graph to a model's operator goes
+    through here."""
+    return normalize(adj, MODEL_NORMS.get(model, "mean"))
 
 
 def graph_operator(edge_index: torch.Tensor, num_nodes: int, model: str) -> CSRMatrix:

@@ -117,14 +117,16 @@ def sddmm(a: CSRMatrix, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor
     """Sampled dense-dense product: ``out[e] = <left[row_e], right[col_e]>`` for A's nonzeros.
 
     This is the gradient of SpMM with respect to A's values; chunked so its temporary
-    never holds more than about 16M elements whatever nnz is.
+    never holds more than about 16M elements whatever nnz is. Multi-head: ``left``
+    ``[rows, heads, f]`` and ``right`` ``[cols, heads, f]`` give ``[nnz, heads]`` (the dot
+    runs over the last dimension). No autograd: :func:`sparsegnn.sparse.edge_kernels.sddmm_dot`.
     """
     rows, cols = a.row_indices(), a.col
-    out = torch.empty(a.nnz, dtype=left.dtype, device=left.device)
-    step = max(1, _SDDMM_CHUNK_ELEMS // max(1, left.shape[1]))
+    out = torch.empty(a.nnz, *left.shape[1:-1], dtype=left.dtype, device=left.device)
+    step = max(1, _SDDMM_CHUNK_ELEMS // max(1, left[:1].numel()))
     for s in range(0, a.nnz, step):
         e = slice(s, s + step)
-        out[e] = (left[rows[e]] * right[cols[e]]).sum(1)
+        out[e] = (left[rows[e]] * right[cols[e]]).sum(-1)
     return out
 
 
