@@ -83,7 +83,7 @@ def _all_cases(graph: Any, cases: list[tuple], work: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         for name, overrides, algo, p, c, source in cases:
-            parts = Path(work) / "parts.txt" if source == "parts" else None
+            parts = Path(work) / "parts.txt" if source == "parts" else "block"
             dcfg = DistributedConfig(algo=algo, replication=c, backend="gloo", partition=parts)
             data = Path(work) / "shards" if source == "shards" else graph
             got = train_rank(data, _cfg(**overrides), dcfg, session, members=range(p))

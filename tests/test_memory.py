@@ -142,15 +142,16 @@ def test_check_refuses_above_the_limit() -> None:
 def test_max_rank_memory_refuses_before_spawning(
     extra: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import sparsegnn.distributed as dist
+    import sparsegnn.distributed.runtime.dispatch as dispatch
     import sparsegnn.train.distributed as fg
     import sparsegnn.train.minibatch_distributed as mbd
 
     def no_spawn(*a: object, **k: object) -> None:
         raise AssertionError("a rank was spawned")
 
-    for mod in (dist, fg, mbd):
-        monkeypatch.setattr(mod, "spawn", no_spawn)
+    monkeypatch.setattr(dispatch, "spawn", no_spawn)
+    for mod in (fg, mbd):
+        monkeypatch.setattr(mod, "run_on_ranks", no_spawn)
     argv = ["train", "--dataset", SBM, "--nprocs", "2", "--max-rank-memory", "1e-6",
             "--epochs", "1", "--no-progress", "--json", *extra]
     assert main(argv) == 2

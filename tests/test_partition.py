@@ -146,3 +146,18 @@ def test_data_partition_with_a_partitioner(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     parts = np.load(out / "parts.npy")
     assert np.bincount(parts, minlength=4).tolist() == result["block_sizes"]
+
+
+@pytest.mark.parametrize(("n", "p"), [(10, 4), (400, 8), (7, 7), (13, 5)])
+def test_block_is_the_even_split_training_uses(n: int, p: int) -> None:
+    """One name, one split: the planner's ``block`` partitioner and training's default
+    ``--partition block`` give the same contiguous blocks, also when p does not divide n."""
+    from sparsegnn.distributed.layout.grid import grid_shape
+    from sparsegnn.distributed.layout.partitioned import partition_for
+
+    from_planner = BlockPartition.from_parts(
+        torch.from_numpy(partition(Adjacency.from_edge_index(torch.zeros(2, 0, dtype=torch.long),
+                                                             n), "block", p)), p)
+    from_training = partition_for(n, grid_shape("1d", p), "block")
+    assert from_planner.offsets == from_training.offsets
+    assert from_training == BlockPartition.even(n, p)

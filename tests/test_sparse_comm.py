@@ -64,7 +64,7 @@ def _both(graph: Any, work: str) -> dict[str, Any]:
             for comm in ("dense", "sparse"):
                 dcfg = DistributedConfig(
                     algo=algo, replication=c, backend="gloo", comm=comm,
-                    partition=Path(work) / parts if parts else None,
+                    partition=Path(work) / parts if parts else "block",
                 )
                 model, result, report = train_rank(graph, CFG, dcfg, session)
                 out[f"{name}/{comm}"] = {

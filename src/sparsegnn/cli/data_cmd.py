@@ -131,12 +131,17 @@ def _run_partition(args: argparse.Namespace) -> int:
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = write_partitioned(
         g, Path(args.out), args.algo, args.nprocs, args.replication, args.model,
-        args.partitioner or (Path(args.parts) if args.parts else None),
+        _partition(args),
         normalize_features=not args.no_normalize_features, seed=args.seed or 0,
         source=args.source,
     )
     text = f"wrote {result['ranks']} rank files for the {result['grid']} to {args.out}"
     return emit(args, result, text)
+
+
+def _partition(args: argparse.Namespace) -> Path | str:
+    """The partition asked for: a partitioner, a vector file, or the even ``block`` split."""
+    return args.partitioner or (Path(args.parts) if args.parts else "block")
 
 
 def _partition_minibatch(args: argparse.Namespace) -> int:
@@ -150,7 +155,7 @@ def _partition_minibatch(args: argparse.Namespace) -> int:
     blocks = args.nprocs // args.replication
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = write_row_blocks(
-        g, Path(args.out), blocks, args.partitioner or (Path(args.parts) if args.parts else None),
+        g, Path(args.out), blocks, _partition(args),
         normalize_features=not args.no_normalize_features, seed=args.seed or 0,
         source=args.source)
     text = (f"wrote {blocks} row blocks to {args.out} for partitioned minibatch training "

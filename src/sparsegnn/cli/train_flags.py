@@ -128,7 +128,8 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
         default="dense",
         help="dense: communication-oblivious; sparse: send only needed rows",
     )
-    dist.add_argument("--partition", default=None, help="partition file or partitioner name")
+    dist.add_argument("--partition", default="block",
+                      help="partitioner name (block: even contiguous ranges) or partition file")
     dist.add_argument("--backend", default=None, help="gloo or nccl (default: nccl on CUDA)")
     dist.add_argument(
         "--timeout", type=float_range(0.0, lo_open=True), default=60.0,

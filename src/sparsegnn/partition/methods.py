@@ -34,9 +34,12 @@ class PartitionError(SparseGNNError, ValueError):
 
 
 def block_parts(adj: Adjacency, nparts: int, seed: int = 0, imbalance: float = 0.03) -> np.ndarray:
-    """Contiguous ranges whose sizes differ by at most one (seed and imbalance unused)."""
-    n = adj.num_nodes
-    return (np.arange(n, dtype=np.int64) * nparts) // max(n, 1)
+    """Contiguous ranges whose sizes differ by at most one, the larger ones first: the
+    even split training uses for ``block`` (seed and imbalance unused)."""
+    base, extra = divmod(adj.num_nodes, nparts)
+    sizes = np.full(nparts, base, dtype=np.int64)
+    sizes[:extra] += 1
+    return np.repeat(np.arange(nparts, dtype=np.int64), sizes)
 
 
 def random_parts(

@@ -41,11 +41,10 @@ from sparsegnn.train.trials import choose_by_trial
 
 def with_plan(dcfg: DistributedConfig, config: PlanConfig) -> DistributedConfig:
     """``dcfg`` with a planner configuration's algorithm, replication, communication and
-    partition (the planner names the contiguous split ``block``; training calls it no
-    partition)."""
+    partition."""
     return replace(dcfg, algo=config.algo, replication=config.replication,
                    comm=config.comm,  # type: ignore[arg-type]
-                   partition=None if config.partitioner == "block" else config.partitioner)
+                   partition=config.partitioner)
 
 
 def with_overlap_variants(candidates: Sequence[DistributedConfig],
@@ -168,7 +167,7 @@ def _run_job(job: DistributedJob) -> RankResult[DistributedRun]:
                                              job.trial_epochs)
                 dcfg = job.trials[won]
                 trials = [{"algo": c.algo, "replication": c.replication, "comm": c.comm,
-                           "partition": None if c.partition is None else str(c.partition),
+                           "partition": str(c.partition),
                            "overlap": c.overlap, "measured_epoch_s": t}
                           for c, t in zip(job.trials, times, strict=True)]
             trained = train_rank(source, job.cfg, dcfg, session)

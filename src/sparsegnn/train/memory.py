@@ -152,14 +152,14 @@ def check_rank_memory(predicted: dict[str, int], limit_gib: float) -> None:
 def check_graph_rank_memory(
     graph: Any, cfg: Any, limit_gib: float, nprocs: int, *, mode: str, algo: str = "1d",
     replication: int = 1, topology: str = "replicated", comm: str = "sparse",
-    overlap: bool = False, partition: Any = None, process: int = DEFAULT_PROCESS_BYTES,
+    overlap: bool = False, partition: Any = "block", process: int = DEFAULT_PROCESS_BYTES,
 ) -> dict[str, int]:
     """Predict the busiest rank's peak for training ``cfg`` on ``graph`` (a
     :class:`~sparsegnn.data.GraphData` every rank loads whole) over ``nprocs`` ranks, and
     refuse it above ``limit_gib`` GiB; the prediction by kind when it fits.
 
-    Full-graph: the ranks' own partition (``partition``: None for even blocks, a
-    partitioner name or a vector file) of the grid of ``algo``, the tiles each rank
+    Full-graph: the ranks' own partition (``partition``: a partitioner name, ``block``
+    for even blocks, or a vector file) of the grid of ``algo``, the tiles each rank
     multiplies, its feature rows and slice, and the whole graph each rank loads and
     builds its operator from. Minibatch: the whole graph (``replicated``) or a row
     block (``partitioned``), without the sampled batches' activations (not modelled).

@@ -68,7 +68,7 @@ class DistributedConfig:
     replication: int = 1
     backend: str | None = None
     timeout_s: float = 60.0
-    partition: Path | str | None = None
+    partition: Path | str = "block"
     comm: Literal["dense", "sparse"] = "dense"
     # "global": every rank draws the whole graph's dropout mask and keeps its rows, which
     # reproduces single-process training exactly but costs an n x f mask per layer;
@@ -210,13 +210,15 @@ def _layout(shape: GridShape, dcfg: DistributedConfig, source: Any, global_masks
             "dropout_masks": "global" if global_masks else "block"}
 
 
-def _partition_label(partition: Path | str | None, source: Any, seed: int) -> str:
-    """The vertex blocks' origin: even, a seeded partitioner, a file's content, a folder."""
+def _partition_label(partition: Path | str, source: Any, seed: int) -> str:
+    """The vertex blocks' origin: even (``block``, labelled so since before it had that
+    name), a seeded partitioner, a file's content, a folder."""
     if isinstance(source, str | Path):
         return "partitioned folder"
-    if partition is None:
+    named = str(partition) in PARTITIONERS and not Path(partition).is_file()
+    if named and str(partition) == "block":
         return "even"
-    if str(partition) in PARTITIONERS and not Path(partition).is_file():
+    if named:
         return f"{partition} seed {seed}"
     return f"file sha256 {file_sha256(Path(partition))[:16]}"
 

@@ -80,7 +80,7 @@ def _job(request: TrainRequest, auto: AutoChoice | None) -> DistributedJob:
     """The job: the request's configuration, or the automatic choice's; with its trials
     (the choice's shortlist, or ``--overlap auto``'s variants) where there are several."""
     r = request.ranks
-    partition = r.partition if r.partition in (None, *PARTITIONERS) else Path(r.partition)
+    partition = r.partition if r.partition in PARTITIONERS else Path(r.partition)
     dcfg = DistributedConfig(replication=r.replication, backend=r.backend,
                              timeout_s=r.timeout_s, partition=partition, comm=r.comm,
                              overlap=r.overlap == "on", dropout_masks=_masks(request, auto))
@@ -111,7 +111,7 @@ def choose_auto(request: TrainRequest) -> AutoChoice:
     if r.profile is None and in_torchrun():
         raise InvalidValueError("--algo auto under torchrun needs --profile (every rank must "
                                 "choose the same; write one with `sparsegnn calibrate`)")
-    partitioners = ("block",) if r.partition is None else (r.partition,)
+    partitioners = (r.partition,)
     return auto_choice.choose_distribution(AutoRequest(
         training_graph(request), world, request.cfg,
         profile_or_calibrate(r.profile, world, r.calibrate, "--algo auto"),

@@ -45,7 +45,7 @@ class RankOptions:
     overlap: Literal["off", "on", "auto"] = "off"
     replication: int = 1
     comm: Literal["dense", "sparse"] = "dense"
-    partition: str | None = None
+    partition: str = "block"
     backend: str | None = None
     timeout_s: float = 60.0
     max_rank_memory_gib: float | None = None

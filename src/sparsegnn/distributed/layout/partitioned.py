@@ -57,15 +57,16 @@ def check_partitionable(graph: GraphData, blocks: int, source: object = None) ->
 
 
 def partition_for(
-    num_nodes: int, shape: GridShape, path: Path | str | None,
+    num_nodes: int, shape: GridShape, path: Path | str = "block",
     edge_index: torch.Tensor | None = None, seed: int = 0,
 ) -> BlockPartition:
-    """Even contiguous blocks, the blocks of a partition vector file (.npy or text), or
-    those a named partitioner (:data:`sparsegnn.partition.PARTITIONERS`) computes from
-    ``edge_index``."""
-    if path is None:
+    """Even contiguous blocks (``block``), the blocks of a partition vector file (.npy or
+    text), or those another named partitioner (:data:`sparsegnn.partition.PARTITIONERS`)
+    computes from ``edge_index``."""
+    named = str(path) in PARTITIONERS and not Path(path).is_file()
+    if named and str(path) == "block":
         return BlockPartition.even(num_nodes, shape.row_blocks)
-    if str(path) in PARTITIONERS and not Path(path).is_file():
+    if named:
         if edge_index is None:
             raise GridError(f"the {path} partitioner needs the graph's edges")
         parts = partition(
@@ -105,7 +106,7 @@ def check_manifest(path: str | Path, shape: GridShape, model: str) -> None:
 
 def load_shard(
     source: GraphData | str | Path, model: str, shape: GridShape, rank: int,
-    parts: Path | str | None = None, *, dtype: torch.dtype = torch.float32, seed: int = 0,
+    parts: Path | str = "block", *, dtype: torch.dtype = torch.float32, seed: int = 0,
 ) -> Shard:
     """This rank's shard: from a partitioned directory (reads only its own file) or cut out
     of a whole :class:`~sparsegnn.data.GraphData` held in memory."""
@@ -124,7 +125,7 @@ def load_shard(
 
 def write_partitioned(
     graph: GraphData, out: Path, algo: Algorithm, nprocs: int, replication: int, model: str,
-    parts: Path | str | None = None, *, normalize_features: bool = True, seed: int = 0,
+    parts: Path | str = "block", *, normalize_features: bool = True, seed: int = 0,
     source: object = None,
 ) -> dict[str, Any]:
     """Write the per-rank shards of ``graph`` for a grid (``sparsegnn data partition``).
@@ -140,7 +141,7 @@ def write_partitioned(
     rows = {"x": row_normalize(graph.x) if normalize_features else graph.x, "y": graph.y}
     rows.update({f"{s}_mask": getattr(graph, f"{s}_mask") for s in ("train", "val", "test")})
     adj, rows = relabel(adj, rows, part.order)
-    named = parts is not None and str(parts) in PARTITIONERS and part.order is not None
+    named = str(parts) in PARTITIONERS and part.order is not None
     write_shards(out, graph.name, adj, rows, part, shape, operator_kind(model),
                  extras={"parts": _parts_vector(part).numpy()} if named else None)
     return {

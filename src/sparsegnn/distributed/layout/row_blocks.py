@@ -76,7 +76,7 @@ def is_row_block_dir(path: str | Path) -> bool:
 
 
 def write_row_blocks(
-    graph: GraphData, out: Path, blocks: int, parts: Path | str | None = None, *,
+    graph: GraphData, out: Path, blocks: int, parts: Path | str = "block", *,
     normalize_features: bool = True, seed: int = 0, source: object = None,
 ) -> dict[str, Any]:
     """Write ``graph`` as ``blocks`` row blocks (``sparsegnn data partition --mode
@@ -108,7 +108,7 @@ def write_row_blocks(
             np.savez(tmp / f"block{j}.npz", fingerprint=stamp, block=np.asarray(j),
                      crow=block.crow.numpy(), col=block.col.numpy(), val=block.val.numpy(),
                      x=rows["x"][lo:hi].numpy())
-        if parts is not None and str(parts) in PARTITIONERS and part.order is not None:
+        if str(parts) in PARTITIONERS and part.order is not None:
             inverse = torch.empty_like(part.order)
             inverse[part.order] = torch.arange(part.order.numel())
             np.save(tmp / "parts.npy", np.searchsorted(bounds, inverse.numpy(), "right") - 1)
