@@ -4,9 +4,11 @@ PyG gathers an ``E x heads x channels`` message tensor per layer; here the per-e
 state is ``nnz x heads`` scores and weights (:mod:`sparsegnn.sparse.edge_kernels`,
 :mod:`sparsegnn.sparse.edge_softmax`), and the aggregation is one SpMM per head.
 
-The graph is either a PyG ``edge_index`` (``add_self_loops`` then does what PyG does:
-drop every listed self-loop, add one per node) or one of our operators, a
-:class:`CSRMatrix` whose pattern is attended over as given (build it with
+The layers call only the edge protocol (:class:`~sparsegnn.nn.edge_operator.EdgeOperator`),
+so they train unchanged on one process and on every distributed grid. The graph is
+either a PyG ``edge_index`` (``add_self_loops`` then does what PyG does: drop every
+listed self-loop, add one per node) or one of our operators (a :class:`CSRMatrix`, or a
+distributed operator) whose pattern is attended over as given (build it with
 ``operator_for("gat", adj)``, which adds the self-loops once instead of per call). Its
 values count edges: a repeated edge, stored once with value ``c``, weighs ``c`` times in
 the softmax, exactly as PyG's ``c`` copies do, so outputs and gradients equal PyG's on
@@ -19,42 +21,36 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from sparsegnn.nn.edge_operator import CSREdges, EdgeOperator, edge_operator
 from sparsegnn.nn.operator import Operator, unit_self_loops
-from sparsegnn.sparse import (
-    CSRMatrix,
-    edge_softmax,
-    sddmm_add,
-    sddmm_leaky,
-    spmm_values,
-)
+from sparsegnn.sparse import CSRMatrix
 
 
 def attention_pattern(adj: Operator | torch.Tensor, num_nodes: int, dtype: torch.dtype,
-                      self_loops: bool) -> CSRMatrix:
+                      self_loops: bool) -> EdgeOperator:
     """The pattern an attention layer attends over, with edge counts as values.
 
     An ``edge_index`` becomes its adjacency (``A[dst, src]``, repeated edges summed into
     a count) and, with ``self_loops``, gets PyG's one loop per node. Our own operator is
-    used as given; attention needs its entries, so it must be a local :class:`CSRMatrix`.
+    used as given; attention needs its edges, so it must speak the edge protocol (a
+    :class:`CSRMatrix` is wrapped, a distributed operator does).
     """
     if isinstance(adj, torch.Tensor):
         mat = CSRMatrix.from_edge_index(adj.long(), num_nodes).to(dtype=dtype)
-        return unit_self_loops(mat) if self_loops else mat
-    if not isinstance(adj, CSRMatrix):
-        raise TypeError(f"attention layers need a CSRMatrix or an edge_index, got "
-                        f"{type(adj).__name__}")
-    return adj
+        return edge_operator(unit_self_loops(mat) if self_loops else mat)
+    return edge_operator(adj)
 
 
-def attend(pattern: CSRMatrix, scores: torch.Tensor, h: torch.Tensor, dropout: float,
+def attend(op: EdgeOperator, scores: torch.Tensor, h: torch.Tensor, dropout: float,
            training: bool) -> torch.Tensor:
     """``out_i = sum_j alpha_ij h_j`` with ``alpha`` the row softmax of ``scores`` weighted
-    by the pattern's edge counts, attention dropout applied (``[rows, heads, c]``)."""
-    if not pattern.unit_values:
-        scores = scores + pattern.val.log().unsqueeze(1).to(scores.dtype)
-    alpha = edge_softmax(pattern, scores)
-    alpha = F.dropout(alpha, p=dropout, training=training)
-    return spmm_values(pattern, alpha, h)
+    by the pattern's edge counts, attention dropout applied (``[rows, heads, c]``). A
+    count of 1 adds ``log 1 = 0``, exactly, so only a local pattern known to be all ones
+    skips the addition."""
+    if not (isinstance(op, CSREdges) and op.adj.unit_values):
+        scores = scores + op.edge_values().log().unsqueeze(1).to(scores.dtype)
+    alpha = F.dropout(op.edge_softmax(scores), p=dropout, training=training)
+    return op.edge_matmul(alpha, h)
 
 
 def _glorot(param: torch.Tensor) -> None:
@@ -131,12 +127,12 @@ class GATConv(_AttentionBase):
         self._reset_common()
 
     def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
-        pattern = attention_pattern(adj, x.shape[0], x.dtype, self.add_self_loops)
+        op = attention_pattern(adj, x.shape[0], x.dtype, self.add_self_loops)
         h = self.lin(x).view(-1, self.heads, self.out_channels)
         score_src = (h * self.att_src).sum(-1)
-        score_dst = (h[: pattern.shape[0]] * self.att_dst).sum(-1)
-        scores = F.leaky_relu(sddmm_add(pattern, score_dst, score_src), self.negative_slope)
-        out = attend(pattern, scores, h, self.dropout, self.training)
+        score_dst = (h[: op.shape[0]] * self.att_dst).sum(-1)
+        scores = F.leaky_relu(op.sddmm_add(score_dst, score_src), self.negative_slope)
+        out = attend(op, scores, h, self.dropout, self.training)
         return self._finish(out, x)
 
 
@@ -174,11 +170,10 @@ class GATv2Conv(_AttentionBase):
         self._reset_common()
 
     def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> torch.Tensor:
-        pattern = attention_pattern(adj, x.shape[0], x.dtype, self.add_self_loops)
+        op = attention_pattern(adj, x.shape[0], x.dtype, self.add_self_loops)
         shape = (-1, self.heads, self.out_channels)
         h_src = self.lin_l(x).view(shape)
         h_dst = h_src if self.share_weights else self.lin_r(x).view(shape)
-        scores = sddmm_leaky(pattern, h_dst[: pattern.shape[0]], h_src, self.att[0],
-                             self.negative_slope)
-        out = attend(pattern, scores, h_src, self.dropout, self.training)
+        scores = op.sddmm_leaky(h_dst[: op.shape[0]], h_src, self.att[0], self.negative_slope)
+        out = attend(op, scores, h_src, self.dropout, self.training)
         return self._finish(out, x)
