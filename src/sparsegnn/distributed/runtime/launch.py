@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import gc
 import io
 import json
 import os
@@ -97,9 +98,11 @@ def spawn(
     cpus = rank_cpus(nprocs) or [None] * nprocs
     # A fork server imports torch and ``fn``'s module once and forks every rank from that
     # clean (thread-free) process: much faster than a fresh interpreter per rank, and
-    # safe where forking this possibly multi-threaded process would not be.
+    # safe where forking this possibly multi-threaded process would not be. torch._dynamo
+    # too: the first optimiser a process builds imports it (seconds of CPU per rank).
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "sparsegnn.data.leftovers", fn.__module__])
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "sparsegnn.data.leftovers",
+                                fn.__module__])
     beats = ctx.Array("Q", nprocs, lock=False)  # shared memory: one counter per rank
     pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]
     ranks = [
@@ -157,6 +160,9 @@ def _child(
 ) -> None:
     """One rank: beat, run ``fn``, and send its result or its error through ``report``."""
     _die_with_parent()
+    # What the fork server imported is never garbage here: a collection (between trials,
+    # say) then skips it instead of walking, and copying, every inherited object.
+    gc.freeze()
     if cpus is not None:  # before torch starts its threads, which inherit it
         os.sched_setaffinity(0, cpus)
     threading.Thread(
