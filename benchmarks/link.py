@@ -19,7 +19,7 @@ median test AUC over the seeds and the median epoch time; ``speedups`` are PyG's
 time over ours. Acceptance (issue 47): median test AUC within 1 point of PyG's on each
 graph and at least 0.90 on Cora.
 
-    python benchmarks/link.py [--quick] [--json]
+    python benchmarks/link.py [--quick] [--json] [--threads N]
 """
 
 from __future__ import annotations
@@ -104,9 +104,12 @@ def run_pyg(graph: GraphData, split: LinkSplit, seed: int, epochs: int) -> dict[
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    args = parse_args(__doc__.splitlines()[0], extra_values={
+        "threads": "intra-op threads for both sides (default: torch's); 1 on a shared machine"})
+    if args.threads is not None:
+        torch.set_num_threads(int(args.threads))
     seeds = range(1 if args.quick else 5)  # --quick: every code path, not the acceptance
-    epochs = 30 if args.quick else 100
+    epochs = 20 if args.quick else 100
     have_pyg = have_module("torch_geometric") and have_module("sklearn")
     if not have_pyg:
         print("PyG or scikit-learn is not installed: only our runs.")
@@ -123,7 +126,7 @@ def main() -> None:
                       f"{runs[impl][-1]['test_auc']:.4f}", flush=True)
         results += [summary_row(name, impl, r, epochs) for impl, r in runs.items()]
     print_table(results, ["graph", "impl", "test_auc_median", "epoch_median_s", "seeds"])
-    speedups, metrics = summarize(results)
+    speedups, metrics = summarize(results, accept=not args.quick)
     emit(results, speedups, metrics, args.json)
 
 
@@ -136,15 +139,16 @@ def summary_row(graph: str, impl: str, runs: list[dict[str, Any]], epochs: int) 
             "threads": torch.get_num_threads()}
 
 
-def summarize(results: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
-    """Epoch speedups against PyG, AUC gaps, and the acceptance checks."""
+def summarize(results: list[Row], accept: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """Epoch speedups against PyG, AUC gaps, and (``accept``: the full run, 5 seeds of
+    100 epochs) the acceptance checks."""
     speedups: dict[str, float] = {}
     metrics: dict[str, Any] = {}
     for graph in GRAPHS:
         rows = {r["impl"]: r for r in results if r["graph"] == graph}
         ours = rows["ours"]
         metrics[f"{graph}/ours_test_auc_median"] = ours["test_auc_median"]
-        if graph == "cora":
+        if graph == "cora" and accept:
             metrics["accept/cora_auc_ge_0.90"] = bool(ours["test_auc_median"] >= 0.90)
         if "pyg" not in rows:
             continue
@@ -153,7 +157,8 @@ def summarize(results: list[Row]) -> tuple[dict[str, float], dict[str, Any]]:
         gap = ours["test_auc_median"] - pyg["test_auc_median"]
         metrics[f"{graph}/pyg_test_auc_median"] = pyg["test_auc_median"]
         metrics[f"{graph}/auc_gap_points"] = 100 * gap
-        metrics[f"accept/{graph}_auc_within_1_point"] = bool(abs(gap) <= 0.01)
+        if accept:
+            metrics[f"accept/{graph}_auc_within_1_point"] = bool(abs(gap) <= 0.01)
     return speedups, metrics
 
 

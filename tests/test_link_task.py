@@ -33,6 +33,7 @@ def test_learns_and_reports_every_metric(graph) -> None:
     assert out.history[-1].loss < out.history[0].loss
     assert out.val["auc"] == pytest.approx(max(h.val_auc for h in out.history))
     assert out.to_dict()["test"]["auc"] == out.test["auc"]
+    assert out.summary().startswith(f"test auc {out.test['auc']:.4f}")
 
 
 @pytest.mark.parametrize(("model", "decoder", "negatives"), [

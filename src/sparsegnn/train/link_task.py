@@ -116,6 +116,12 @@ class LinkOutcome:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def summary(self) -> str:
+        """The line a command prints: the test metrics and the epoch they come from."""
+        shown = "  ".join(f"{k} {v:.4f}" for k, v in self.test.items())
+        return (f"test {shown}  (best epoch {self.best_epoch} of {self.epochs_run}, "
+                f"{1000 * self.epoch_time_s:.1f} ms/epoch)")
+
 
 @dataclass
 class _Setup:
