@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Row, Stopwatch, emit, make_parser
 from sparsegnn.curation import cohen_kappa, essential_web, read_labels
 from sparsegnn.curation.agreement_report import agreement_report
-from sparsegnn.curation.annotate import annotate, annotate_over_ranks
+from sparsegnn.curation.annotate import annotate, annotate_job
 from sparsegnn.curation.citeseer_corpus import run_citeseer
 from sparsegnn.curation.curate_demo import CONFIGS
 from sparsegnn.curation.distil import distil
@@ -103,14 +103,15 @@ def scale(num_docs: int, labelled: int, work: Path, epochs: int, ranks: int) -> 
     over_ranks: dict[str, Any] = {}
     if ranks > 1:
         result.annotator.save(work / "student.pt")
-        per_rank = annotate_over_ranks(work / "store", work / "student.pt",
-                                       work / "ranks.parquet", ranks)
-        seconds = max(r.value.seconds for r in per_rank)
+        job = annotate_job(work / "store", work / "student.pt", work / "ranks.parquet", ranks,
+                           progress=False)
+        assert job is not None and job.rank_reports is not None  # spawned here, not torchrun
+        seconds = max(r.seconds for r in job.rank_reports)
         over_ranks = {"ranks": ranks, "annotate_seconds_ranks": seconds,
                       "annotate_docs_per_second_ranks": num_docs / seconds,
-                      "peak_memory_gib_per_rank": max(r.value.peak_memory_bytes
-                                                      for r in per_rank) / 2**30,
-                      "bytes_sent_per_rank": [r.comm.sent for r in per_rank]}
+                      "peak_memory_gib_per_rank": max(r.peak_memory_bytes
+                                                      for r in job.rank_reports) / 2**30,
+                      "bytes_sent_per_rank": job.bytes_sent_per_rank}
     return {**over_ranks,
         "num_docs": num_docs, "labelled_docs": labelled,
         "generate_seconds": generate_s, "ingest_seconds": ingest_s,

@@ -71,6 +71,7 @@ class AnnotateOutcome:
     report: AnnotateReport
     world_size: int | None = None
     bytes_sent_per_rank: list[int] | None = None
+    rank_reports: list[AnnotateReport] | None = None  # every spawned rank's, for benchmarks
 
     def to_dict(self) -> dict[str, Any]:
         ranks = {} if self.world_size is None else {
@@ -219,7 +220,7 @@ def annotate_job(store_dir: str | Path, model: str | Path, out_path: str | Path,
     if not ran.spawned:
         return AnnotateOutcome(ran.lead.value)
     return AnnotateOutcome(ran.lead.value, len(ran.results),
-                           [r.comm.sent for r in ran.results])
+                           [r.comm.sent for r in ran.results], [r.value for r in ran.results])
 
 
 def _annotate_rank(store_dir: str, model: str, out_path: str, batch_rows: int,
