@@ -1,0 +1,174 @@
+"""Graph sets from the files people have: TU folders, PyG ``InMemoryDataset`` files and
+OGB ``ogbg-*`` folders, by name or path (:func:`load_graph_set`).
+
+* PyG: ``processed/data.pt`` as ``InMemoryDataset.save`` writes it (the collated
+  attributes, the per-graph slices; edge ids local to each graph), read with
+  ``torch.load(weights_only=True)`` and only PyG's data classes allowed, so a downloaded
+  file cannot run code.
+* OGB graph-property folders (``ogbg_molhiv/``): ``raw/edge.csv.gz`` (edges with ids
+  local to their graph, each listed once: OGB adds the inverse for its undirected sets),
+  ``raw/num-node-list.csv.gz`` and ``raw/num-edge-list.csv.gz`` (one row per graph),
+  ``raw/node-feat.csv.gz`` (optional), ``raw/graph-label.csv.gz`` and the split in
+  ``split/<kind>/{train,valid,test}.csv.gz`` (kept in ``meta["split"]``), read without
+  ``ogb``. Single-task classification only: several label columns or a missing label
+  are refused in one line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sparsegnn.data.graph_set import GraphSet, from_arrays
+from sparsegnn.data.paths import dataset_dir
+from sparsegnn.data.tu import is_tu_folder, read_tu_folder
+from sparsegnn.errors import DataFormatError
+from sparsegnn.optional import require
+
+# The TU sets this package knows by name (MUTAG is bundled; the others are read from
+# --data-dir, $SPARSEGNN_DATA or shared/data, in a folder of their upper-case name).
+TU_NAMES = ("mutag", "proteins", "enzymes")
+_SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
+
+
+def load_graph_set(source: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None
+                   = None, *, allow_empty: bool = False) -> GraphSet:
+    """A graph set by TU name (``mutag``), ``ogbg-*`` name, or folder / ``.pt`` path."""
+    text = str(source)
+    path = Path(text).expanduser()
+    if not path.exists():
+        path = _named(text, data_dir)
+    if path.is_file() or (path / "processed").is_dir():
+        return read_pyg_graph_set(path)
+    if (path / "raw" / "num-node-list.csv.gz").is_file():
+        return read_ogbg_folder(path, allow_empty=allow_empty)
+    if is_tu_folder(path):
+        return read_tu_folder(path, allow_empty=allow_empty)
+    raise DataFormatError(f"{path}: neither a TU folder, an OGB ogbg-* folder nor a PyG "
+                          "dataset file")
+
+
+def _named(name: str, data_dir: str | os.PathLike[str] | None) -> Path:
+    low = name.lower()
+    if low.startswith("ogbg-"):
+        return dataset_dir(low.replace("-", "_"), data_dir)
+    if low in TU_NAMES:
+        for folder in (name.upper(), low):
+            try:
+                return dataset_dir(folder, data_dir)
+            except DataFormatError:
+                continue
+        return dataset_dir(name.upper(), data_dir)  # raises, naming where it looked
+    raise DataFormatError(f"{name!r}: no such file or folder, nor a graph set this package "
+                          f"knows by name ({', '.join(TU_NAMES)}, ogbg-*)")
+
+
+def read_pyg_graph_set(path: str | os.PathLike[str]) -> GraphSet:
+    """The graphs of a PyG ``InMemoryDataset`` file (or dataset folder's ``processed/``)."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(p for p in (path / "processed").glob("*.pt")
+                       if p.name not in ("pre_filter.pt", "pre_transform.pt"))
+        if len(found) != 1:
+            raise DataFormatError(f"{path}/processed: expected one dataset .pt file, found "
+                                  f"{[p.name for p in found] or 'none'}")
+        path = found[0]
+    data, slices = _load_collated(path)
+    name = path.parent.parent.name if path.parent.name == "processed" else path.stem
+    for key in ("x", "edge_index", "y"):
+        if key not in data or key not in slices:
+            raise DataFormatError(f"{path}: needs per-graph {key} (an InMemoryDataset of "
+                                  "graphs with node features and one label each)")
+    node_ptr = slices["x"].numpy().astype(np.int64)
+    edge_ptr = slices["edge_index"].numpy().astype(np.int64)
+    edge_index = data["edge_index"].numpy().astype(np.int64)
+    shift = np.repeat(node_ptr[:-1], np.diff(edge_ptr))
+    y = data["y"].reshape(-1).numpy()
+    if y.shape[0] != node_ptr.shape[0] - 1 or y.dtype.kind == "f":
+        raise DataFormatError(f"{path}: y must be one class id per graph, got dtype "
+                              f"{y.dtype} and {y.shape[0]} values for "
+                              f"{node_ptr.shape[0] - 1} graphs")
+    graph_of_node = np.repeat(np.arange(node_ptr.shape[0] - 1), np.diff(node_ptr))
+    out = from_arrays(edge_index[0] + shift, edge_index[1] + shift, graph_of_node,
+                      data["x"].numpy(), y.astype(np.int64), name=name)
+    out.meta["source"] = "pyg"
+    return out
+
+
+def _load_collated(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``(attributes, slices)`` of an ``InMemoryDataset`` file, loaded without code."""
+    data_module = require("torch_geometric.data.data", "to read PyG files")
+    storage = require("torch_geometric.data.storage", "to read PyG files")
+    allowed = [data_module.Data, data_module.DataEdgeAttr, data_module.DataTensorAttr,
+               storage.GlobalStorage]
+    try:
+        with torch.serialization.safe_globals(allowed):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
+        raise DataFormatError(f"{path}: not a PyG file readable without running code "
+                              f"({str(err).splitlines()[0]})") from err
+    if not isinstance(obj, tuple) or len(obj) not in (2, 3) or not obj[1]:
+        raise DataFormatError(f"{path}: not an InMemoryDataset file of several graphs")
+    data = obj[0] if isinstance(obj[0], dict) else obj[0].to_dict()
+    return data, obj[1]
+
+
+def read_ogbg_folder(folder: str | os.PathLike[str], *, allow_empty: bool = False
+                     ) -> GraphSet:
+    """An OGB graph-property folder (``.../ogbg_molhiv``) in the layout ``ogb`` leaves."""
+    folder = Path(folder)
+    raw = folder / "raw"
+    nodes = _csv(raw / "num-node-list.csv.gz", np.int64).reshape(-1)
+    edge_counts = _csv(raw / "num-edge-list.csv.gz", np.int64).reshape(-1)
+    edges = _csv(raw / "edge.csv.gz", np.int64).reshape(-1, 2)
+    labels = _csv(raw / "graph-label.csv.gz", np.float64)
+    if labels.shape[1] != 1:
+        raise DataFormatError(f"{raw}/graph-label.csv.gz: {labels.shape[1]} label columns "
+                              "(multi-task); sparsegnn trains single-label classification")
+    if labels.shape[0] != nodes.shape[0] or edge_counts.shape[0] != nodes.shape[0] \
+            or int(edge_counts.sum()) != edges.shape[0]:
+        raise DataFormatError(f"{raw}: {nodes.shape[0]} graphs in num-node-list, "
+                              f"{edge_counts.shape[0]} in num-edge-list, {labels.shape[0]} "
+                              f"labels, {edges.shape[0]} edges for {int(edge_counts.sum())}")
+    y = labels[:, 0]
+    if np.isnan(y).any() or (y < 0).any() or (y != np.round(y)).any():
+        row = int(np.argmax(np.isnan(y) | (y < 0) | (y != np.round(y))))
+        raise DataFormatError(f"{raw}/graph-label.csv.gz: graph {row} has label {y[row]}; "
+                              "labels must be class ids >= 0")
+    node_ptr = np.concatenate([[0], np.cumsum(nodes)])
+    shift = np.repeat(node_ptr[:-1], edge_counts)
+    src, dst = edges[:, 0] + shift, edges[:, 1] + shift
+    n = int(node_ptr[-1])
+    x = _csv(raw / "node-feat.csv.gz", np.float32) if (raw / "node-feat.csv.gz").is_file() \
+        else np.ones((n, 1), dtype=np.float32)
+    out = from_arrays(np.r_[src, dst], np.r_[dst, src], np.repeat(np.arange(nodes.size), nodes),
+                      x, y.astype(np.int64), name=folder.name.replace("_", "-"),
+                      allow_empty=allow_empty)
+    out.meta.update({"source": "ogb", "split": _ogb_split(folder / "split")})
+    return out
+
+
+def _ogb_split(root: Path) -> dict[str, list[int]] | None:
+    kinds = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not kinds:
+        return None
+    return {ours: _csv(kinds[0] / f"{theirs}.csv.gz", np.int64).reshape(-1).tolist()
+            for ours, theirs in _SPLIT_FILES.items()}
+
+
+def _csv(path: Path, dtype: Any) -> np.ndarray:
+    """A headerless CSV (gzip or plain) as a 2-d array, or one line naming the file."""
+    if not path.is_file():
+        raise DataFormatError(f"{path}: file is missing (OGB layout: raw/*.csv.gz)")
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as f:
+            return np.loadtxt(f, dtype=dtype, delimiter=",", ndmin=2)
+    except (ValueError, OSError, EOFError) as err:
+        raise DataFormatError(f"{path}: not a numeric CSV ({err})") from err
