@@ -1,4 +1,4 @@
-"""The names users choose among (algorithms, partitioners, seed orders, track building,
+"""The names users choose among (models, algorithms, partitioners, seed orders, track building,
 dropout masks),
 defined once.
 
@@ -34,6 +34,12 @@ def slices_features(algo: str) -> bool:
     """Whether ``algo`` cuts the feature columns over its process columns (2D, 3D)."""
     return algo in ALGORITHMS and not row_wise(algo)
 
+
+ModelKind = Literal["gcn", "sage", "gat", "gatv2", "gin"]
+# Every model kind nn.build_model makes and `train --model` offers.
+MODEL_KINDS: tuple[ModelKind, ...] = ("gcn", "sage", "gat", "gatv2", "gin")
+# The kinds whose layers attend over edges (the edge protocol, per-edge tensors of heads).
+ATTENTION_MODELS: tuple[ModelKind, ...] = ("gat", "gatv2")
 
 PARTITIONERS = ("block", "random", "metis", "kahip", "balanced")
 SEED_ORDERS = ("random", "phi")

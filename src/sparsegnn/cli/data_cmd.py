@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparsegnn.cli.common import add_json_flag, emit, int_range, output_dir, output_file
 from sparsegnn.errors import DataFormatError, InvalidValueError
-from sparsegnn.names import ALGORITHMS, PARTITIONERS
+from sparsegnn.names import ALGORITHMS, MODEL_KINDS, PARTITIONERS
 
 if TYPE_CHECKING:
     from sparsegnn.data.graph import GraphData
@@ -103,8 +103,9 @@ def _add_partition(actions: Any) -> None:
                    help="number of ranks of the grid")
     p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
                    help="c for 1.5d")
-    p.add_argument("--model", choices=("gcn", "sage"), default="gcn",
-                   help="decides the stored operator: gcn_norm (gcn) or row_norm (sage)")
+    p.add_argument("--model", choices=MODEL_KINDS, default="gcn",
+                   help="decides the stored operator: gcn_norm (gcn), row_norm (sage), the "
+                   "pattern with one self-loop per node (gat, gatv2) or the raw sum (gin)")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--parts", default=None,
                      help="partition vector file (.npy or text, one block id per vertex)")

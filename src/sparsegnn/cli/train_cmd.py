@@ -63,14 +63,17 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The :class:`~sparsegnn.train.TrainConfig` of parsed ``sparsegnn train`` options."""
-    from sparsegnn.train import TrainConfig
+    """The :class:`~sparsegnn.train.TrainConfig` of parsed ``sparsegnn train`` options; the
+    model's paper fills what was not given
+    (:func:`~sparsegnn.train.fullgraph.config_for`)."""
+    from sparsegnn.train.fullgraph import config_for
 
     minibatch = args.mode == "minibatch"
-    return TrainConfig(
-        model=args.model or ("sage" if minibatch else "gcn"), hidden=args.hidden,
+    return config_for(
+        args.model or ("sage" if minibatch else "gcn"), hidden=args.hidden, heads=args.heads,
         num_layers=args.layers if args.layers is not None else (3 if minibatch else 2),
-        dropout=args.dropout, dropout_mask=args.dropout_mask, lr=args.lr,
+        dropout=args.dropout, attention_dropout=args.attention_dropout,
+        dropout_mask=args.dropout_mask, lr=args.lr,
         weight_decay=args.weight_decay, epochs=args.epochs,
         patience=args.patience, seed=args.seed, dtype=args.dtype, precision=args.precision,
         checkpoint=args.checkpoint,

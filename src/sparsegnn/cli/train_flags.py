@@ -23,7 +23,7 @@ from sparsegnn.cli.common import (
     output_dir,
     output_file,
 )
-from sparsegnn.names import ALGORITHMS, DEFAULT_MASK, MASK_KINDS
+from sparsegnn.names import ALGORITHMS, DEFAULT_MASK, MASK_KINDS, MODEL_KINDS
 
 
 def add_train_flags(p: argparse.ArgumentParser) -> None:
@@ -35,19 +35,32 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--model",
-        choices=("gcn", "sage"),
+        choices=MODEL_KINDS,
         default=None,
-        help="default: gcn full-graph, sage (GraphSAGE) minibatch",
+        help="default: gcn full-graph, sage (GraphSAGE) minibatch; gat/gatv2 (attention), "
+        "gin (sum aggregation and an MLP). Where not given, --hidden, --dropout, --lr and "
+        "--weight-decay are the model's paper's: gcn/sage 16, 0.5, 0.01, 5e-4; gat/gatv2 "
+        "8 per head, 0.6 (inputs and attention), 0.005, 5e-4; gin 64, 0.5, 0.01, 0",
     )
-    p.add_argument("--hidden", type=int_range(1), default=16)
+    p.add_argument("--hidden", type=int_range(1), default=None,
+                   help="hidden width (per head for gat/gatv2); default: the model's")
+    p.add_argument("--heads", type=int_range(1), default=8,
+                   help="gat/gatv2: hidden layers' heads, concatenated (the last layer "
+                   "averages one); default 8")
     p.add_argument("--layers", type=int_range(1), default=None,
                    help="default: 2 full-graph, 3 minibatch")
-    p.add_argument("--dropout", type=float_range(0.0, 1.0, hi_open=True), default=0.5)
+    p.add_argument("--dropout", type=float_range(0.0, 1.0, hi_open=True), default=None,
+                   help="default: the model's (gat/gatv2: also on the attention weights)")
+    p.add_argument("--attention-dropout", type=float_range(0.0, 1.0, hi_open=True),
+                   default=None, help="gat/gatv2: dropout of the attention weights "
+                   "(default: --dropout's; on ranks each draws its own masks)")
     p.add_argument("--dropout-mask", choices=MASK_KINDS, default=DEFAULT_MASK,
                    help="bytes (default): one random byte per element, a mask about 25x "
                    "cheaper to draw; bernoulli: F.dropout's very draws")
-    p.add_argument("--lr", type=float_range(0.0, lo_open=True), default=0.01)
-    p.add_argument("--weight-decay", type=float_range(0.0), default=5e-4)
+    p.add_argument("--lr", type=float_range(0.0, lo_open=True), default=None,
+                   help="default: the model's")
+    p.add_argument("--weight-decay", type=float_range(0.0), default=None,
+                   help="default: the model's")
     p.add_argument("--epochs", type=int_range(1), default=200)
     p.add_argument("--patience", type=int_range(1), default=100,
                    help="early-stopping patience (epochs)")

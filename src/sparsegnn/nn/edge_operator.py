@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import torch
+from torch.nn import functional as F
 
 from sparsegnn.nn.operator import Operator
 from sparsegnn.sparse import (
@@ -68,6 +69,12 @@ class EdgeOperator(Operator, Protocol):
         ``[nnz]`` with ``[n, f]``), differentiable in both."""
         ...
 
+    def edge_dropout(self, values: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+        """Per-edge ``values`` with each dropped with probability ``p`` (the rest scaled by
+        ``1 / (1 - p)``) in training: the operator draws the mask, since on a grid each
+        rank holds only its share of the edges."""
+        ...
+
 
 class CSREdges:
     """A local :class:`CSRMatrix` as an :class:`EdgeOperator`: the sparse primitives on
@@ -102,6 +109,9 @@ class CSREdges:
     def edge_matmul(self, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return spmm_values(self.adj, values, x)
 
+    def edge_dropout(self, values: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+        return F.dropout(values, p=p, training=training)
+
 
 def edge_operator(adj: Operator) -> EdgeOperator:
     """``adj`` as an :class:`EdgeOperator`: distributed operators already are one, a local
@@ -112,4 +122,5 @@ def edge_operator(adj: Operator) -> EdgeOperator:
     if isinstance(adj, EdgeOperator):
         return adj
     raise TypeError(f"{type(adj).__name__} has no edge protocol (edge_values, sddmm_add, "
-                    "edge_softmax, edge_matmul, ...); attention layers need one")
+                    "edge_softmax, edge_matmul, edge_dropout, ...); attention layers need "
+                    "one")

@@ -49,7 +49,7 @@ def attend(op: EdgeOperator, scores: torch.Tensor, h: torch.Tensor, dropout: flo
     skips the addition."""
     if not (isinstance(op, CSREdges) and op.adj.unit_values):
         scores = scores + op.edge_values().log().unsqueeze(1).to(scores.dtype)
-    alpha = F.dropout(op.edge_softmax(scores), p=dropout, training=training)
+    alpha = op.edge_dropout(op.edge_softmax(scores), dropout, training)
     return op.edge_matmul(alpha, h)
 
 
@@ -61,6 +61,9 @@ def _glorot(param: torch.Tensor) -> None:
 
 class _AttentionBase(nn.Module):
     """What GAT and GATv2 share: heads, combining them, the residual map and the bias."""
+
+    # The linear maps come before the aggregation (a 2D/3D grid slices their inputs).
+    transforms_first = True
 
     def __init__(self, in_channels: int, out_channels: int, heads: int, concat: bool,
                  negative_slope: float, dropout: float, add_self_loops: bool, bias: bool,

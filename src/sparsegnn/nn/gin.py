@@ -26,9 +26,16 @@ class GINConv(nn.Module):
     adjacency: ``operator_for("gin", adj)``). Not supported: bipartite input.
     """
 
+    # The neighbour sum comes before the MLP (a 2D/3D grid multiplies column slices).
+    transforms_first = False
+
     def __init__(self, nn: nn.Module, eps: float = 0.0, train_eps: bool = False):
         super().__init__()
         self.nn = nn
+        # The input width where the MLP starts with a linear map (a grid draws the whole
+        # input's dropout mask at that width, and may replace the map by a sliced one).
+        first = next((m for m in nn.modules() if isinstance(m, torch.nn.Linear)), None)
+        self.in_channels = None if first is None else first.in_features
         self.initial_eps = eps
         if train_eps:
             self.eps = torch.nn.Parameter(torch.empty(1))

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import itertools
 
+from sparsegnn.names import MODEL_KINDS
+
 # Weight matrices per layer: GCNConv has one linear map, SAGEConv a neighbour and a root
 # map (nn.conv); each layer has one bias vector.
 MATRICES_PER_LAYER = {"gcn": 1, "sage": 2}
 
-# Every model kind build_model makes (and `train --model` can offer).
-MODEL_KINDS = ("gcn", "sage", "gat", "gatv2", "gin")
 
 
 def layer_widths(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
@@ -41,7 +41,6 @@ def parameter_count(model: str, in_dim: int, hidden: int, out_dim: int,
         return sum(_attention_count(model, a, b, h, concat)
                    for a, b, h, concat in _attention_layers(pairs, heads, out_heads))
     raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODEL_KINDS)}")
-
 
 
 def _attention_layers(pairs: list[tuple[int, int]], heads: int, out_heads: int

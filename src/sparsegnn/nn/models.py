@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from sparsegnn.data.limits import require_memory
-from sparsegnn.names import DEFAULT_MASK
+from sparsegnn.names import DEFAULT_MASK, MODEL_KINDS
 from sparsegnn.nn.conv import Aggr, GCNConv, SAGEConv
 from sparsegnn.nn.dropout import MASK_KINDS, MaskKind, dropout
 from sparsegnn.nn.gat import GATConv, GATv2Conv
 from sparsegnn.nn.gin import GINConv
-from sparsegnn.nn.model_size import MODEL_KINDS, layer_widths, parameter_count
+from sparsegnn.nn.model_size import layer_widths, parameter_count
 from sparsegnn.nn.operator import Operator
 from sparsegnn.sparse import REDUCED_DTYPES
 
@@ -81,6 +81,10 @@ class _Stack(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
+    def activation(self, x: torch.Tensor) -> torch.Tensor:
+        """The nonlinearity between layers (ReLU), for a caller running layer by layer."""
+        return torch.relu(x)
+
     def forward(
         self, x: torch.Tensor, adj: Operator | torch.Tensor | Sequence[Operator]
     ) -> torch.Tensor:
@@ -138,13 +142,15 @@ class GAT(nn.Module):
     Veličković et al. and PyG's example: hidden layers of ``heads`` heads of ``hidden``
     channels, concatenated, with ELU between layers; the last layer averages
     ``out_heads`` heads. ``dropout`` drops the input of every layer and, as attention
-    dropout, the attention weights. The operator is ``operator_for("gat", A)`` (one
+    dropout, the attention weights (``attention_dropout``, when given, instead; a grid
+    draws its own attention masks, so comparing one with one process needs it 0). The
+    operator is ``operator_for("gat", A)`` (one
     self-loop per node) or one such pattern per layer (sampled blocks).
     """
 
     def __init__(self, in_channels: int, hidden: int, out_channels: int, num_layers: int = 2,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.6, v2: bool = False,
-                 dropout_mask: MaskKind = DEFAULT_MASK):
+                 dropout_mask: MaskKind = DEFAULT_MASK, attention_dropout: float | None = None):
         super().__init__()
         w = _widths(in_channels, hidden, out_channels, num_layers)
         _require_weights("gatv2" if v2 else "gat", in_channels, hidden, out_channels,
@@ -153,7 +159,8 @@ class GAT(nn.Module):
         last = num_layers - 1
         self.layers = nn.ModuleList(
             conv(a if i == 0 else a * heads, b, heads=out_heads if i == last else heads,
-                 concat=i != last, dropout=dropout)
+                 concat=i != last,
+                 dropout=dropout if attention_dropout is None else attention_dropout)
             for i, (a, b) in enumerate(itertools.pairwise(w)))
         self.dropout, self.dropout_mask = dropout, dropout_mask
 
@@ -168,8 +175,12 @@ class GAT(nn.Module):
             x = dropout(x, self.dropout, self.training, self.dropout_mask)
             x = layer(x, op)
             if i < len(self.layers) - 1:
-                x = torch.nn.functional.elu(x)
+                x = self.activation(x)
         return x
+
+    def activation(self, x: torch.Tensor) -> torch.Tensor:
+        """The nonlinearity between layers (ELU, the paper's)."""
+        return torch.nn.functional.elu(x)
 
 
 def _gin_mlp(a: int, b: int) -> nn.Sequential:
@@ -202,16 +213,22 @@ class GIN(nn.Module):
             x = dropout(x, self.dropout, self.training, self.dropout_mask)
             x = layer(x, op)
             if i < len(self.layers) - 1:
-                x = torch.relu(x)
+                x = self.activation(x)
         return x
+
+    def activation(self, x: torch.Tensor) -> torch.Tensor:
+        """The nonlinearity between layers (ReLU)."""
+        return torch.relu(x)
 
 
 def build_model(kind: str, in_channels: int, hidden: int, out_channels: int,
                 num_layers: int = 2, dropout: float = 0.5, *, heads: int = 8,
-                dropout_mask: MaskKind = DEFAULT_MASK) -> nn.Module:
-    """A fresh model of ``kind`` (:data:`~sparsegnn.nn.model_size.MODEL_KINDS`); it
-    multiplies by ``operator_for(kind, A)``. ``heads`` is GAT's and GATv2's hidden head
-    count (their last layer has one head, as the GAT paper's Cora model)."""
+                dropout_mask: MaskKind = DEFAULT_MASK,
+                attention_dropout: float | None = None) -> nn.Module:
+    """A fresh model of ``kind`` (:data:`~sparsegnn.names.MODEL_KINDS`); it multiplies
+    by ``operator_for(kind, A)``. ``heads`` is GAT's and GATv2's hidden head count (their
+    last layer has one head, as the GAT paper's Cora model); ``attention_dropout`` their
+    attention weights' dropout (default: ``dropout``)."""
     if kind == "gcn":
         return GCN(in_channels, hidden, out_channels, num_layers, dropout,
                    dropout_mask=dropout_mask)
@@ -220,7 +237,8 @@ def build_model(kind: str, in_channels: int, hidden: int, out_channels: int,
                          dropout_mask=dropout_mask)
     if kind in ("gat", "gatv2"):
         return GAT(in_channels, hidden, out_channels, num_layers, heads=heads,
-                   dropout=dropout, v2=kind == "gatv2", dropout_mask=dropout_mask)
+                   dropout=dropout, v2=kind == "gatv2", dropout_mask=dropout_mask,
+                   attention_dropout=attention_dropout)
     if kind == "gin":
         return GIN(in_channels, hidden, out_channels, num_layers, dropout,
                    dropout_mask=dropout_mask)

@@ -61,6 +61,19 @@ def operator_for(model: str, adj: CSRMatrix) -> CSRMatrix:
     return normalize(adj, MODEL_NORMS.get(model, "mean"))
 
 
+def block_operator(model: str, block: CSRMatrix) -> CSRMatrix:
+    """What a model kind multiplies a sampled block by (``[n_out, n_in]``, the targets
+    the first inputs, row-normalised by the sampler): the block for the mean (GraphSAGE),
+    the sampled edges with unit values for GIN's sum, and those with one unit self-loop
+    per target for attention (a loop of 1 beside edges of ``1 / degree`` would weigh
+    ``degree`` times in the softmax)."""
+    norm = MODEL_NORMS.get(model, "mean")
+    if norm not in ("sum", "attention"):
+        return block
+    ones = CSRMatrix(block.crow, block.col, torch.ones_like(block.val), block.shape)
+    return unit_self_loops(ones) if norm == "attention" else ones
+
+
 def graph_operator(edge_index: torch.Tensor, num_nodes: int, model: str) -> CSRMatrix:
     """:func:`operator_for` of the graph an ``edge_index`` describes."""
     return operator_for(model, CSRMatrix.from_edge_index(edge_index, num_nodes))

@@ -19,8 +19,16 @@ from torch import nn
 from torch.nn import functional as F
 
 from sparsegnn.errors import InvalidValueError
-from sparsegnn.names import DEFAULT_MASK, MASK_KINDS, MaskKind
-from sparsegnn.nn import GCN, GraphSAGE, Operator, graph_operator
+from sparsegnn.names import (
+    ATTENTION_MODELS,
+    DEFAULT_MASK,
+    MASK_KINDS,
+    MODEL_KINDS,
+    MaskKind,
+    ModelKind,
+)
+from sparsegnn.nn import Operator, graph_operator
+from sparsegnn.nn import build_model as build_kind
 from sparsegnn.train.checkpoint import Fingerprint, graph_hash
 from sparsegnn.train.loop import CheckpointStore, LoopConfig, LoopRole, LoopState, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
@@ -38,8 +46,12 @@ class TrainConfig(LoopConfig):
     :func:`~sparsegnn.train.loop.run_epochs` reads this configuration itself.
     """
 
-    model: Literal["gcn", "sage"] = "gcn"
-    hidden: int = 16
+    model: ModelKind = "gcn"
+    hidden: int = 16  # per head for GAT and GATv2 (hidden layers concatenate ``heads``)
+    heads: int = 8  # GAT's and GATv2's hidden heads; other models have none
+    # GAT's and GATv2's dropout of the attention weights; None: ``dropout``, as the paper.
+    # A grid draws its own attention masks, not one process's.
+    attention_dropout: float | None = None
     num_layers: int = 2
     dropout: float = 0.5
     # How dropout masks are drawn (sparsegnn.nn.dropout.MaskKind): "bytes" (the default)
@@ -60,6 +72,11 @@ class TrainConfig(LoopConfig):
     restart: bool = False
 
     def __post_init__(self) -> None:
+        if self.model not in MODEL_KINDS:
+            raise InvalidValueError(
+                f"unknown model {self.model!r}; choose one of {', '.join(MODEL_KINDS)}")
+        if self.heads < 1:
+            raise InvalidValueError(f"heads must be at least 1, got {self.heads}")
         if self.resume and self.restart:
             raise InvalidValueError("resume and restart exclude each other: resume "
                                     "continues the saved epochs, restart discards them")
@@ -90,6 +107,31 @@ class TrainConfig(LoopConfig):
         float32 inside the kernels, and the logits and the loss are float32.
         """
         return torch.bfloat16 if self.precision == "bf16" else self.torch_dtype
+
+
+# Each model's settings from its paper, for what a run does not set: Kipf & Welling's
+# (GCN; GraphSAGE shares them), Veličković et al.'s Cora GAT (8 heads of 8 channels,
+# dropout 0.6 on every layer's input and on the attention, lr 0.005; PyG's example too,
+# and Brody et al. keep them for GATv2), Xu et al.'s GIN (64 hidden, lr 0.01, dropout
+# 0.5, no weight decay).
+_KIPF = {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
+_GAT = {"hidden": 8, "dropout": 0.6, "lr": 0.005, "weight_decay": 5e-4}
+PAPER_DEFAULTS: dict[str, dict[str, float | int]] = {
+    "gcn": _KIPF, "sage": _KIPF, "gat": _GAT, "gatv2": _GAT,
+    "gin": {"hidden": 64, "dropout": 0.5, "lr": 0.01, "weight_decay": 0.0},
+}
+
+
+def config_for(model: str, **given: Any) -> TrainConfig:
+    """A :class:`TrainConfig` of ``model`` whose hidden width, dropout, learning rate and
+    weight decay are the paper's (:data:`PAPER_DEFAULTS`) unless given (a None counts as
+    not given): ``--model gat`` alone trains the paper's GAT, and a flag the user passed
+    always wins."""
+    if model not in PAPER_DEFAULTS:
+        raise InvalidValueError(
+            f"unknown model {model!r}; choose one of {', '.join(MODEL_KINDS)}")
+    chosen = {k: v for k, v in given.items() if v is not None}
+    return TrainConfig(model=model, **{**PAPER_DEFAULTS[model], **chosen})  # type: ignore[arg-type]
 
 
 class Task(Protocol):
@@ -172,13 +214,9 @@ class TrainResult:
 def build_model(cfg: TrainConfig, in_channels: int, out_channels: int) -> nn.Module:
     """A fresh model of the configured kind, seeded for reproducible initial weights."""
     torch.manual_seed(cfg.seed)
-    if cfg.model == "gcn":
-        return GCN(in_channels, cfg.hidden, out_channels, cfg.num_layers, cfg.dropout,
-                   dropout_mask=cfg.dropout_mask)
-    if cfg.model == "sage":
-        return GraphSAGE(in_channels, cfg.hidden, out_channels, cfg.num_layers, cfg.dropout,
-                         dropout_mask=cfg.dropout_mask)
-    raise InvalidValueError(f"unknown model {cfg.model!r}; choose 'gcn' or 'sage'")
+    return build_kind(cfg.model, in_channels, cfg.hidden, out_channels, cfg.num_layers,
+                      cfg.dropout, heads=cfg.heads, dropout_mask=cfg.dropout_mask,
+                      attention_dropout=cfg.attention_dropout)
 
 
 def fingerprint(cfg: TrainConfig, **data: str | int) -> dict[str, str | int]:
@@ -189,7 +227,8 @@ def fingerprint(cfg: TrainConfig, **data: str | int) -> dict[str, str | int]:
     change on resume, so they are not part of it; nor is ``precision``, since weights
     and Adam's state are float32 at either precision.
     """
-    return {"kind": "fullgraph", "model": cfg.model, "hidden": cfg.hidden,
+    heads = {"heads": cfg.heads} if cfg.model in ATTENTION_MODELS else {}
+    return {"kind": "fullgraph", "model": cfg.model, "hidden": cfg.hidden, **heads,
             "layers": cfg.num_layers, "dtype": cfg.dtype, **data}
 
 

@@ -27,6 +27,7 @@ from sparsegnn.distributed.planning.rank_memory import (
     Holding,
     activation_width,
     busiest,
+    edge_width,
     in_flight_bytes,
     predict_rank_bytes,
     rank_bytes,
@@ -175,7 +176,7 @@ def check_graph_rank_memory(
                              cfg.seed)
         plan = PlanConfig(nprocs, algo, replication, comm=comm,  # type: ignore[arg-type]
                           model=cfg.model, hidden=cfg.hidden, num_layers=cfg.num_layers,
-                          overlap=overlap)
+                          heads=cfg.heads, overlap=overlap)
         lay = Layout(PlanGraph.of(graph, cfg.model), shape, part, 0.0)
         predicted = predict_rank_bytes(lay, plan, _value_bytes(cfg), process, whole_graph=True)
     else:
@@ -237,6 +238,7 @@ def check_shards_rank_memory(
     predicted = busiest(
         rank_bytes(Holding(*held), params, vb, process_bytes=process,
                    activation_width=activation_width(shape.algo, held[3], widths),
+                   edge_width=edge_width(cfg),
                    in_flight_bytes=in_flight_bytes(shape, rank, flight, block_values,
                                                    stage_tile(rank), vb))
         for rank, held in enumerate(holdings))
@@ -253,7 +255,8 @@ class _Flight:
 
 
 def _num_params(cfg: Any, num_features: int, num_classes: int) -> int:
-    return parameter_count(cfg.model, num_features, cfg.hidden, num_classes, cfg.num_layers)
+    return parameter_count(cfg.model, num_features, cfg.hidden, num_classes, cfg.num_layers,
+                           cfg.heads)
 
 
 def _value_bytes(cfg: Any) -> int:

@@ -1,4 +1,6 @@
-"""Sampled minibatch training of GraphSAGE (GraphSAGE, LADIES or ShaDow sampling).
+"""Sampled minibatch training (GraphSAGE, LADIES or ShaDow sampling) of GraphSAGE, GAT,
+GATv2 or GIN: each layer multiplies by its sampled block as the model kind needs it
+(:func:`~sparsegnn.nn.block_operator`).
 
 Each step trains on one sampled minibatch from :class:`~sparsegnn.sampling.loader.
 MinibatchLoader`, which samples the next bulk of k minibatches in a background thread.
@@ -27,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from sparsegnn.errors import InvalidValueError
-from sparsegnn.nn import GraphSAGE, operator_for
+from sparsegnn.nn import block_operator, build_model, operator_for
 from sparsegnn.sampling import LadiesSampler, NodeWiseSampler, ShadowSampler
 from sparsegnn.sampling.loader import FeatureSource, MinibatchLoader
 from sparsegnn.sampling.samplers import Sampler, Topology
@@ -38,6 +40,8 @@ from sparsegnn.train.loop import LoopRole, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
 SamplerKind = Literal["sage", "ladies", "shadow"]
+# The model kinds sampled blocks train (GCN needs whole degrees: check_minibatch_model).
+MINIBATCH_MODELS = ("sage", "gat", "gatv2", "gin")
 
 
 @dataclass
@@ -125,12 +129,13 @@ class MinibatchData:
 
 
 class _Evaluator:
-    """Full-neighbourhood inference: every layer multiplies by the mean operator of A."""
+    """Full-neighbourhood inference: every layer multiplies by the model kind's operator
+    of A (:func:`~sparsegnn.nn.operator_for`)."""
 
-    def __init__(self, data: MinibatchData, device: torch.device):
+    def __init__(self, data: MinibatchData, device: torch.device, model: str):
         if not isinstance(data.adj, CSRMatrix) or not isinstance(data.x, torch.Tensor):
             raise InvalidValueError("partitioned data needs a distributed evaluate()")
-        self.op = operator_for("sage", data.adj).to(device)
+        self.op = operator_for(model, data.adj).to(device)
         self.x, self.y = data.x.to(device), data.y.to(device)
         self.masks = {k: v.to(device) for k, v in data.masks.items()}
 
@@ -159,17 +164,18 @@ def fit_minibatch(
     sync: Callable[[nn.Module], None] | None = None,
     evaluate: Callable[[nn.Module, str], float] | None = None,
 ) -> tuple[nn.Module, MinibatchResult]:
-    """Train GraphSAGE on sampled minibatches; returns the best-on-validation model.
+    """Train ``cfg.model`` (:data:`MINIBATCH_MODELS`) on sampled minibatches; returns the
+    best-on-validation model.
 
     ``evaluate(model, split)`` replaces the local full-neighbourhood accuracy (needed
     when ``data`` is partitioned; collective there, so every rank calls it alike).
     """
+    check_minibatch_model(cfg.model)
     device = torch.device(device)
     seed_everything(cfg.seed)
-    model = GraphSAGE(
-        data.num_features, cfg.hidden, int(data.y.max()) + 1, cfg.num_layers, cfg.dropout,
-        dropout_mask=cfg.dropout_mask,
-    )
+    model = build_model(cfg.model, data.num_features, cfg.hidden, int(data.y.max()) + 1,
+                        cfg.num_layers, cfg.dropout, heads=cfg.heads,
+                        dropout_mask=cfg.dropout_mask, attention_dropout=cfg.attention_dropout)
     model = model.to(device=device, dtype=cfg.torch_dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sampler = make_sampler(mb.sampler, data.adj, mb.fanouts, mb.batch_size)
@@ -187,11 +193,11 @@ def fit_minibatch(
         world_size=world_size,
         device=device,
     )
-    local = _Evaluator(data, device) if evaluate is None else None
+    local = _Evaluator(data, device, cfg.model) if evaluate is None else None
     accuracy = evaluate if local is None else local.accuracy
 
     def epoch_fn(epoch: int) -> MinibatchEpoch:
-        stats = _train_epoch(model, optimizer, loader, epoch, cfg.num_layers, sync)
+        stats = _train_epoch(model, optimizer, loader, epoch, cfg, sync)
         stats.val_accuracy = accuracy(model, "val")
         return stats
 
@@ -219,6 +225,15 @@ def fit_minibatch(
     return model, result
 
 
+def check_minibatch_model(model: str) -> None:
+    """Refuse GCN: its symmetric normalisation needs every vertex's whole degree, which a
+    sampled block does not have (the sampled models aggregate a mean, a sum or
+    attention over the drawn edges)."""
+    if model not in MINIBATCH_MODELS:
+        raise InvalidValueError(f"--mode minibatch trains {', '.join(MINIBATCH_MODELS)}, "
+                                f"not {model!r}")
+
+
 def _check_depth(sampler: Sampler, num_layers: int) -> None:
     """Node-wise and layer-wise blocks are per layer; ShaDow's subgraph serves any depth."""
     if not isinstance(sampler, ShadowSampler) and sampler.num_layers != num_layers:
@@ -233,7 +248,7 @@ def _train_epoch(
     optimizer: torch.optim.Optimizer,
     loader: MinibatchLoader,
     epoch: int,
-    num_layers: int,
+    cfg: TrainConfig,
     sync: Callable[[nn.Module], None] | None,
 ) -> MinibatchEpoch:
     """One pass over the training seeds; time includes waiting for the sampler."""
@@ -243,7 +258,7 @@ def _train_epoch(
     for item in loader.epoch(epoch):
         optimizer.zero_grad(set_to_none=True)
         b = item.num_seeds
-        logits = model(item.x, item.batch.operators(num_layers))[:b]
+        logits = model(item.x, _block_operators(item.batch, cfg))[:b]
         # Summed over this rank's seeds, divided by the whole minibatch: after the gradient
         # all-reduce (a sum) every rank holds the whole minibatch's mean-loss gradient.
         loss = F.cross_entropy(logits, item.y, reduction="sum") / item.global_seeds
@@ -256,3 +271,11 @@ def _train_epoch(
     return MinibatchEpoch(
         epoch, total_loss / max(seeds, 1), 0.0, time.perf_counter() - start, seeds
     )
+
+
+def _block_operators(batch: Any, cfg: TrainConfig) -> list[CSRMatrix]:
+    """The model kind's operator of each sampled block (ShaDow's one subgraph, shared by
+    every layer, is converted once)."""
+    blocks = batch.operators(cfg.num_layers)
+    converted = {id(b): block_operator(cfg.model, b) for b in blocks}
+    return [converted[id(b)] for b in blocks]

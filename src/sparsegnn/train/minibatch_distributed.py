@@ -29,7 +29,6 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from sparsegnn.distributed import (
     RankResult,
@@ -51,7 +50,8 @@ from sparsegnn.distributed.ops.sampled import (
 )
 from sparsegnn.distributed.runtime.comm import Communicator, Group
 from sparsegnn.errors import InvalidValueError
-from sparsegnn.nn import operator_for
+from sparsegnn.nn import normalize, operator_for
+from sparsegnn.nn.operator import MODEL_NORMS
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import RankMemory, measure_rank_memory
@@ -172,11 +172,15 @@ class PartitionedEvaluator:
         comm: ExchangeCommunicator,
         group: Group,
         device: torch.device,
+        model: str = "sage",
         chunk_mb: float = 64.0,
     ):
         self.owners = topo.owners.on(comm, group)
         lo, hi = self.owners.lo, self.owners.hi
-        op = operator_for("sage", topo.block)
+        # The mean is normalised on the block (every row whole), the others on each chunk,
+        # whose targets come first (attention's self-loops are its diagonal).
+        self.norm = MODEL_NORMS.get(model, "mean")
+        op = operator_for(model, topo.block) if self.norm == "mean" else topo.block
         per_row = features.row_bytes * (1 + -(-op.nnz // max(hi - lo, 1)))
         # Every rank must run as many chunks: all take the smallest chunk any rank wants.
         with comm.phase("evaluation"):
@@ -207,6 +211,8 @@ class PartitionedEvaluator:
         local = where[torch.searchsorted(keys, rows.col)]
         chunk = CSRMatrix.from_coo(rows.row_indices(), local, rows.val,
                                    (max(a, b) - a, order.numel()))
+        if self.norm != "mean":
+            chunk = normalize(chunk, self.norm)
         return _Chunk(a, max(a, b), chunk.to(device), cols[own] - lo, remote)
 
     def _remote_rows(self, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -221,7 +227,8 @@ class PartitionedEvaluator:
         h = self.x.to(next(model.parameters()).dtype)
         layers = model.layers
         if not isinstance(layers, nn.ModuleList):
-            raise InvalidValueError("the partitioned evaluator runs a layer stack (GraphSAGE)")
+            raise InvalidValueError("the partitioned evaluator runs a layer stack "
+                                    "(nn.build_model's)")
         for i, layer in enumerate(layers):
             parts = []
             for chunk in self.chunks:
@@ -231,7 +238,7 @@ class PartitionedEvaluator:
                                        chunk.op))
             h = torch.cat(parts)
             if i < len(layers) - 1:
-                h = F.relu(h)
+                h = model.activation(h)
         m = self.masks[split]
         right = (h[m].argmax(1) == self.y[m]).sum()
         counts = torch.stack([right, m.sum()]).long()
@@ -302,7 +309,8 @@ def fit_partitioned(
     topo, features, y, masks = _rank_rows(source, replication, xcomm, sampling,
                                           session.device, cfg.torch_dtype)
     features.with_cache(topo.block, feature_cache_mb)
-    evaluator = PartitionedEvaluator(topo, features, y, masks, gcomm, world, session.device)
+    evaluator = PartitionedEvaluator(topo, features, y, masks, gcomm, world, session.device,
+                                     cfg.model)
     shard = MinibatchData(topo, features, y, masks)
     barrier()  # every rank's clock starts once all have their rows
     model, result = fit_minibatch(

@@ -32,7 +32,6 @@ from torch import nn
 
 from sparsegnn.distributed import (
     ByteCounts,
-    Communicator,
     DistributedOperator,
     DistributedTask,
     GridShape,
@@ -47,9 +46,11 @@ from sparsegnn.distributed.layout.shard import Shard, read_manifest
 from sparsegnn.distributed.ops.feature_slices import slice_first_layer, use_slice_dropout
 from sparsegnn.distributed.ops.sparse_comm import SparseCommunicator, SparseRowOperator
 from sparsegnn.distributed.ops.spmm import SummaOperator, col_lanes
+from sparsegnn.distributed.planning.attention_model import edge_volume, model_calls
 from sparsegnn.distributed.planning.comm_model import input_slicing, spmm_schedule
-from sparsegnn.names import DEFAULT_MASK, PARTITIONERS, Algorithm
+from sparsegnn.names import ATTENTION_MODELS, DEFAULT_MASK, PARTITIONERS, Algorithm
 from sparsegnn.nn.dropout import dropout
+from sparsegnn.nn.model_size import layer_widths
 from sparsegnn.train.checkpoint import graph_hash
 from sparsegnn.train.dist_checkpoint import DistributedStore, file_sha256
 from sparsegnn.train.fullgraph import TrainConfig, TrainResult, build_model, fingerprint, fit
@@ -132,15 +133,15 @@ def train_rank(
                        dtype=cfg.torch_dtype, seed=cfg.seed)
     shard = shard.to(session.device, cfg.torch_dtype)
     sparse = dcfg.comm == "sparse"
+    # Every operator may exchange rows: the sparsity-aware SpMM and, on any grid, the
+    # attention layers' edge protocol. A SparseCommunicator counts like a Communicator.
+    comm = SparseCommunicator()
     op: DistributedOperator
     if sparse:
         # A named partitioner runs on every rank (in load_shard); it is seeded and
         # deterministic, so all ranks hold the same blocks and their plans agree.
-        rows_comm = SparseCommunicator()
-        comm: Communicator = rows_comm
-        op = SparseRowOperator(grid, rows_comm, shard.part, shard.blocks, dcfg.overlap)
+        op = SparseRowOperator(grid, comm, shard.part, shard.blocks, dcfg.overlap)
     else:
-        comm = Communicator()
         op = build_operator(grid, comm, shard.part, shard.blocks, dcfg.overlap)
     model = build_model(cfg, shard.num_features, shard.num_classes)
     model = model.to(session.device, cfg.torch_dtype)
@@ -179,6 +180,12 @@ def train_rank(
     )
     if isinstance(op, SparseRowOperator):
         predicted.update(planned_spmm_bytes(op, calls, shard.x.element_size()))
+    if cfg.model in ATTENTION_MODELS:
+        widths = layer_widths(shard.num_features, cfg.hidden, shard.num_classes,
+                              cfg.num_layers)
+        predicted.update(edge_volume(shape, shard.part, grid.rank,
+                                     model_calls(cfg.model, widths, cfg.heads),
+                                     op.edges.fetched_rows(), shard.x.element_size()))
     tiles = [*shard.blocks.forward.values(), *shard.blocks.backward.values()]
     memory = measure_rank_memory(tiles, [shard.x], model, session.start_rss_bytes)
     report = RankReport(grid.rank, grid.coords, meter.last, meter.constant,

@@ -12,7 +12,7 @@ its flags and prints the :class:`TrainOutcome`; training on a grid is
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,12 @@ from sparsegnn.errors import InvalidValueError
 from sparsegnn.train.dist_checkpoint import is_checkpoint_folder
 from sparsegnn.train.fullgraph import TrainConfig, TrainResult, train_single
 from sparsegnn.train.memory import check_graph_rank_memory, check_row_blocks_rank_memory
-from sparsegnn.train.minibatch import MinibatchConfig, MinibatchData, fit_minibatch
+from sparsegnn.train.minibatch import (
+    MinibatchConfig,
+    MinibatchData,
+    check_minibatch_model,
+    fit_minibatch,
+)
 from sparsegnn.train.minibatch_distributed import Handoff, run_minibatch
 from sparsegnn.train.train_summary import fullgraph_summary, minibatch_summary, ogb_line, title
 
@@ -197,8 +202,10 @@ def _minibatch(request: TrainRequest, mb: MinibatchConfig) -> TrainOutcome | Non
     """Sampled minibatches on one process, or on ranks (``nprocs``, torchrun) that each
     sample their share of every minibatch, from the whole topology (replicated) or from
     their rows of it (partitioned)."""
+    cfg = request.cfg
+    check_minibatch_model(cfg.model)
     r, graph = request.ranks, training_graph(request)
-    name, cfg = graph.name, replace(request.cfg, model="sage")
+    name = graph.name
     world, comm, extra = 1, None, {}
     if world_size(request) > 1:
         if r.max_rank_memory_gib is not None:
@@ -222,12 +229,12 @@ def _minibatch(request: TrainRequest, mb: MinibatchConfig) -> TrainOutcome | Non
     else:
         data = MinibatchData.from_graph(graph, cfg.torch_dtype)
         summary = fit_minibatch(data, cfg, mb, request.device)[1].to_dict()
-    out = {"dataset": name, "model": "sage", "mode": "minibatch",
+    out = {"dataset": name, "model": cfg.model, "mode": "minibatch",
            "device": request.device, "world_size": world, **extra, **summary,
            "minibatch": asdict(mb), "config": plain_config(cfg)}
     if comm is not None:
         out["comm_bytes"] = comm
-    return TrainOutcome(title(name, "sage", f", {mb.sampler} minibatches"), out,
+    return TrainOutcome(title(name, cfg.model, f", {mb.sampler} minibatches"), out,
                         minibatch_summary(name, mb, summary))
 
 
@@ -243,7 +250,8 @@ def _minibatch_from_blocks(request: TrainRequest, mb: MinibatchConfig) -> TrainO
             f"{request.dataset} has {blocks} row blocks: run it on a multiple of {blocks} "
             f"ranks (replication = ranks / blocks), not {world} with --replication "
             f"{r.replication}")
-    cfg = replace(request.cfg, model="sage")
+    cfg = request.cfg
+    check_minibatch_model(cfg.model)
     predicted = None
     if r.max_rank_memory_gib is not None:
         predicted = predicted_total(check_row_blocks_rank_memory(
@@ -254,12 +262,12 @@ def _minibatch_from_blocks(request: TrainRequest, mb: MinibatchConfig) -> TrainO
     if outcome is None:
         return None
     summary = outcome.value.summary
-    out = {"dataset": manifest["name"], "model": "sage", "mode": "minibatch",
+    out = {"dataset": manifest["name"], "model": cfg.model, "mode": "minibatch",
            "device": request.device, "world_size": outcome.world_size,
            "topology": "partitioned", "replication": replication, "row_blocks": blocks,
            **summary, "minibatch": asdict(mb), "config": plain_config(cfg),
            "comm_bytes": outcome.comm.to_dict()}
     if predicted is not None:
         out["predicted_memory_per_rank"] = predicted
-    return TrainOutcome(title(manifest["name"], "sage", f", {mb.sampler} minibatches"), out,
+    return TrainOutcome(title(manifest["name"], cfg.model, f", {mb.sampler} minibatches"), out,
                         minibatch_summary(manifest["name"], mb, summary))

@@ -32,6 +32,7 @@ from sparsegnn.distributed.layout.shard import (
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import PARTITIONERS, Algorithm
 from sparsegnn.nn import graph_operator
+from sparsegnn.nn.operator import MODEL_NORMS
 from sparsegnn.partition import Adjacency, partition
 
 
@@ -89,8 +90,9 @@ def partition_for(
 
 
 def operator_kind(model: str) -> str:
-    """The operator a model multiplies by, as a partitioned directory records it."""
-    return "gcn" if model == "gcn" else "mean"
+    """The operator a model multiplies by, as a partitioned directory records it (``gcn``,
+    ``mean``, ``attention`` or ``sum``: :data:`~sparsegnn.nn.operator.MODEL_NORMS`)."""
+    return MODEL_NORMS.get(model, "mean")
 
 
 def check_manifest(path: str | Path, shape: GridShape, model: str) -> None:

@@ -37,6 +37,7 @@ import torch
 from sparsegnn.distributed.layout.block_partition import BlockPartition, LocalBlocks
 from sparsegnn.distributed.ops.row_exchange import SparseCommunicator, request_rows
 from sparsegnn.distributed.runtime.comm import Communicator, Group, ProcessGrid
+from sparsegnn.nn.dropout import dropout_noise
 from sparsegnn.sparse import (
     CSRMatrix,
     edge_softmax,
@@ -50,6 +51,8 @@ from sparsegnn.sparse import (
 )
 
 FORWARD, BACKWARD = "forward_attention", "backward_attention"
+# Attention dropout seeds are drawn below this (the rank is added to the draw).
+_SEED_RANGE = 2**62
 
 
 @dataclass
@@ -118,6 +121,13 @@ class EdgeExchange:
     def edges(self) -> CSRMatrix:
         return self.plan.edges
 
+    def fetched_rows(self) -> tuple[int, int]:
+        """Rows this rank sends and receives in one fetch (its own not counted), as
+        :func:`~sparsegnn.distributed.planning.attention_model.fetch_rows` predicts them."""
+        me, plan = self.grid.col.me, self.plan
+        return (sum(plan.send_counts) - plan.send_counts[me],
+                sum(plan.recv_counts) - plan.recv_counts[me])
+
     # ------------------------------------------------------------------ movements
     def reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over the ranks that split a row, identical on all of them."""
@@ -185,6 +195,18 @@ class EdgeExchange:
     def edge_matmul(self, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         with self.comm.phase(FORWARD):
             return self.leave(spmm_values(self.edges, values, self.fetch(x)))
+
+    def edge_dropout(self, values: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+        """Dropout of this rank's share of the edges. The ranks of a vertex block share one
+        torch stream (replicas stay identical only while they draw alike), but hold
+        different edges: each takes one draw from it and seeds its own mask with the draw
+        plus its rank, so every edge is dropped once and the streams stay in step. The
+        masks are not one process's (that would need the whole graph's edge order)."""
+        if not training or p == 0.0:
+            return values
+        seed = int(torch.randint(_SEED_RANGE, (1,))) + self.grid.rank
+        gen = torch.Generator(device=values.device).manual_seed(seed)
+        return dropout_noise(values, p, "bernoulli", gen).mul_(values)
 
 
 class _Fetch(torch.autograd.Function):

@@ -9,11 +9,14 @@ of ``X_i``
 the fiber replicas m hold the same slice), and the first layer, the only one that reads
 ``X``, runs on partial products:
 
-* ``X_i W = sum_j X_i[:, j] W[j, :]``: every linear map of the first layer (GCNConv's
-  ``lin``; SAGEConv's ``lin_neigh`` and ``lin_root``) becomes a :class:`RowSumLinear`,
+* ``X_i W = sum_j X_i[:, j] W[j, :]``: every linear map of the first layer that reads its
+  input (GCNConv's ``lin``; SAGEConv's ``lin_neigh`` and ``lin_root``; GAT's ``lin``,
+  GATv2's ``lin_l`` and ``lin_r``; the first map of GINConv's MLP) becomes a
+  :class:`RowSumLinear`,
   which multiplies the slice by its rows of ``W`` and all-reduces the partial product
   over the process row. The layer's output, and everything after it, is full rows again.
-* a first layer that aggregates before its map (``(A X) W``, when it widens) gets the
+* a first layer that aggregates before its map (``(A X) W``, when it widens; GIN's
+  ``(A X + (1 + eps) X) W``) gets the
   column-sliced SUMMA operator (:meth:`~sparsegnn.distributed.ops.spmm.SummaOperator.
   column_sliced`): SUMMA computes slice j of ``A X`` anyway, so ``(A X)_i[:, j] W[j, :]``
   is summed the same way, without the all-gather back to full rows.
@@ -113,19 +116,19 @@ class _DroppedProduct(torch.autograd.Function):
 
 
 class RowSumLinear(nn.Module):
-    """A bias-free :class:`~torch.nn.Linear` applied to columns ``cols`` of its input only,
-    the partial products summed over the process row (``X W`` from column slices of X).
+    """A :class:`~torch.nn.Linear` applied to columns ``cols`` of its input only, the
+    partial products summed over the process row (``X W`` from column slices of X), the
+    bias added once after the sum (its gradient is then whole on every rank: only the
+    weight's is sliced).
 
-    It holds the original layer's ``weight`` parameter under the same name, so state
-    dicts and parameter order are unchanged.
+    It holds the original layer's ``weight`` and ``bias`` parameters under the same
+    names, so state dicts and parameter order are unchanged.
     """
 
     def __init__(self, linear: nn.Linear, cols: tuple[int, int], comm: Communicator,
                  row: Group) -> None:
         super().__init__()
-        if linear.bias is not None:
-            raise ValueError("RowSumLinear: the partial products would add the bias q times")
-        self.weight = linear.weight
+        self.weight, self.bias = linear.weight, linear.bias
         self.cols, self.comm, self.row = cols, comm, row
         # Whose mask to apply to a raw input slice (per-block dropout, layer maps first).
         self.dropout: SliceDropout | None = None
@@ -138,7 +141,8 @@ class RowSumLinear(nn.Module):
         else:
             partial = _DroppedProduct.apply(x, self.weight[:, lo:hi], self.dropout, seed)
         with self.comm.phase("input_allreduce"):
-            return group_sum(partial, self.comm, self.row)
+            total = group_sum(partial, self.comm, self.row)
+        return total if self.bias is None else total + self.bias
 
     def extra_repr(self) -> str:
         return f"in_columns={self.cols[0]}:{self.cols[1]} of {self.weight.shape[1]}"
@@ -155,12 +159,28 @@ def slice_first_layer(
     """
     first = model.layers[0]
     sliced = []
-    for name, child in list(first.named_children()):
-        if isinstance(child, nn.Linear):
-            setattr(first, name, RowSumLinear(child, cols, comm, row))
-            sliced.append(child.weight)
+    for parent, name, linear in input_maps(first):
+        setattr(parent, name, RowSumLinear(linear, cols, comm, row))
+        sliced.append(linear.weight)
     head = op if first.transforms_first else op.column_sliced()
     return [head] + [op] * (len(model.layers) - 1), sliced
+
+
+def input_maps(layer: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """``(parent, name, map)`` of each linear map that reads a layer's input: its own
+    linear children (GCNConv's ``lin``, SAGEConv's two, GAT's ``lin``, GATv2's ``lin_l``
+    and ``lin_r``), or, for a layer that aggregates into a module (GINConv's ``nn``), that
+    module's first linear map."""
+    own = [(layer, name, child) for name, child in layer.named_children()
+           if isinstance(child, nn.Linear)]
+    if own:
+        return own
+    inner = getattr(layer, "nn", None)
+    for parent in [] if inner is None else inner.modules():
+        for name, child in parent.named_children():
+            if isinstance(child, nn.Linear):
+                return [(parent, name, child)]
+    raise ValueError(f"{type(layer).__name__} has no linear map of its input to slice")
 
 
 def use_slice_dropout(model: nn.Module, slice_index: int) -> None:
@@ -176,7 +196,7 @@ def use_slice_dropout(model: nn.Module, slice_index: int) -> None:
     first = model.layers[0]
     dropout = SliceDropout(p, slice_index, kind)
     first.register_forward_pre_hook(dropout.pre_hook)
-    for child in first.children():
+    for child in first.modules():
         if isinstance(child, RowSumLinear):
             child.dropout = dropout
 

@@ -157,6 +157,10 @@ class DistributedOperator:
         """``out_i = sum_j values_ij x_j`` over the row's edges, full rows of block i."""
         return self.edges.edge_matmul(values, x)
 
+    def edge_dropout(self, values: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+        """Attention dropout of this rank's edges (its own masks, not one process's)."""
+        return self.edges.edge_dropout(values, p, training)
+
 
 class _DistSpMM(torch.autograd.Function):
     @staticmethod

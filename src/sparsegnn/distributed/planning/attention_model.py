@@ -77,6 +77,25 @@ def gat_calls(heads: int, channels: int, grad: bool) -> list[EdgeCall]:
             EdgeCall("edge_matmul", heads, channels, grad)]
 
 
+def model_calls(model: str, widths: list[int], heads: int) -> list[EdgeCall]:
+    """The edge-protocol calls of one training epoch of a GAT or GATv2 stack of layer
+    ``widths`` (:class:`~sparsegnn.nn.GAT`: hidden layers of ``heads`` heads, one at the
+    output): the training forward, whose inputs need gradients, then the evaluation
+    forward."""
+    last = len(widths) - 2
+    calls = []
+    for grad in (True, False):
+        for layer, channels in enumerate(widths[1:]):
+            h = 1 if layer == last else heads
+            if model == "gat":
+                calls += gat_calls(h, channels, grad)
+            else:
+                calls += [EdgeCall("sddmm_leaky", h, channels, grad),
+                          EdgeCall("edge_softmax", h, 1, grad),
+                          EdgeCall("edge_matmul", h, channels, grad)]
+    return calls
+
+
 def split_peers(shape: GridShape) -> int:
     """``(l - 1) + (c - 1)``: the peers a split-group sum sends to and receives from,
     over the fiber then the row (none on 1D, whose rank holds whole rows)."""

@@ -39,6 +39,7 @@ import torch
 
 from sparsegnn.distributed.layout.block_partition import BlockPartition, split_sizes, stage_blocks
 from sparsegnn.distributed.layout.grid import GridShape
+from sparsegnn.names import ATTENTION_MODELS
 from sparsegnn.sparse import CSRMatrix
 
 Volume = dict[str, dict[str, int]]
@@ -79,6 +80,9 @@ class ModelShape(Protocol):
     @property
     def num_layers(self) -> int: ...
 
+    @property
+    def heads(self) -> int: ...
+
 
 def _widths(cfg: ModelShape, in_dim: int, out_dim: int) -> list[int]:
     return [in_dim] + [cfg.hidden] * (cfg.num_layers - 1) + [out_dim]
@@ -90,14 +94,18 @@ def spmm_schedule(
     """The distributed SpMMs of one epoch (training forward, evaluation forward, backward).
 
     Mirrors the layers (their ``transforms_first``): GCNConv and SAGEConv multiply after
-    their linear map when it narrows (``out < in``), else before it; only the first
-    layer's SpMM on raw features needs no backward pass. ``sliced``: the grid cuts the
-    input features by columns (2D/3D), so a first layer aggregating raw features
-    multiplies column slices.
+    their linear map when it narrows (``out < in``), else before it; GINConv always
+    aggregates its input first (the raw sum, then its MLP); attention layers call the
+    edge protocol instead (:mod:`~sparsegnn.distributed.planning.attention_model`), no
+    SpMM. Only the first layer's SpMM on raw features needs no backward pass.
+    ``sliced``: the grid cuts the input features by columns (2D/3D), so a first layer
+    aggregating raw features multiplies column slices.
     """
+    if cfg.model in ATTENTION_MODELS:
+        return []
     forward, backward = [], []
     for layer, (a, b) in enumerate(itertools.pairwise(_widths(cfg, in_dim, out_dim))):
-        shrink = b < a
+        shrink = b < a and cfg.model != "gin"
         width = b if shrink else a
         forward.append(SpmmCall(width, "forward_spmm", sliced and layer == 0 and not shrink))
         if shrink or layer > 0:
@@ -106,11 +114,14 @@ def spmm_schedule(
 
 
 def input_slicing(cfg: ModelShape, in_dim: int, out_dim: int) -> InputSlicing:
-    """The row all-reduces and sliced weights of a 2D/3D epoch: one per linear map of the
-    first layer (GCNConv has one, SAGEConv a neighbour and a root map), in each of the
-    two forward passes."""
+    """The row all-reduces and sliced weights of a 2D/3D epoch: one per linear map that
+    reads the first layer's input (GCNConv and GIN's MLP have one, SAGEConv a neighbour
+    and a root map, GATv2 ``lin_l`` and ``lin_r``), in each of the two forward passes.
+    An attention layer's maps are ``heads`` times as wide when it is not the last."""
     width = _widths(cfg, in_dim, out_dim)[1]
-    maps = 1 if cfg.model == "gcn" else 2
+    if cfg.model in ATTENTION_MODELS and cfg.num_layers > 1:
+        width *= cfg.heads
+    maps = 1 if cfg.model in ("gcn", "gin", "gat") else 2
     return InputSlicing((width,) * (2 * maps), maps * in_dim * width)
 
 

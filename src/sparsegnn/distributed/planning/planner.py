@@ -190,6 +190,7 @@ class PlanConfig:
     model: str = "gcn"
     hidden: int = 16
     num_layers: int = 2
+    heads: int = 8  # GAT's and GATv2's hidden heads
     dtype: str = "float32"
     seed: int = 0
     # ``train --overlap``: a dense 1D/1.5D product then holds more blocks of H at once

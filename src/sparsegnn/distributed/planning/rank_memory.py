@@ -28,7 +28,7 @@ from sparsegnn.distributed.layout.block_partition import stage_blocks
 from sparsegnn.distributed.layout.grid import GridShape
 from sparsegnn.distributed.ops.spmm import col_lanes
 from sparsegnn.distributed.planning.cost import feature_column_count
-from sparsegnn.names import row_wise
+from sparsegnn.names import ATTENTION_MODELS, row_wise
 from sparsegnn.nn.model_size import layer_widths, parameter_count
 
 # What a rank holds, as its RankMemory measures it (``held_bytes``), and what the
@@ -44,6 +44,10 @@ INDEX_BYTES = 8  # CSR row pointers and column indices are int64
 # (torch 2.13 CPU wheel, gloo) started at 240-243 MiB after its imports and grew 80-170
 # MiB beyond its data; the quick calibration at p = 4 measured 259 + 131 MiB.
 DEFAULT_PROCESS_BYTES = 384 * 2**20
+# Per-edge tensors an attention layer keeps for its backward pass, each ``nnz x heads``:
+# the scores with the edge counts' logarithm added, the softmax weights and their
+# dropped-out copy (the LeakyReLU's output is the scores').
+EDGE_TENSORS = 3
 
 
 def process_bytes(profile: Any = None) -> int:
@@ -70,6 +74,7 @@ class Holding:
 def rank_bytes(
     holding: Holding, num_params: int, value_bytes: int, *, activation_width: int = 0,
     in_flight_bytes: int = 0, graph_bytes: int = 0, process_bytes: int = 0,
+    edge_width: int = 0,
 ) -> dict[str, int]:
     """The predicted peak of a rank holding ``holding``, by kind (:data:`PREDICTED_KINDS`).
 
@@ -79,14 +84,15 @@ def rank_bytes(
     minibatch training, whose sampled batches are not modelled) and ``in_flight_bytes``
     (:func:`in_flight_bytes`). ``graph_bytes``: the whole graph where the rank loads it
     (:func:`whole_graph_bytes`); ``process_bytes``: the process before and beyond its
-    data (:func:`process_bytes`)."""
+    data (:func:`process_bytes`); ``edge_width``: values kept per stored nonzero
+    (attention's per-edge tensors, :func:`edge_width`)."""
     model = num_params * value_bytes
     return {
         "topology": tile_bytes(holding.row_pointers, holding.nonzeros, value_bytes),
         "features": holding.feature_rows * holding.feature_cols * value_bytes,
         "model": model, "optimiser": 2 * model,
         "training": model + holding.feature_rows * activation_width * value_bytes
-        + in_flight_bytes,
+        + holding.nonzeros * edge_width * value_bytes + in_flight_bytes,
         "graph": graph_bytes, "process": process_bytes,
     }
 
@@ -103,6 +109,15 @@ def activation_width(algo: str, feature_cols: int, widths: list[int]) -> int:
     32 MiB ones it hands back). docs/results/2026-12-06-memory-predictor.md."""
     per_value = 3 if row_wise(algo) else 5
     return per_value * (feature_cols + sum(widths[1:]))
+
+
+def edge_width(cfg: Any) -> int:
+    """Values per stored nonzero that training keeps: none for the SpMM models; for
+    GAT/GATv2 :data:`EDGE_TENSORS` tensors of ``nnz x heads`` per layer (one head in the
+    last), alive together through the backward pass."""
+    if cfg.model not in ATTENTION_MODELS:
+        return 0
+    return EDGE_TENSORS * (cfg.heads * (cfg.num_layers - 1) + 1)
 
 
 def tile_bytes(row_pointers: int, nonzeros: int, value_bytes: int) -> int:
@@ -195,7 +210,7 @@ def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: i
     (R-MAT) is predicted with ``cfg.hidden`` as its input and output widths."""
     g, shape, part = layout.graph, layout.shape, layout.part
     f, classes = g.num_features or cfg.hidden, g.num_classes or cfg.hidden
-    params = parameter_count(cfg.model, f, cfg.hidden, classes, cfg.num_layers)
+    params = parameter_count(cfg.model, f, cfg.hidden, classes, cfg.num_layers, cfg.heads)
     widths = layer_widths(f, cfg.hidden, classes, cfg.num_layers)
     block_values = max(part.size(b) for b in range(shape.row_blocks)) * max(widths)
     graph = whole_graph_bytes(g, value_bytes) if whole_graph else 0
@@ -211,6 +226,7 @@ def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: i
     return busiest(
         rank_bytes(h, params, value_bytes, graph_bytes=graph, process_bytes=process_bytes,
                    activation_width=activation_width(shape.algo, h.feature_cols, widths),
+                   edge_width=edge_width(cfg),
                    in_flight_bytes=in_flight_bytes(shape, rank, cfg, block_values,
                                                    stage_tile(rank), value_bytes))
         for rank, h in enumerate(layout_holdings(layout, f, tables)))
@@ -268,7 +284,7 @@ class _Nonzeros:
         no_loops = cls(pattern.indptr, pattern.rows, False, np.empty(0, np.int64), False)
         gcn = graph.model == "gcn"
         loops = np.empty(0, np.int64)
-        if gcn:  # gcn_norm adds I where the diagonal is missing
+        if gcn or graph.model in ATTENTION_MODELS:  # gcn_norm, attention: a loop per node
             looped = np.zeros(graph.num_nodes, dtype=bool)
             for rows, cols in no_loops.chunks():
                 looped[rows[rows == cols]] = True
