@@ -2,7 +2,7 @@
 
 PyG gathers an ``E x heads x channels`` message tensor per layer; here the per-edge
 state is ``nnz x heads`` scores and weights (:mod:`sparsegnn.sparse.edge_kernels`,
-:mod:`sparsegnn.sparse.edge_softmax`), and the aggregation is one SpMM per head.
+:mod:`sparsegnn.sparse.edge_softmax`), and the aggregation is one SpMM for all heads.
 
 The layers call only the edge protocol (:class:`~sparsegnn.nn.edge_operator.EdgeOperator`),
 so they train unchanged on one process and on every distributed grid. The graph is

@@ -5,10 +5,17 @@
 adjacency, row-normalised for PyG's default mean aggregation (``c_ir = |N_r(i)|``,
 repeated edges counted). ``W_r`` is a full matrix, a combination of shared bases, or
 block-diagonal.
+
+The R products run as one (:func:`stack_relations`): relation r's entry ``(i, j)`` is
+column ``j * R + r`` of ``[A_0 ... A_{R-1}]`` (transform first, ``X W`` viewed as ``[n *
+R, out]``) or row ``i * R + r`` of ``[A_0; ...; A_{R-1}]`` (aggregate first, then one
+``[rows, R * in] @ [R * in, out]`` product): one pass over every edge, one output, and
+the relations' weights in one dense product instead of R (docs/results/attention.md).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Literal
 
@@ -31,6 +38,41 @@ def relation_operators(edge_index: torch.Tensor, edge_type: torch.Tensor,
         mat = CSRMatrix.from_edge_index(edge_index[:, edge_type == r], num_nodes)
         ops.append(normalize(mat.to(dtype=dtype), aggr))
     return ops
+
+
+def stack_relations(ops: Sequence[CSRMatrix], by: Literal["cols", "rows"]) -> CSRMatrix:
+    """The R relation operators as one matrix, relations interleaved: ``by="cols"`` puts
+    ``A_r[i, j]`` at ``[i, j * R + r]`` (times ``X W`` viewed as ``[n * R, out]``),
+    ``by="rows"`` at ``[i * R + r, j]`` (its product viewed as ``[rows, R, in]``).
+    Interleaving, not blocks, is what lets both dense sides be views without copies."""
+    num, (rows, cols) = len(ops), ops[0].shape
+    rel = torch.cat([torch.full((op.nnz,), r, device=op.device) for r, op in enumerate(ops)])
+    row = torch.cat([op.row_indices() for op in ops])
+    col = torch.cat([op.col for op in ops])
+    val = torch.cat([op.val for op in ops])
+    if by == "cols":
+        return CSRMatrix.from_coo(row, col * num + rel, val, (rows, cols * num))
+    return CSRMatrix.from_coo(row * num + rel, col, val, (rows * num, cols))
+
+
+# One stacked operator per list of relation operators and direction, kept while the
+# first operator lives: training multiplies by the same list every epoch.
+_STACKS: weakref.WeakKeyDictionary[CSRMatrix, dict[tuple, CSRMatrix]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _stacked(ops: Sequence[Operator], by: Literal["cols", "rows"]) -> CSRMatrix | None:
+    """:func:`stack_relations` of ``ops``, cached; None where the ops are not all local
+    CSR matrices with constant values (a distributed operator multiplies on its own)."""
+    if not all(isinstance(op, CSRMatrix) and not op.val.requires_grad for op in ops):
+        return None
+    mats: list[CSRMatrix] = list(ops)  # type: ignore[arg-type]
+    key = (by, *(id(m) for m in mats), *(m.val._version for m in mats))
+    cache = _STACKS.setdefault(mats[0], {})
+    if key not in cache:
+        cache.clear()
+        cache[key] = stack_relations(mats, by)
+    return cache[key]
 
 
 def _glorot(param: torch.Tensor) -> None:
@@ -110,18 +152,41 @@ class RGCNConv(nn.Module):
     def forward(self, x: torch.Tensor, adj: torch.Tensor | Sequence[Operator],
                 edge_type: torch.Tensor | None = None) -> torch.Tensor:
         ops = self._operators(x, adj, edge_type)
-        weights = self.relation_weights()
-        out = torch.zeros(ops[0].shape[0], self.out_channels, dtype=x.dtype, device=x.device)
         # Aggregate first when it is the narrower side (always for block-diagonal W_r).
         narrow_first = self.num_blocks is None and self.out_channels < self.in_channels
+        stacked = _stacked(ops, "cols" if narrow_first else "rows") if len(ops) > 1 else None
+        if stacked is None:
+            out = self._per_relation(x, ops, narrow_first)
+        elif narrow_first:
+            xw = x @ self.relation_weights().permute(1, 0, 2).reshape(self.in_channels, -1)
+            out = stacked.matmul(xw.view(-1, self.out_channels))
+        else:
+            agg = stacked.matmul(x).view(-1, self.num_relations, self.in_channels)
+            out = self._combine(agg)
+        if self.root is not None:
+            out = out + x[: out.shape[0]] @ self.root
+        return out if self.bias is None else out + self.bias
+
+    def _combine(self, agg: torch.Tensor) -> torch.Tensor:
+        """``sum_r agg[:, r] W_r`` for ``agg [rows, R, in]``: one dense product."""
+        if self.num_blocks is None:
+            flat = self.relation_weights().reshape(-1, self.out_channels)
+            return agg.reshape(agg.shape[0], -1) @ flat
+        blocks = agg.reshape(agg.shape[0], self.num_relations, self.num_blocks, -1)
+        out = torch.einsum("nrbi,rbio->nbo", blocks, self.weight)
+        return out.reshape(agg.shape[0], -1)
+
+    def _per_relation(self, x: torch.Tensor, ops: Sequence[Operator],
+                      narrow_first: bool) -> torch.Tensor:
+        """The sum one relation at a time, for operators that cannot be stacked."""
+        weights = self.relation_weights()
+        out = torch.zeros(ops[0].shape[0], self.out_channels, dtype=x.dtype, device=x.device)
         for r, op in enumerate(ops):
             if narrow_first:
                 out = out + op.matmul(self._transform(x, r, weights))
             else:
                 out = out + self._transform(op.matmul(x), r, weights)
-        if self.root is not None:
-            out = out + x[: out.shape[0]] @ self.root
-        return out if self.bias is None else out + self.bias
+        return out
 
     def _operators(self, x: torch.Tensor, adj: torch.Tensor | Sequence[Operator],
                    edge_type: torch.Tensor | None) -> Sequence[Operator]:

@@ -7,7 +7,8 @@ makes one score per stored edge and head, a row softmax normalises them
 SpMM are each other's gradients (``d out / d values`` of an SpMM is an SDDMM of the output
 gradient with X; ``d out / d left`` of an SDDMM is an SpMM with the output gradient as
 values), so both backwards here are the other kernel and no ``nnz x heads x f`` message
-tensor is ever kept: per-edge tensors stay ``nnz x heads``.
+tensor is ever kept: per-edge tensors stay ``nnz x heads``. Every head runs in the same
+product (:mod:`sparsegnn.sparse.multihead`).
 
 Every function takes the pattern as a :class:`CSRMatrix` (its values are ignored) and
 plain tensors, so a distributed rank calls them on its local tile, whose columns index
@@ -22,7 +23,7 @@ import torch
 
 from sparsegnn.errors import ShapeError
 from sparsegnn.sparse.csr import CSRMatrix
-from sparsegnn.sparse.ops import _mm, sddmm
+from sparsegnn.sparse.multihead import heads_sddmm, heads_spmm
 
 # GATv2's edge MLP works on chunks of edges so its temporary stays near this many elements.
 _EDGE_CHUNK_ELEMS = 1 << 22
@@ -45,12 +46,8 @@ def pattern_transpose(a: CSRMatrix) -> tuple[CSRMatrix, torch.Tensor]:
 
 def heads_mm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``out[:, h] = A_h @ x[:, h]`` with ``A_h`` A's pattern carrying ``values[:, h]``
-    (no autograd): one product per head on the fastest kernel of ``ops._mm``."""
-    if values.shape[1] == 1:  # one head: no copies of x or the output
-        return _mm(a.with_values(values[:, 0]), x[:, 0]).unsqueeze(1)
-    return torch.stack(
-        [_mm(a.with_values(values[:, h].contiguous()), x[:, h].contiguous())
-         for h in range(values.shape[1])], dim=1)
+    (no autograd): all heads in one product (:func:`~sparsegnn.sparse.multihead.heads_spmm`)."""
+    return heads_spmm(a, values, x)
 
 
 def _transposed_mm(a: CSRMatrix, values: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -70,7 +67,7 @@ class _SpMMValues(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         values, x = ctx.saved_tensors
         grad = grad.contiguous()
-        grad_values = sddmm(ctx.a, grad, x) if ctx.needs_input_grad[0] else None
+        grad_values = heads_sddmm(ctx.a, grad, x) if ctx.needs_input_grad[0] else None
         grad_x = _transposed_mm(ctx.a, values, grad) if ctx.needs_input_grad[1] else None
         return grad_values, grad_x, None
 
@@ -80,7 +77,7 @@ class _SDDMMDot(torch.autograd.Function):
     def forward(ctx, left: torch.Tensor, right: torch.Tensor, a: CSRMatrix) -> torch.Tensor:  # type: ignore[override]
         ctx.a = a
         ctx.save_for_backward(left, right)
-        return sddmm(a, left, right)
+        return heads_sddmm(a, left, right)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
