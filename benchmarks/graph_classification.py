@@ -1,7 +1,7 @@
 """Whole-graph classification, ours vs PyG's GIN, side by side on the same folds.
 
-Accuracy: on MUTAG (bundled) and PROTEINS (read from ``--data-dir``, ``$SPARSEGNN_DATA``
-or ``shared/data``; skipped, saying so, where it is absent), 10 stratified folds
+Accuracy: on MUTAG and PROTEINS (read from ``--data-dir``, ``$SPARSEGNN_DATA`` or
+``shared/data``; each skipped, saying so, where it is absent), 10 stratified folds
 (:func:`~sparsegnn.data.graph_set.stratified_folds`) are given to both:
 
 * ``ours``: :func:`sparsegnn.train.graph_task.cross_validate` with its defaults, the GIN

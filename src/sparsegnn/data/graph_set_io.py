@@ -31,8 +31,9 @@ from sparsegnn.data.tu import is_tu_folder, read_tu_folder
 from sparsegnn.errors import DataFormatError
 from sparsegnn.optional import require
 
-# The TU sets this package knows by name (MUTAG is bundled; the others are read from
-# --data-dir, $SPARSEGNN_DATA or shared/data, in a folder of their upper-case name).
+# The TU sets this package knows by name, read from --data-dir, $SPARSEGNN_DATA or
+# shared/data, in a folder of their upper-case name (none is bundled: the public copies
+# found came from repository snapshots, whose files are kept out of this repository).
 TU_NAMES = ("mutag", "proteins", "enzymes")
 _SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
 
