@@ -9,7 +9,7 @@ median of 5 seeds >= 0.815, CiteSeer >= 0.70, GATv2 within 1 point of GAT. Resul
 docs/results/attention.md.
 
     python benchmarks/model_accuracy.py [--datasets cora,citeseer] [--models gat,gatv2]
-        [--seeds 5] [--epochs 200] [--json]
+        [--seeds 5] [--first-seed 0] [--epochs 200] [--json]
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from sparsegnn.train.fullgraph import config_for
 from sparsegnn.train.train_request import TrainRequest, run_train
 
 
-def accuracies(dataset: str, model: str, seeds: int, epochs: int) -> list[float]:
+def accuracies(dataset: str, model: str, seeds: range, epochs: int) -> list[float]:
     """Test accuracy of the best-on-validation weights, one run per seed."""
     out = []
-    for seed in range(seeds):
+    for seed in seeds:
         outcome = run_train(TrainRequest(dataset, config_for(model, seed=seed, epochs=epochs)))
         assert outcome is not None  # one process: always the reporting rank
         out.append(float(outcome.result["test_accuracy"]))
@@ -39,15 +39,17 @@ def main() -> None:
     p.add_argument("--datasets", default="cora,citeseer")
     p.add_argument("--models", default="gat,gatv2")
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds first..first+seeds-1")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     rows = []
     for dataset in args.datasets.split(","):
         for model in args.models.split(","):
-            accs = accuracies(dataset, model, args.seeds, args.epochs)
+            seeds = range(args.first_seed, args.first_seed + args.seeds)
+            accs = accuracies(dataset, model, seeds, args.epochs)
             rows.append({"dataset": dataset, "model": model, "epochs": args.epochs,
-                         "seeds": list(range(args.seeds)), "test_accuracy": accs,
+                         "seeds": list(seeds), "test_accuracy": accs,
                          "median": statistics.median(accs)})
             if not args.json:
                 print(f"{dataset:10s} {model:6s} median {rows[-1]['median']:.4f}  "

@@ -142,10 +142,10 @@ class GAT(nn.Module):
     Veličković et al. and PyG's example: hidden layers of ``heads`` heads of ``hidden``
     channels, concatenated, with ELU between layers; the last layer averages
     ``out_heads`` heads. ``dropout`` drops the input of every layer and, as attention
-    dropout, the attention weights (``attention_dropout``, when given, instead; a grid
-    draws its own attention masks, so comparing one with one process needs it 0). The
-    operator is ``operator_for("gat", A)`` (one
-    self-loop per node) or one such pattern per layer (sampled blocks).
+    dropout, the attention weights (``attention_dropout``, when given, instead: a grid
+    draws its own attention masks, so it equals one process only with that at 0). The
+    operator is ``operator_for("gat", A)`` (one self-loop per node) or one such pattern
+    per layer (sampled blocks).
     """
 
     def __init__(self, in_channels: int, hidden: int, out_channels: int, num_layers: int = 2,
