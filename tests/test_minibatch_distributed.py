@@ -345,7 +345,7 @@ def _evaluate_in_chunks(data: MinibatchData, replication: int) -> dict[str, floa
         comm = ExchangeCommunicator()
         topo = PartitionedTopology.from_global(data.adj, replication, comm, group)
         features = PartitionedFeatures.from_global(data.x, replication, comm, group)
-        out = {"local": _Evaluator(data, torch.device("cpu")).accuracy(model, "test")}
+        out = {"local": _Evaluator(data, torch.device("cpu"), "sage").accuracy(model, "test")}
         for name, mb in (("whole", 64.0), ("chunked", 0.002)):
             ev = PartitionedEvaluator(topo, features, data.y, data.masks, comm, group,
                                       torch.device("cpu"), chunk_mb=mb)
