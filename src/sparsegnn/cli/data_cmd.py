@@ -204,6 +204,13 @@ _ACTIONS: list[Callable[[Any], None]] = [_add_info, _add_convert, _add_generate,
 
 
 def _run_info(args: argparse.Namespace) -> int:
+    from sparsegnn.data import is_hetero_source
+    from sparsegnn.data.graph_set_io import is_graph_set_source
+
+    if is_hetero_source(args.source, args.data_dir):
+        return _hetero_info(args)
+    if is_graph_set_source(args.source, args.data_dir):
+        return _graph_set_info(args)
     if Path(args.source).is_dir():
         return _partition_info(args)
     from sparsegnn.data import degree_stats, load_any
@@ -212,6 +219,41 @@ def _run_info(args: argparse.Namespace) -> int:
     result = {"source": args.source, **g.counts(),
               **degree_stats(g.edge_index, g.num_nodes)}
     return emit(args, result, _describe(g, result))
+
+
+def _hetero_info(args: argparse.Namespace) -> int:
+    """``data info`` of a typed graph: nodes and features per node type, edges per edge
+    type, the target type and its split."""
+    from sparsegnn.data import load_hetero
+
+    counts = load_hetero(args.source, args.data_dir, seed=args.seed).counts()
+    result = {"source": args.source, **counts}
+    node_types: dict[str, dict[str, int]] = counts["node_types"]  # type: ignore[assignment]
+    edge_types: dict[str, int] = counts["edge_types"]  # type: ignore[assignment]
+    lines = [f"{counts['name']}: typed graph, {counts['num_nodes']} nodes of "
+             f"{len(node_types)} types, {counts['num_edges']} edges of {len(edge_types)} "
+             f"types; target {counts['target']} ({counts['num_classes']} classes)"]
+    lines += [f"node type {t}: {c['num_nodes']} nodes, {c['num_features']} features"
+              for t, c in node_types.items()]
+    lines += [f"edge type {t}: {n} edges" for t, n in edge_types.items()]
+    if "num_train" in counts:
+        lines.append(f"split: {counts.get('num_train', 0)} train / "
+                     f"{counts.get('num_val', 0)} val / {counts.get('num_test', 0)} test")
+    return emit(args, result, "\n".join(lines))
+
+
+def _graph_set_info(args: argparse.Namespace) -> int:
+    """``data info`` of a graph set (TU folder or name, ``ogbg-*``): graphs, nodes, edges,
+    features and the class counts."""
+    from sparsegnn.data.graph_set_io import load_graph_set
+
+    counts = load_graph_set(args.source, args.data_dir).counts()
+    result = {"source": args.source, **counts}
+    text = (f"{counts['name']}: graph set of {counts['graphs']} graphs, {counts['nodes']} "
+            f"nodes ({counts['mean_nodes']:.1f} per graph), {counts['edges']} directed "
+            f"edges, {counts['features']} features, {counts['classes']} classes "
+            f"(graphs per class {counts['class_counts']})")
+    return emit(args, result, text)
 
 
 def _partition_info(args: argparse.Namespace) -> int:

@@ -6,8 +6,9 @@ This module turns the parsed options (:mod:`sparsegnn.cli.train_flags`) into a
 when ``--nprocs`` > 1, when ``--algo`` is given, under torchrun, for a partitioned
 folder as ``--dataset`` or a distributed run's checkpoint folder as ``--checkpoint``;
 sampled minibatches with ``--mode minibatch``), checks and trains, and prints the
-outcome. The options are never rewritten. Like every CLI module it imports the library
-only inside functions.
+outcome. ``--task link``/``graph`` and ``--model rgcn`` go to
+:mod:`sparsegnn.cli.train_tasks` instead. The options are never rewritten. Like every
+CLI module it imports the library only inside functions.
 """
 
 from __future__ import annotations
@@ -31,9 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sparsegnn.cli.train_tasks import is_task_run, run_task
+    from sparsegnn.train.task_runs import check_node_source
     from sparsegnn.train.train_request import run_train
 
-    outcome = run_train(request_from_args(args))
+    if is_task_run(args):
+        outcome = run_task(args, str(resolve_device(args.device)))
+    else:
+        check_node_source(args.dataset, args.data_dir, args.model)
+        outcome = run_train(request_from_args(args))
     if outcome is None:  # not rank 0 of a torchrun job: rank 0 reports
         return 0
     for warning in outcome.warnings:
@@ -49,7 +56,7 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
 
     device = str(resolve_device(args.device))
     minibatch = None if args.mode != "minibatch" else MinibatchConfig(
-        args.sampler, tuple(args.fanouts), args.batch_size, args.bulk)
+        args.sampler, tuple(args.fanouts), args.batch_size or 1024, args.bulk)
     ranks = RankOptions(
         nprocs=args.nprocs, algo=args.algo, auto_trials=args.auto_trials,
         profile=args.profile, calibrate=args.calibrate, dropout_masks=args.dropout_masks,

@@ -23,6 +23,7 @@ from sparsegnn.cli.common import (
     output_dir,
     output_file,
 )
+from sparsegnn.cli.task_flags import add_task_flags
 from sparsegnn.names import ALGORITHMS, DEFAULT_MASK, MASK_KINDS, MODEL_KINDS
 
 
@@ -35,12 +36,13 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--model",
-        choices=MODEL_KINDS,
+        choices=(*MODEL_KINDS, "rgcn"),
         default=None,
         help="default: gcn full-graph, sage (GraphSAGE) minibatch; gat/gatv2 (attention), "
-        "gin (sum aggregation and an MLP). Where not given, --hidden, --dropout, --lr and "
-        "--weight-decay are the model's paper's: gcn/sage 16, 0.5, 0.01, 5e-4; gat/gatv2 "
-        "8 per head, 0.6 (inputs and attention), 0.005, 5e-4; gin 64, 0.5, 0.01, 0",
+        "gin (sum aggregation and an MLP); rgcn (R-GCN) on a typed graph. Where not given, "
+        "--hidden, --dropout, --lr and --weight-decay are the model's paper's: gcn/sage "
+        "16, 0.5, 0.01, 5e-4; gat/gatv2 8 per head, 0.6 (inputs and attention), 0.005, "
+        "5e-4; gin 64, 0.5, 0.01, 0 (--task link/graph and rgcn: the task's own)",
     )
     p.add_argument("--hidden", type=int_range(1), default=None,
                    help="hidden width (per head for gat/gatv2); default: the model's")
@@ -48,7 +50,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
                    help="gat/gatv2: hidden layers' heads, concatenated (the last layer "
                    "averages one); default 8")
     p.add_argument("--layers", type=int_range(1), default=None,
-                   help="default: 2 full-graph, 3 minibatch")
+                   help="default: 2 full-graph, 3 minibatch, the task's for --task")
     p.add_argument("--dropout", type=float_range(0.0, 1.0, hi_open=True), default=None,
                    help="default: the model's (gat/gatv2: also on the attention weights)")
     p.add_argument("--attention-dropout", type=float_range(0.0, 1.0, hi_open=True),
@@ -61,9 +63,11 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
                    help="default: the model's")
     p.add_argument("--weight-decay", type=float_range(0.0), default=None,
                    help="default: the model's")
-    p.add_argument("--epochs", type=int_range(1), default=200)
-    p.add_argument("--patience", type=int_range(1), default=100,
-                   help="early-stopping patience (epochs)")
+    p.add_argument("--epochs", type=int_range(1), default=None,
+                   help="default 200 (node), the task's for --task link/graph, 50 rgcn")
+    p.add_argument("--patience", type=int_range(1), default=None,
+                   help="early-stopping patience (epochs; default 100 for node "
+                   "classification, none for the other tasks)")
     p.add_argument("--seed", type=int_range(0), default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
@@ -87,6 +91,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     again.add_argument("--restart", action="store_true",
                        help="train from epoch 0 on a checkpoint folder that holds saved "
                        "epochs; they are deleted once this run's first checkpoint is saved")
+    add_task_flags(p)
     add_device_flag(p)
     add_json_flag(p)
     add_run_flags(p)
@@ -153,7 +158,9 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     mb.add_argument("--sampler", choices=("sage", "ladies", "shadow"), default="sage")
     mb.add_argument("--fanouts", type=int_list(1), default=[15, 10, 5],
                     help="per-layer fan-outs (sage, shadow; default 15,10,5)")
-    mb.add_argument("--batch-size", type=int_range(1), default=1024)
+    mb.add_argument("--batch-size", type=int_range(1), default=None,
+                    help="seed nodes per minibatch (default 1024); graphs per batch for "
+                    "--task graph (default 32)")
     mb.add_argument("--bulk", type=int_range(1), default=64, help="minibatches sampled per call")
     mb.add_argument(
         "--topology", choices=("replicated", "partitioned"), default="replicated",

@@ -55,6 +55,19 @@ def load_graph_set(source: str | os.PathLike[str], data_dir: str | os.PathLike[s
                           "dataset file")
 
 
+def is_graph_set_source(source: str | os.PathLike[str],
+                        data_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Whether ``source`` is unmistakably a graph set: a TU name or folder, an ``ogbg-*``
+    name or folder (a PyG ``processed/`` folder or ``.pt`` file may hold one graph as well,
+    so it is not claimed here; :func:`load_graph_set` reads it when asked to)."""
+    text = str(source)
+    if text.lower() in TU_NAMES or text.lower().startswith("ogbg-"):
+        return True
+    path = Path(text).expanduser()
+    return path.is_dir() and ((path / "raw" / "num-node-list.csv.gz").is_file()
+                              or is_tu_folder(path))
+
+
 def _named(name: str, data_dir: str | os.PathLike[str] | None) -> Path:
     low = name.lower()
     if low.startswith("ogbg-"):

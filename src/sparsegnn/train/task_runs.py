@@ -1,0 +1,98 @@
+"""The tasks beside node classification, as ``sparsegnn train`` runs them: request in,
+:class:`~sparsegnn.train.train_request.TrainOutcome` out.
+
+* :func:`run_link_task`: link prediction (:mod:`sparsegnn.train.link_task`) on any graph
+  with features, or an ``ogbl-*`` dataset with its official split;
+* :func:`run_graph_task`: whole-graph classification with stratified k-fold evaluation
+  (:mod:`sparsegnn.train.graph_task`) on a graph set (TU folder or name, ``ogbg-*``, PyG
+  dataset file);
+* :func:`run_rgcn_task`: R-GCN node classification (:mod:`sparsegnn.train.rgcn_task`) on
+  a typed graph (``hsbm:`` spec, ``acm``, HeteroData file, DGL or OpenHINE folder).
+
+Each refuses, in one line, a source of the wrong kind before training; each outcome's
+JSON result is its ``to_dict`` with the run's dataset, task, device and configuration,
+the per-epoch history under ``history`` (which the command line shows only when asked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from sparsegnn.data.graph_set_io import load_graph_set
+from sparsegnn.data.hetero_io import is_hetero_source
+from sparsegnn.errors import InvalidValueError
+from sparsegnn.train.graph_task import GraphRequest, cross_validate
+from sparsegnn.train.link_task import LinkRequest, link_data, train_link
+from sparsegnn.train.rgcn_task import RGCNRequest, train_rgcn
+from sparsegnn.train.train_request import TrainOutcome, plain_config
+from sparsegnn.train.train_summary import title
+
+
+def run_link_task(dataset: str, request: LinkRequest, data_dir: str | None = None,
+                  device: str = "cpu") -> TrainOutcome:
+    """Split ``dataset`` (or take its OGB split), train the encoder and decoder, and report
+    validation and test AUC, AP, Hits@K and MRR; ``test_auc``, ``test_ap``, ... are also
+    flat keys (``hits@10`` as ``test_hits_10``)."""
+    _refuse_typed(dataset, data_dir, "link prediction")
+    graph, split = link_data(dataset, data_dir)
+    _, outcome = train_link(graph, request, split, device)
+    result = outcome.to_dict()
+    flat = {f"{part}_{_key(k)}": v for part in ("test", "val") for k, v in result[part].items()}
+    out = {"dataset": graph.name, "task": "link", "model": request.model,
+           "decoder": request.decoder, "device": device, **flat, **result,
+           "config": plain_config(request)}
+    heading = title(graph.name, request.model, f", link prediction ({request.decoder})")
+    return TrainOutcome(heading, out, f"{request.model}+{request.decoder} on {graph.name}: "
+                                      + outcome.summary())
+
+
+def run_graph_task(dataset: str, request: GraphRequest, data_dir: str | None = None,
+                   device: str = "cpu") -> TrainOutcome:
+    """Cross-validate ``request`` on the graph set ``dataset`` (the GIN paper's protocol)."""
+    _refuse_typed(dataset, data_dir, "graph classification")
+    data = load_graph_set(dataset, data_dir)
+    outcome = cross_validate(data, request, device)
+    out = {"dataset": data.name, "task": "graph", "model": request.model, "device": device,
+           **outcome.to_dict(), "config": plain_config(request)}
+    return TrainOutcome(title(data.name, request.model, f", {request.folds}-fold graph "
+                                                        "classification"),
+                        out, f"{request.model}: {outcome.summary()}")
+
+
+def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
+    """Train R-GCN on the typed graph ``request.source``; a homogeneous graph is refused."""
+    if not is_hetero_source(request.source, request.data_dir):
+        raise InvalidValueError(
+            f"{request.source}: R-GCN trains on a typed graph (hsbm:... spec, acm, a "
+            "HeteroData .pt file, a DGL or OpenHINE folder); this one is homogeneous: "
+            "train it with --model gcn, sage, gat, gatv2 or gin")
+    outcome = train_rgcn(request)
+    result = asdict(outcome)
+    out = {"dataset": outcome.graph, "task": "node", "model": "rgcn",
+           "device": request.device, **result, "config": plain_config(request)}
+    inputs = "featureless" if outcome.featureless else "features"
+    summary = (f"rgcn on {outcome.graph}: test accuracy {outcome.test_accuracy:.4f} "
+               f"(val {outcome.val_accuracy:.4f}, train {outcome.train_accuracy:.4f}; "
+               f"{outcome.num_relations} relations, {inputs}, best epoch "
+               f"{outcome.best_epoch} of {outcome.epochs_run}, "
+               f"{1000 * outcome.epoch_s:.1f} ms/epoch)")
+    return TrainOutcome(title(outcome.graph, "rgcn"), out, summary)
+
+
+def check_node_source(dataset: str, data_dir: str | None = None,
+                      model: str | None = None) -> None:
+    """Refuse a typed graph for a homogeneous node model, naming the one that trains it."""
+    if model != "rgcn":
+        _refuse_typed(dataset, data_dir, f"--model {model or 'gcn'}")
+
+
+def _refuse_typed(dataset: str, data_dir: str | Path | None, what: str) -> None:
+    if is_hetero_source(dataset, data_dir):
+        raise InvalidValueError(f"{dataset} is a typed (heterogeneous) graph, which "
+                                f"{what} does not read; train it with --model rgcn")
+
+
+def _key(metric: str) -> str:
+    """A metric's name as a snake_case JSON key (``hits@10`` -> ``hits_10``)."""
+    return metric.replace("@", "_")
