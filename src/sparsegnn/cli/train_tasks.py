@@ -29,6 +29,7 @@ def run_task(args: argparse.Namespace, device: str) -> TrainOutcome:
     """The outcome of the task the options ask for."""
     from sparsegnn.train.task_runs import run_graph_task, run_link_task, run_rgcn_task
 
+    _refuse_node_only(args)
     if args.task == "link":
         return run_link_task(args.dataset, link_request(args), args.data_dir, device)
     if args.task == "graph":
@@ -73,6 +74,21 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
         num_blocks=args.num_blocks, dropout=args.dropout, lr=args.lr,
         weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience,
         seed=args.seed, device=device), **loop)
+
+
+def _refuse_node_only(args: argparse.Namespace) -> None:
+    """These tasks train on one process, full-graph (graph batches: ``--batch-size``): the
+    flags of ranks and sampled minibatches are refused rather than ignored."""
+    from sparsegnn.errors import InvalidValueError
+
+    given = [flag for flag, on in (
+        ("--nprocs", args.nprocs > 1), ("--algo", args.algo is not None),
+        ("--mode minibatch", args.mode == "minibatch"), ("--restart", args.restart),
+        ("--precision bf16", args.precision != "fp32")) if on]
+    if given:
+        what = f"--task {args.task}" if args.task != "node" else "--model rgcn"
+        raise InvalidValueError(f"{what} trains on one process in fp32; drop "
+                                f"{', '.join(given)}")
 
 
 def _loop(args: argparse.Namespace) -> dict[str, Any]:
