@@ -72,3 +72,15 @@ def test_a_pickle_that_runs_code_is_refused(tmp_path: Path) -> None:
     torch.save(_Exploit(), tmp_path / "evil.pt")
     with pytest.raises(DataFormatError, match="without running code"):
         read_pyg(tmp_path / "evil.pt")
+
+
+def test_reading_a_pyg_file_leaves_pyg_own_safe_globals_registered(tmp_path: Path) -> None:
+    """Our allowlist is a context; leaving it must not unregister what PyG registered at
+    import, or PyG's own datasets fail to load afterwards."""
+    pyg = pytest.importorskip("torch_geometric.data")
+    from sparsegnn.data.pyg import load_pyg_file
+
+    torch.save(pyg.Data(x=torch.zeros(2, 1)), tmp_path / "g.pt")
+    before = set(map(id, torch.serialization.get_safe_globals()))
+    load_pyg_file(tmp_path / "g.pt", hetero=True)
+    assert before <= set(map(id, torch.serialization.get_safe_globals()))

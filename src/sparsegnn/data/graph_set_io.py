@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,9 @@ import torch
 
 from sparsegnn.data.graph_set import GraphSet, from_arrays
 from sparsegnn.data.paths import dataset_dir
+from sparsegnn.data.pyg import load_pyg_file
 from sparsegnn.data.tu import is_tu_folder, read_tu_folder
 from sparsegnn.errors import DataFormatError
-from sparsegnn.optional import require
 
 # The TU sets this package knows by name, read from --data-dir, $SPARSEGNN_DATA or
 # shared/data, in a folder of their upper-case name (none is bundled: the public copies
@@ -117,16 +116,7 @@ def read_pyg_graph_set(path: str | os.PathLike[str]) -> GraphSet:
 
 def _load_collated(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """``(attributes, slices)`` of an ``InMemoryDataset`` file, loaded without code."""
-    data_module = require("torch_geometric.data.data", "to read PyG files")
-    storage = require("torch_geometric.data.storage", "to read PyG files")
-    allowed = [data_module.Data, data_module.DataEdgeAttr, data_module.DataTensorAttr,
-               storage.GlobalStorage]
-    try:
-        with torch.serialization.safe_globals(allowed):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
-        raise DataFormatError(f"{path}: not a PyG file readable without running code "
-                              f"({str(err).splitlines()[0]})") from err
+    obj = load_pyg_file(path)
     if not isinstance(obj, tuple) or len(obj) not in (2, 3) or not obj[1]:
         raise DataFormatError(f"{path}: not an InMemoryDataset file of several graphs")
     data = obj[0] if isinstance(obj[0], dict) else obj[0].to_dict()

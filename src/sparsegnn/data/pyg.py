@@ -46,7 +46,7 @@ def from_pyg(data: Any, name: str = "pyg", *, undirected: bool = True) -> GraphD
     if x is not None:
         check_features(x.detach().cpu().numpy(), name)
         g.x = x.detach().cpu().to(torch.float32)
-    g.y = _labels(getattr(data, "y", None), name)
+    g.y = class_ids(getattr(data, "y", None), name)
     for key in _MASKS:
         mask = getattr(data, key, None)
         if mask is not None:
@@ -54,20 +54,34 @@ def from_pyg(data: Any, name: str = "pyg", *, undirected: bool = True) -> GraphD
     return g
 
 
-def read_pyg(path: str | os.PathLike[str], *, undirected: bool = True) -> GraphData:
-    """A graph from a PyG ``.pt`` file, or from a dataset folder holding ``processed/*.pt``."""
-    path = _graph_file(Path(path))
+def load_pyg_file(path: Path, hetero: bool = False) -> Any:
+    """A PyG ``.pt`` file's object, unpickled with only PyG's own data classes allowed
+    (``weights_only``): a hostile file is refused instead of running code."""
     data_module = require("torch_geometric.data.data", "to read PyG files")
     storage = require("torch_geometric.data.storage", "to read PyG files")
-    allowed = [data_module.Data, data_module.DataEdgeAttr, data_module.DataTensorAttr,
-               storage.GlobalStorage]
+    allowed: list[Any] = [data_module.Data, data_module.DataEdgeAttr,
+                          data_module.DataTensorAttr, storage.GlobalStorage]
+    if hetero:
+        hetero_data = require("torch_geometric.data.hetero_data", "to read PyG files")
+        allowed += [hetero_data.HeteroData, storage.BaseStorage, storage.NodeStorage,
+                    storage.EdgeStorage]
+    # Only the classes not yet allowed: leaving the context removes what it was given,
+    # which would take PyG's own registrations with it and break PyG's later loads.
+    registered = torch.serialization.get_safe_globals()
+    missing = [cls for cls in allowed if cls not in registered]
     try:
-        with torch.serialization.safe_globals(allowed):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(missing):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
         raise DataFormatError(f"{path}: not a PyG file readable without running code "
                               f"({str(err).splitlines()[0]})") from err
-    data = _single_graph(obj, data_module.Data, path)
+
+
+def read_pyg(path: str | os.PathLike[str], *, undirected: bool = True) -> GraphData:
+    """A graph from a PyG ``.pt`` file, or from a dataset folder holding ``processed/*.pt``."""
+    path = _graph_file(Path(path))
+    obj = load_pyg_file(path)
+    data = _single_graph(obj, require("torch_geometric.data.data", "").Data, path)
     return from_pyg(data, path.parent.parent.name if path.parent.name == "processed"
                     else path.stem, undirected=undirected)
 
@@ -105,7 +119,8 @@ def _single_graph(obj: Any, data_cls: type, path: Path) -> Any:
     return data_cls.from_dict(data) if isinstance(data, dict) else data
 
 
-def _labels(y: torch.Tensor | None, name: str) -> torch.Tensor | None:
+def class_ids(y: torch.Tensor | None, name: str) -> torch.Tensor | None:
+    """PyG's ``y`` as one int64 class id per node (a ``[n, 1]`` column too), checked."""
     if y is None:
         return None
     if y.dim() == 2 and y.shape[1] == 1:

@@ -8,15 +8,15 @@ run code. The target node type is the one carrying ``y`` (or the one named).
 from __future__ import annotations
 
 import os
-import pickle
+import pickletools
+import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from sparsegnn.data.graph import check_labels
 from sparsegnn.data.hetero import EdgeType, HeteroGraph
+from sparsegnn.data.pyg import class_ids, load_pyg_file
 from sparsegnn.errors import DataFormatError
 from sparsegnn.optional import require
 
@@ -48,7 +48,7 @@ def from_pyg_hetero(data: Any, name: str = "pyg", *, target: str | None = None) 
     g.target = _target(data, node_types, target, name)
     if g.target is not None:
         store = data[g.target]
-        g.y = _labels(getattr(store, "y", None), name)
+        g.y = class_ids(getattr(store, "y", None), name)
         for key in _MASKS:
             mask = getattr(store, key, None)
             if isinstance(mask, torch.Tensor):
@@ -60,31 +60,25 @@ def read_pyg_hetero(path: str | os.PathLike[str], *, target: str | None = None) 
     """The ``HeteroData`` of a ``.pt`` file (``torch.save(data)``, or ``InMemoryDataset``'s
     ``processed/data.pt``), loaded without running pickled code."""
     path = Path(path)
-    hetero = require("torch_geometric.data.hetero_data", "to read PyG files")
-    storage = require("torch_geometric.data.storage", "to read PyG files")
-    allowed = [hetero.HeteroData, storage.BaseStorage, storage.NodeStorage,
-               storage.EdgeStorage, storage.GlobalStorage]
-    try:
-        with torch.serialization.safe_globals(allowed):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
-        raise DataFormatError(f"{path}: not a PyG file readable without running code "
-                              f"({str(err).splitlines()[0]})") from err
-    data = _single(obj, hetero.HeteroData, path)
+    obj = load_pyg_file(path, hetero=True)
+    data = _single(obj, require("torch_geometric.data.hetero_data", "").HeteroData, path)
     return from_pyg_hetero(data, path.stem, target=target)
 
 
 def is_pyg_hetero_file(path: Path) -> bool:
-    """Whether ``path`` is a ``.pt`` file whose pickle names PyG's ``HeteroData``; looked up
-    in the file's global names, so nothing is unpickled to decide."""
+    """Whether ``path`` is a ``.pt`` file whose pickle names PyG's ``HeteroData`` or its
+    node storage; read from the pickle's opcodes, so nothing is unpickled to decide (and
+    what is registered as safe does not change the answer)."""
     if path.suffix != ".pt" or not path.is_file():
         return False
     try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):
+        with zipfile.ZipFile(path) as archive:
+            member = next(n for n in archive.namelist() if n.endswith("data.pkl"))
+            names = {arg for _, arg, _ in pickletools.genops(archive.read(member))
+                     if isinstance(arg, str)}
+    except (OSError, StopIteration, ValueError, zipfile.BadZipFile):
         return False
-    return any(n.endswith("hetero_data.HeteroData") or n.endswith("storage.NodeStorage")
-               for n in names)
+    return any(n.endswith(("HeteroData", "NodeStorage")) for n in names)
 
 
 def _single(obj: Any, cls: type, path: Path) -> Any:
@@ -124,15 +118,3 @@ def _target(data: Any, node_types: list[str], target: str | None, name: str) -> 
                               "target type")
     return labelled[0] if labelled else None
 
-
-def _labels(y: torch.Tensor | None, name: str) -> torch.Tensor | None:
-    if y is None:
-        return None
-    if y.dim() == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.dim() != 1 or y.dtype.is_floating_point:
-        raise DataFormatError(f"{name}: y must be one class id per node, got dtype "
-                              f"{y.dtype} shape {list(y.shape)}")
-    y = y.cpu().to(torch.int64)
-    check_labels(np.asarray(y), name)
-    return y
