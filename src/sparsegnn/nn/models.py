@@ -137,7 +137,34 @@ class GraphSAGE(_Stack):
         self.layers = nn.ModuleList(SAGEConv(a, b, aggr=aggr) for a, b in itertools.pairwise(w))
 
 
-class GAT(nn.Module):
+class _DropoutStack(nn.Module):
+    """Layers with dropout before each and ``activation`` between them (GAT, GIN): their
+    layers take no fused ReLU-dropout, unlike :class:`_Stack`'s."""
+
+    layers: nn.ModuleList
+    dropout: float
+    dropout_mask: MaskKind
+
+    def reset_parameters(self) -> None:
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def activation(self, x: torch.Tensor) -> torch.Tensor:
+        """The nonlinearity between layers (ReLU)."""
+        return torch.relu(x)
+
+    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor | Sequence[Operator]
+                ) -> torch.Tensor:
+        ops = _per_layer(adj, len(self.layers))
+        for i, (layer, op) in enumerate(zip(self.layers, ops, strict=True)):
+            x = dropout(x, self.dropout, self.training, self.dropout_mask)
+            x = layer(x, op)
+            if i < len(self.layers) - 1:
+                x = self.activation(x)
+        return x
+
+
+class GAT(_DropoutStack):
     """A stack of :class:`GATConv` (or :class:`GATv2Conv` with ``v2=True``), as in
     Veličković et al. and PyG's example: hidden layers of ``heads`` heads of ``hidden``
     channels, concatenated, with ELU between layers; the last layer averages
@@ -164,20 +191,6 @@ class GAT(nn.Module):
             for i, (a, b) in enumerate(itertools.pairwise(w)))
         self.dropout, self.dropout_mask = dropout, dropout_mask
 
-    def reset_parameters(self) -> None:
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor | Sequence[Operator]
-                ) -> torch.Tensor:
-        ops = _per_layer(adj, len(self.layers))
-        for i, (layer, op) in enumerate(zip(self.layers, ops, strict=True)):
-            x = dropout(x, self.dropout, self.training, self.dropout_mask)
-            x = layer(x, op)
-            if i < len(self.layers) - 1:
-                x = self.activation(x)
-        return x
-
     def activation(self, x: torch.Tensor) -> torch.Tensor:
         """The nonlinearity between layers (ELU, the paper's)."""
         return torch.nn.functional.elu(x)
@@ -187,7 +200,7 @@ def _gin_mlp(a: int, b: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b))
 
 
-class GIN(nn.Module):
+class GIN(_DropoutStack):
     """A stack of :class:`GINConv` (Xu et al.), each with a two-layer MLP and ``eps``
     fixed at 0 (GIN-0) unless ``train_eps``; ReLU and dropout between layers. The
     operator is the raw adjacency (``operator_for("gin", A)``)."""
@@ -201,24 +214,6 @@ class GIN(nn.Module):
         self.layers = nn.ModuleList(GINConv(_gin_mlp(a, b), train_eps=train_eps)
                                     for a, b in itertools.pairwise(w))
         self.dropout, self.dropout_mask = dropout, dropout_mask
-
-    def reset_parameters(self) -> None:
-        for layer in self.layers:
-            layer.reset_parameters()
-
-    def forward(self, x: torch.Tensor, adj: Operator | torch.Tensor | Sequence[Operator]
-                ) -> torch.Tensor:
-        ops = _per_layer(adj, len(self.layers))
-        for i, (layer, op) in enumerate(zip(self.layers, ops, strict=True)):
-            x = dropout(x, self.dropout, self.training, self.dropout_mask)
-            x = layer(x, op)
-            if i < len(self.layers) - 1:
-                x = self.activation(x)
-        return x
-
-    def activation(self, x: torch.Tensor) -> torch.Tensor:
-        """The nonlinearity between layers (ReLU)."""
-        return torch.relu(x)
 
 
 def build_model(kind: str, in_channels: int, hidden: int, out_channels: int,
