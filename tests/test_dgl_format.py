@@ -25,6 +25,7 @@ def test_dgl_csv_dataset_folder(tmp_path: Path) -> None:
         '1,1,False,True,False,"0.0, 1.0"\n3,0,False,False,True,"0.0, 0.0"\n')
     g = load_any(folder)
     assert (g.name, g.num_nodes) == ("toy", 4)
+    _data_info_reads(folder, 4)
     assert {tuple(e) for e in g.edge_index.T.tolist()} == {(0, 1), (1, 0), (1, 2), (2, 1)}
     assert g.y.tolist() == [0, 1, 1, 0]
     assert g.train_mask.tolist() == [True, False, False, False]
@@ -36,3 +37,18 @@ def test_dgl_csv_errors_name_the_file(tmp_path: Path) -> None:
     (tmp_path / "edges.csv").write_text("source,target\n0,1\n")
     with pytest.raises(DataFormatError, match=r"edges\.csv: no src_id column"):
         load_any(tmp_path)
+
+
+def _data_info_reads(folder: Path, nodes: int) -> None:
+    """``data info`` on a graph folder describes the graph (it once took every folder for
+    a partition folder and asked for a manifest.json)."""
+    import contextlib
+    import io
+    import json
+
+    from sparsegnn.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["data", "info", str(folder), "--json"]) == 0
+    assert json.loads(out.getvalue().strip().splitlines()[-1])["num_nodes"] == nodes

@@ -158,3 +158,9 @@ def test_real_arxiv() -> None:
     assert (g.num_nodes, g.num_features) == (169343, 128)
     counts = [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)]
     assert counts == [90941, 29799, 48603]
+
+
+def test_data_info_reads_an_ogb_folder(arxiv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not taken for a partition folder (no manifest.json there)."""
+    assert main(["data", "info", str(arxiv), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["num_nodes"] == NODES

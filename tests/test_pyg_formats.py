@@ -84,3 +84,19 @@ def test_reading_a_pyg_file_leaves_pyg_own_safe_globals_registered(tmp_path: Pat
     before = set(map(id, torch.serialization.get_safe_globals()))
     load_pyg_file(tmp_path / "g.pt", hetero=True)
     assert before <= set(map(id, torch.serialization.get_safe_globals()))
+
+
+def test_data_info_reads_a_pyg_dataset_folder(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A dataset folder holding ``processed/*.pt`` is a graph, not a partition folder."""
+    import json
+
+    from sparsegnn.cli.main import main
+
+    pyg = pytest.importorskip("torch_geometric.data")
+    (tmp_path / "toy" / "processed").mkdir(parents=True)
+    edges = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    torch.save(pyg.Data(x=torch.zeros(3, 2), edge_index=edges, y=torch.tensor([0, 1, 0])),
+               tmp_path / "toy" / "processed" / "data.pt")
+    assert main(["data", "info", str(tmp_path / "toy"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["num_nodes"] == 3

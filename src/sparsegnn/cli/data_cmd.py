@@ -211,7 +211,7 @@ def _run_info(args: argparse.Namespace) -> int:
         return _hetero_info(args)
     if is_graph_set_source(args.source, args.data_dir):
         return _graph_set_info(args)
-    if Path(args.source).is_dir():
+    if Path(args.source).is_dir() and not _graph_folder(Path(args.source)):
         return _partition_info(args)
     from sparsegnn.data import degree_stats, load_any
 
@@ -219,6 +219,15 @@ def _run_info(args: argparse.Namespace) -> int:
     result = {"source": args.source, **g.counts(),
               **degree_stats(g.edge_index, g.num_nodes)}
     return emit(args, result, _describe(g, result))
+
+
+def _graph_folder(path: Path) -> bool:
+    """A folder ``load_any`` reads as one graph (OGB, PyG, DGL), not a partition folder."""
+    from sparsegnn.data.dgl import is_dgl_dir
+    from sparsegnn.data.ogb import is_ogb_folder
+    from sparsegnn.data.pyg import is_pyg_dir
+
+    return is_ogb_folder(path) or is_pyg_dir(path) or is_dgl_dir(path)
 
 
 def _hetero_info(args: argparse.Namespace) -> int:

@@ -29,7 +29,18 @@ _MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 def is_dgl_hetero_dir(path: Path) -> bool:
-    return (path / META).is_file()
+    """A DGL ``CSVDataset`` folder whose ``meta.yaml`` types its nodes or edges (``ntype``
+    on a node file, ``etype`` on an edge file); an untyped one is a plain graph, read by
+    :mod:`sparsegnn.data.dgl`. An unreadable ``meta.yaml`` is left to that reader's error."""
+    if not (path / META).is_file():
+        return False
+    try:
+        meta = _meta(path / META)
+    except DataFormatError:
+        return False
+    entries = [e for key in ("node_data", "edge_data") for e in (meta.get(key) or [])
+               if isinstance(e, dict)]
+    return any("ntype" in e or "etype" in e for e in entries)
 
 
 def read_dgl_hetero(folder: str | os.PathLike[str], *, target: str | None = None

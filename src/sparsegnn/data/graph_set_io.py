@@ -46,7 +46,7 @@ def load_graph_set(source: str | os.PathLike[str], data_dir: str | os.PathLike[s
         path = _named(text, data_dir)
     if path.is_file() or (path / "processed").is_dir():
         return read_pyg_graph_set(path)
-    if (path / "raw" / "num-node-list.csv.gz").is_file():
+    if _is_ogbg_folder(path):
         return read_ogbg_folder(path, allow_empty=allow_empty)
     if is_tu_folder(path):
         return read_tu_folder(path, allow_empty=allow_empty)
@@ -63,8 +63,15 @@ def is_graph_set_source(source: str | os.PathLike[str],
     if text.lower() in TU_NAMES or text.lower().startswith("ogbg-"):
         return True
     path = Path(text).expanduser()
-    return path.is_dir() and ((path / "raw" / "num-node-list.csv.gz").is_file()
+    return path.is_dir() and (_is_ogbg_folder(path)
                               or is_tu_folder(path))
+
+
+def _is_ogbg_folder(path: Path) -> bool:
+    """An OGB ``ogbg-*`` raw layout: per-graph node counts and graph labels (``ogbn-*``
+    folders have the node counts too, but node labels)."""
+    raw = path / "raw"
+    return (raw / "num-node-list.csv.gz").is_file() and (raw / "graph-label.csv.gz").is_file()
 
 
 def _named(name: str, data_dir: str | os.PathLike[str] | None) -> Path:
