@@ -52,3 +52,20 @@ def _data_info_reads(folder: Path, nodes: int) -> None:
     with contextlib.redirect_stdout(out):
         assert main(["data", "info", str(folder), "--json"]) == 0
     assert json.loads(out.getvalue().strip().splitlines()[-1])["num_nodes"] == nodes
+
+
+def test_meta_yaml_names_the_files(tmp_path: Path) -> None:
+    """DGL lets meta.yaml name any files (``edges_0.csv``); a plain graph has one edge
+    file, and a list of several is one line naming the count."""
+    folder = tmp_path / "named"
+    folder.mkdir()
+    (folder / "meta.yaml").write_text("dataset_name: named\nedge_data:\n- file_name: "
+                                      "edges_0.csv\nnode_data:\n- file_name: nodes_0.csv\n")
+    (folder / "edges_0.csv").write_text("src_id,dst_id\n0,1\n1,2\n")
+    (folder / "nodes_0.csv").write_text("node_id,label\n0,0\n1,1\n2,0\n")
+    g = load_any(folder)
+    assert (g.num_nodes, g.y.tolist()) == (3, [0, 1, 0])
+    (folder / "meta.yaml").write_text("edge_data:\n- file_name: edges_0.csv\n"
+                                      "- file_name: edges_0.csv\n")
+    with pytest.raises(DataFormatError, match=r"one edge file .* lists 2"):
+        load_any(folder)

@@ -18,13 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from sparsegnn.data.dgl import _bools, _columns, _ints
+from sparsegnn.data.dgl import META, _bools, _columns, _ints, meta_file, read_meta
 from sparsegnn.data.graph import check_features, check_labels
 from sparsegnn.data.hetero import EdgeType, HeteroGraph
 from sparsegnn.errors import DataFormatError
-from sparsegnn.optional import require
 
-META = "meta.yaml"
 _MASKS = ("train_mask", "val_mask", "test_mask")
 
 
@@ -35,7 +33,7 @@ def is_dgl_hetero_dir(path: Path) -> bool:
     if not (path / META).is_file():
         return False
     try:
-        meta = _meta(path / META)
+        meta = read_meta(path / META)
     except DataFormatError:
         return False
     entries = [e for key in ("node_data", "edge_data") for e in (meta.get(key) or [])
@@ -47,13 +45,13 @@ def read_dgl_hetero(folder: str | os.PathLike[str], *, target: str | None = None
                     ) -> HeteroGraph:
     """The heterograph of a DGL ``CSVDataset`` folder, validated."""
     folder = Path(folder)
-    meta = _meta(folder / META)
-    nodes = {str(e["ntype"]): _file(folder, e) for e in _entries(meta, "node_data")}
+    meta = read_meta(folder / META)
+    nodes = {str(e["ntype"]): meta_file(folder, e) for e in _entries(meta, "node_data")}
     tables = {t: _columns(path) for t, path in nodes.items()}
     edges: dict[EdgeType, tuple[np.ndarray, np.ndarray]] = {}
     for entry in _entries(meta, "edge_data"):
         etype = _etype(entry, folder / META)
-        path = _file(folder, entry)
+        path = meta_file(folder, entry)
         cols = _columns(path)
         edges[etype] = (_ints(cols, "src_id", path), _ints(cols, "dst_id", path))
     counts = _counts(folder, nodes, tables, edges)
@@ -70,20 +68,6 @@ def read_dgl_hetero(folder: str | os.PathLike[str], *, target: str | None = None
     return g.validate()
 
 
-def _meta(path: Path) -> dict[str, Any]:
-    yaml = require("yaml", "to read a DGL heterograph's meta.yaml")
-    try:
-        meta = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise DataFormatError(f"{path}: not readable YAML ({str(err).splitlines()[0]})") from err
-    if not isinstance(meta, dict):
-        raise DataFormatError(f"{path}: must be a YAML mapping with node_data and edge_data")
-    if str(meta.get("separator", ",")) != ",":
-        raise DataFormatError(f"{path}: separator {meta['separator']!r} is not supported; "
-                              "write the CSV files comma-separated")
-    return meta
-
-
 def _entries(meta: dict[str, Any], key: str) -> list[dict[str, Any]]:
     entries = meta.get(key) or []
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -93,17 +77,6 @@ def _entries(meta: dict[str, Any], key: str) -> list[dict[str, Any]]:
         if "file_name" not in e or need not in e:
             raise DataFormatError(f"{META}: every {key} entry needs file_name and {need}")
     return entries
-
-
-def _file(folder: Path, entry: dict[str, Any]) -> Path:
-    """The named CSV, which must lie inside ``folder`` (a YAML cannot point elsewhere)."""
-    path = (folder / str(entry["file_name"])).resolve()
-    if folder.resolve() not in path.parents:
-        raise DataFormatError(f"{folder / META}: file_name {entry['file_name']!r} leaves the "
-                              "dataset folder")
-    if not path.is_file():
-        raise DataFormatError(f"{path}: no such file (named in {META})")
-    return path
 
 
 def _etype(entry: dict[str, Any], where: Path) -> EdgeType:
