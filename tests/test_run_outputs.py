@@ -169,3 +169,24 @@ def test_demo_into_a_log_file_writes_fewer_than_30_lines(tmp_path: Path) -> None
     text = log.read_text()
     assert done.returncode == 0, text
     assert len(text.splitlines()) < 30 and "\r" not in text, text
+
+
+def test_other_libraries_info_logs_stay_out_of_a_run(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    """The CLI shows our INFO lines, not matplotlib's or transformers' (it used to set the
+    root logger to INFO); ``--verbose`` shows them again."""
+    import logging
+
+    from sparsegnn.cli.main import main
+
+    levels = [(lg, lg.level) for lg in (logging.getLogger(), logging.getLogger("sparsegnn"))]
+    try:
+        assert main(["data", "info", "sbm:nodes=60,blocks=2,degree=4", "--json"]) == 0
+        assert not logging.getLogger("matplotlib.font_manager").isEnabledFor(logging.INFO)
+        assert logging.getLogger("sparsegnn.train.progress").isEnabledFor(logging.INFO)
+        assert main(["--verbose", "data", "info", "sbm:nodes=60,blocks=2,degree=4"]) == 0
+        assert logging.getLogger("matplotlib.font_manager").isEnabledFor(logging.INFO)
+    finally:
+        for logger, level in levels:
+            logger.setLevel(level)
+    capsys.readouterr()

@@ -56,11 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    _configure_logging(args.verbose)
     try:
         return int(args.func(args) or 0)
     except SparseGNNError as err:
@@ -74,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"sparsegnn {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _configure_logging(verbose: bool) -> None:
+    """Our loggers at INFO (DEBUG with ``--verbose``), every other library's at WARNING
+    (INFO with ``--verbose``): matplotlib's font cache and transformers' weight loading
+    are not part of a run's log."""
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger("sparsegnn").setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 def _one_line_error(command: str, message: str) -> None:

@@ -100,8 +100,16 @@ class SentenceEmbedder:
         self.batch_size, self.max_length, self.progress = batch_size, max_length, progress
         tf = _transformers()
         path = model_dir()
-        self.tokenizer = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = tf.AutoModel.from_pretrained(path, local_files_only=True).eval()
+        bars = tf.utils.logging
+        shown = bars.is_progress_bar_enabled()
+        if not progress:  # transformers' "Loading weights" bar is not part of our log
+            bars.disable_progress_bar()
+        try:
+            self.tokenizer = tf.AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self.model = tf.AutoModel.from_pretrained(path, local_files_only=True).eval()
+        finally:
+            if shown:
+                bars.enable_progress_bar()
 
     def fit(self, texts: Iterable[str]) -> SentenceEmbedder:
         return self
