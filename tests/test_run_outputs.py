@@ -190,3 +190,54 @@ def test_other_libraries_info_logs_stay_out_of_a_run(capsys: pytest.CaptureFixtu
         for logger, level in levels:
             logger.setLevel(level)
     capsys.readouterr()
+
+
+_BAR_SCRIPT = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("progress", sys.argv[1])
+progress = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(progress)
+stats = type("Stats", (), {"loss": 0.5, "seconds": 0.01})()
+display = progress.EpochDisplay(3, 0, "train", progress=None, reports=True, score=None)
+for epoch in (1, 2, 3):
+    display.update(epoch, stats, last=epoch == 3)
+display.close()
+"""
+
+
+def test_a_terminal_of_zero_by_zero_still_shows_the_bar() -> None:
+    """On a terminal that reports 0 columns and 0 lines, the bar is drawn (tqdm hid every
+    bar below a screen of 0 lines, so training showed nothing). A real pseudo-terminal:
+    the terminal is what is tested."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    import sparsegnn.train.progress as progress
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-c", _BAR_SCRIPT, progress.__file__],
+                            stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    out = b""
+    try:
+        while select.select([leader], [], [], 30)[0]:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        proc.wait(timeout=30)
+        os.close(leader)
+    assert proc.returncode == 0
+    assert b"train:" in out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,14 @@ def shows_bar(progress: bool | None, reports: bool) -> bool:
     return progress is True or sys.stderr.isatty()
 
 
+def bar_size() -> dict[str, int]:
+    """The terminal's size, or 80 x 24 where it reports none: tqdm hides every bar below
+    a screen of 0 lines, so on a terminal that says it is 0 x 0 (serial consoles, some CI
+    runners) training showed nothing at all."""
+    size = shutil.get_terminal_size(fallback=(80, 24))
+    return {"ncols": size.columns or 80, "nrows": size.lines or 24}
+
+
 class EpochDisplay:
     """A bar, or summary lines every ``ceil(total / SUMMARY_LINES)`` epochs, for one run."""
 
@@ -38,8 +47,8 @@ class EpochDisplay:
         self.total, self.desc, self.score = total, desc, score
         self.reports = reports
         self.every = max(1, math.ceil(total / SUMMARY_LINES))
-        self.bar = (tqdm(total=total, initial=done, desc=desc, unit="epoch", leave=False)
-                    if shows_bar(progress, reports) else None)
+        self.bar = (tqdm(total=total, initial=done, desc=desc, unit="epoch", leave=False,
+                         **bar_size()) if shows_bar(progress, reports) else None)
 
     def update(self, epoch: int, stats: Any, last: bool) -> None:
         """Epoch ``epoch`` (1-based) finished with ``stats``; ``last``: the run ends here."""
