@@ -241,3 +241,22 @@ def test_a_terminal_of_zero_by_zero_still_shows_the_bar() -> None:
         os.close(leader)
     assert proc.returncode == 0
     assert b"train:" in out
+
+
+def test_a_second_run_into_a_logdir_logs_beside_the_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The second run takes ``run-2`` (saying so) instead of appending to the first run's
+    curves and replacing its run.json; a resumed run continues in its own folder."""
+    first = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "4", "--logdir",
+                     str(tmp_path), "--checkpoint", str(tmp_path / "ck.pt"), "--history")
+    assert main(["train", "--dataset", GRAPH, "--epochs", "2", "--logdir", str(tmp_path)]) == 0
+    assert f"this run logs to {tmp_path / 'run-2'}" in capsys.readouterr().err
+    assert [s for s, _ in scalars(tmp_path)["epoch/loss"]] == [0, 1, 2, 3]
+    assert len(json.loads((tmp_path / "run.json").read_text())["history"]) == 4
+    assert [s for s, _ in scalars(tmp_path / "run-2")["epoch/loss"]] == [0, 1]
+    assert first["test_accuracy"] == json.loads((tmp_path / "run.json").read_text())[
+        "test_accuracy"]
+    run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "6", "--logdir", str(tmp_path),
+             "--checkpoint", str(tmp_path / "ck.pt"), "--resume")
+    assert not (tmp_path / "run-3").exists()

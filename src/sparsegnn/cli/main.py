@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     try:
+        _separate_runs(args)
         return int(args.func(args) or 0)
     except SparseGNNError as err:
         _one_line_error(args.command, str(err))
@@ -70,6 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"sparsegnn {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _separate_runs(args: argparse.Namespace) -> None:
+    """A new run given a ``--logdir`` that holds an earlier one logs beside it, saying
+    so (:func:`~sparsegnn.train.eventlog.run_logdir`); a resumed run continues its own."""
+    if getattr(args, "logdir", None) is None:
+        return
+    from sparsegnn.train.eventlog import run_logdir
+
+    args.logdir, note = run_logdir(args.logdir, bool(getattr(args, "resume", False)))
+    if note is not None:
+        print(f"sparsegnn {args.command}: {note}", file=sys.stderr)
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -58,6 +58,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def run_logdir(logdir: Path, resume: bool) -> tuple[Path, str | None]:
+    """Where a run logs, and a note when that is not ``logdir`` itself.
+
+    A second run into a folder that already holds one would append its curves to the
+    first run's (TensorBoard draws both as one line, steps 0..199 then 0..19) and replace
+    its ``run.json``; so a new run takes the first free ``logdir/run-N`` (TensorBoard
+    shows each sub-folder as a run of its own). A resumed run continues its curves.
+    """
+    if resume or not _holds_run(logdir):
+        return logdir, None
+    n = 2
+    while (logdir / f"run-{n}").exists():
+        n += 1
+    chosen = logdir / f"run-{n}"
+    return chosen, f"{logdir} holds an earlier run; this run logs to {chosen}"
+
+
+def _holds_run(folder: Path) -> bool:
+    return (folder / "run.json").is_file() or any(folder.glob("events.out.tfevents.*"))
+
+
 class EventLog:
     """One run's event file; every scalar goes to ``logdir``, readable as it is written."""
 
