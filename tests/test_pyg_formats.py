@@ -100,3 +100,24 @@ def test_data_info_reads_a_pyg_dataset_folder(tmp_path: Path,
                tmp_path / "toy" / "processed" / "data.pt")
     assert main(["data", "info", str(tmp_path / "toy"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["num_nodes"] == 3
+
+
+def test_training_a_processed_file_without_masks_points_to_the_dataset_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OGB keeps the split beside ``processed/``: naming the file alone is refused in one
+    line that says which folder to give instead."""
+    from sparsegnn.cli.main import main
+
+    pyg = pytest.importorskip("torch_geometric.data")
+    processed = tmp_path / "ogbn_toy" / "processed"
+    processed.mkdir(parents=True)
+    edges = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    torch.save(pyg.Data(x=torch.zeros(3, 2), edge_index=edges, y=torch.tensor([0, 1, 0])),
+               processed / "geometric_data_processed.pt")
+    argv = ["train", "--dataset", str(processed / "geometric_data_processed.pt"),
+            "--epochs", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no train_mask" in err[0]
+    assert f"give the dataset folder {tmp_path / 'ogbn_toy'}" in err[0]

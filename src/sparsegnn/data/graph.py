@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -74,7 +75,8 @@ class GraphData:
                                         ("test_mask", self.test_mask)) if v is None]
         if missing:
             raise InvalidValueError(f"{name} has no {', '.join(missing)}; training needs "
-                                    "features, labels and train/val/test masks")
+                                    "features, labels and train/val/test masks"
+                                    + _split_hint(source, missing))
         if self.y.numel() and int(self.y.min()) < 0:
             row = int((self.y < 0).nonzero()[0, 0])
             raise InvalidValueError(f"{name}: label of node {row} is {int(self.y[row])}; labels "
@@ -88,6 +90,18 @@ class GraphData:
             if not bool(getattr(self, f"{split}_mask").any()):
                 raise InvalidValueError(f"{name}: the {split} split is empty ({split}_mask is all "
                                         "false); training needs nodes in every split")
+
+
+def _split_hint(source: object, missing: list[str]) -> str:
+    """Where the split is when the user named a dataset's ``processed/*.pt`` file: OGB and
+    PyG keep it beside that file, in the dataset folder."""
+    if source is None or not any(m.endswith("_mask") for m in missing):
+        return ""
+    path = Path(str(source))
+    if path.suffix != ".pt" or path.parent.name != "processed":
+        return ""
+    return (f" (OGB and PyG keep a dataset's split beside processed/: give the dataset "
+            f"folder {path.parent.parent})")
 
 
 # Rows per step of the finiteness scan: its boolean temporary stays a few MiB.
