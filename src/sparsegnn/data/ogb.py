@@ -156,9 +156,8 @@ def _labels(labels: np.ndarray, raw: Path) -> tuple[np.ndarray, np.ndarray]:
     return y.astype(np.int64), labelled
 
 
-def _split_masks(split_root: Path, kind: str | None, num_nodes: int,
-                 labelled: np.ndarray) -> dict[str, torch.Tensor]:
-    """The official split as masks; ``kind`` None takes the one folder under ``split/``."""
+def split_folder(split_root: Path, kind: str | None) -> Path:
+    """``split/<kind>``; ``kind`` None takes the one folder there is."""
     kinds = sorted(p.name for p in split_root.iterdir() if p.is_dir()) \
         if split_root.is_dir() else []
     if kind is None and len(kinds) == 1:
@@ -166,9 +165,16 @@ def _split_masks(split_root: Path, kind: str | None, num_nodes: int,
     if kind is None or kind not in kinds:
         raise DataFormatError(f"{split_root}: expected the official split folder "
                               f"{kind or 'split/<kind>'}; found {kinds or 'none'}")
+    return split_root / kind
+
+
+def _split_masks(split_root: Path, kind: str | None, num_nodes: int,
+                 labelled: np.ndarray) -> dict[str, torch.Tensor]:
+    """The official split as masks; ``kind`` None takes the one folder under ``split/``."""
+    folder = split_folder(split_root, kind)
     masks = {}
     for key, stem in _SPLIT_FILES.items():
-        path = split_root / kind / f"{stem}.csv.gz"
+        path = folder / f"{stem}.csv.gz"
         index = _csv(path, np.int64).ravel()
         if index.size and (index.min() < 0 or index.max() >= num_nodes):
             raise DataFormatError(f"{path}: node ids outside [0, {num_nodes})")

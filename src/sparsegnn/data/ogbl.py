@@ -31,7 +31,7 @@ import torch
 from sparsegnn.data.edges import directed_edge_index, undirected_edge_index
 from sparsegnn.data.graph import GraphData, check_features
 from sparsegnn.data.link_edges import LabeledEdges, LinkSplit
-from sparsegnn.data.ogb import _csv, _single_graph
+from sparsegnn.data.ogb import _csv, _single_graph, split_folder
 from sparsegnn.data.paths import dataset_dir
 from sparsegnn.errors import DataFormatError
 
@@ -83,7 +83,7 @@ def read_ogbl_folder(folder: str | os.PathLike[str], name: str | None = None) ->
     edge_index = build(edges[:, 0], edges[:, 1], num_nodes)
     graph = GraphData(edge_index=edge_index, num_nodes=num_nodes, x=x, name=name,
                       meta={"source": str(folder), "ogb_name": name})
-    parts = _split_folder(folder / "split", SPLITS.get(name))
+    parts = split_folder(folder / "split", SPLITS.get(name))
     sets = {key: _labeled(_read_pt(parts / f"{stem}.pt"), num_nodes, parts / f"{stem}.pt")
             for key, stem in (("train", "train"), ("val", "valid"), ("test", "test"))}
     split = LinkSplit(num_nodes, undirected, edge_index, edge_index, sets["train"],
@@ -100,18 +100,6 @@ def _features(path: Path, num_nodes: int) -> torch.Tensor | None:
         raise DataFormatError(f"{path}: {x.shape[0]} rows for {num_nodes} nodes")
     check_features(x, path)
     return torch.from_numpy(np.ascontiguousarray(x))
-
-
-def _split_folder(split_root: Path, kind: str | None) -> Path:
-    """``split/<kind>``; ``kind`` None takes the one folder there is."""
-    kinds = sorted(p.name for p in split_root.iterdir() if p.is_dir()) \
-        if split_root.is_dir() else []
-    if kind is None and len(kinds) == 1:
-        kind = kinds[0]
-    if kind is None or kind not in kinds:
-        raise DataFormatError(f"{split_root}: expected the official split folder "
-                              f"{kind or 'split/<kind>'}; found {kinds or 'none'}")
-    return split_root / kind
 
 
 def _read_pt(path: Path) -> dict[str, torch.Tensor]:
