@@ -127,7 +127,7 @@ def accuracy_rows(name: str, data: GraphSet, folder: Path, req: GraphRequest,
     start = time.perf_counter()
     ours = cross_validate(data, req)
     rows = [{"what": "gin_10fold", "set": name, "impl": "ours", "epochs": req.epochs,
-             "acc_mean": ours.test_acc_mean, "acc_std": ours.test_acc_std,
+             "acc_mean": ours.test_accuracy, "acc_std": ours.test_accuracy_std,
              "best_epoch": ours.best_epoch, "seconds": time.perf_counter() - start}]
     print(f"[{name}] ours: {ours.summary()}", flush=True)
     if not have_pyg:

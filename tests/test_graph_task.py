@@ -193,11 +193,11 @@ def test_stratified_folds_partition_and_balance():
 def test_cross_validation_learns_and_reports_the_gin_protocol():
     s = random_graph_set(120, seed=4)
     out = cross_validate(s, GraphRequest(epochs=6, folds=3, hidden=16, batch_size=16))
-    curve = torch.tensor([[h.test_acc for h in fold] for fold in out.history])
+    curve = torch.tensor([[h.test_accuracy for h in fold] for fold in out.history])
     assert out.best_epoch == int(curve.mean(0).argmax())
-    assert out.fold_test_accs == pytest.approx(curve[:, out.best_epoch].tolist())
-    assert out.test_acc_mean > 0.7  # the classes differ in density and node labels
-    assert sum(map(sum, out.confusion)) == 120
+    assert out.fold_test_accuracies == pytest.approx(curve[:, out.best_epoch].tolist())
+    assert out.test_accuracy > 0.7  # the classes differ in density and node labels
+    assert sum(map(sum, out.test_confusion)) == 120
     assert "3-fold test accuracy" in out.summary()
 
 
@@ -212,8 +212,8 @@ def test_resume_is_bit_identical(tmp_path):
     resumed = train_fold(s, GraphRequest(**{**req.__dict__, "resume": True}), folds, 1)
     for key, value in whole.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[key]), key
-    assert [h.test_acc for h in whole.state.history] == \
-        [h.test_acc for h in resumed.state.history]
+    assert [h.test_accuracy for h in whole.state.history] == \
+        [h.test_accuracy for h in resumed.state.history]
 
 
 def test_request_refuses_bad_settings():

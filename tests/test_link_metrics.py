@@ -12,6 +12,7 @@ from sparsegnn.train.link_metrics import (
     link_metrics,
     mrr,
     roc_auc,
+    roc_curve,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -77,3 +78,20 @@ def test_refuses_empty_or_mismatched() -> None:
         roc_auc(torch.ones(3), torch.empty(0))
     with pytest.raises(InvalidValueError, match="rows"):
         mrr(torch.ones(3), torch.ones(2, 5))
+
+
+@pytest.mark.parametrize("ties", [True, False])
+def test_roc_curve_is_scikit_learns_and_its_area_the_auc(ties):
+    metrics = pytest.importorskip("sklearn.metrics")
+    pos, neg = _scores(5, ties=ties)
+    curve = roc_curve(pos, neg, max_points=10_000)
+    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)]).numpy()
+    fpr, tpr, _ = metrics.roc_curve(labels, torch.cat([pos, neg]).numpy(),
+                                    drop_intermediate=False)
+    assert curve["fpr"] == pytest.approx(fpr.tolist()) and curve["tpr"] == pytest.approx(
+        tpr.tolist())
+    area = torch.trapezoid(torch.tensor(curve["tpr"], dtype=torch.float64),
+                           torch.tensor(curve["fpr"], dtype=torch.float64))
+    assert float(area) == pytest.approx(roc_auc(pos, neg), abs=1e-12)
+    thin = roc_curve(pos, neg, max_points=7)
+    assert len(thin["fpr"]) == 7 and thin["fpr"][0] == 0.0 and thin["tpr"][-1] == 1.0

@@ -85,7 +85,7 @@ def test_graph_task_cross_validates_a_tu_folder(capsys, tmp_path):
     assert code == 0
     result = _json(capsys)
     assert result["task"] == "graph" and result["model"] == "gin" and result["folds"] == 3
-    for key in ("test_acc_mean", "test_acc_std", "fold_test_accs", "best_epoch"):
+    for key in ("test_accuracy", "test_accuracy_std", "fold_test_accuracies", "best_epoch"):
         assert key in result, key
     assert "history" not in result and result["config"]["pool"] == "mean"
 
@@ -114,7 +114,8 @@ def test_rgcn_on_a_typed_graph(capsys):
 
 
 @pytest.mark.parametrize(("argv", "words"), [
-    (["train", "--task", "link", "--neg-ratio", "0"], "negative ratio must be above 0"),
+    (["train", "--task", "link", "--neg-ratio", "0"],
+     "negative ratio must be a finite number above 0"),
     (["train", "--task", "graph", "--dataset", "cora"], "graph set"),
     (["train", "--model", "rgcn", "--dataset", "cora"], "typed graph"),
     (["train", "--dataset", HSBM], "--model rgcn"),

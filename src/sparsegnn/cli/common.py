@@ -224,8 +224,9 @@ def emit(args: argparse.Namespace, result: Mapping[str, Any], summary: str) -> i
     return 0
 
 
-# Result keys holding the per-epoch history: in --json only with --history.
-HISTORY_KEYS = ("history", "losses")
+# Result keys holding curves (the per-epoch history, each fold's for graph classification,
+# the test ROC of link prediction): in --json only with --history; reports draw them.
+HISTORY_KEYS = ("history", "losses", "fold_history", "test_roc")
 
 
 def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],

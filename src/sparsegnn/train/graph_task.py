@@ -89,39 +89,54 @@ class GraphEpoch:
 
     epoch: int
     loss: float
-    train_acc: float
-    test_acc: float
+    train_accuracy: float
+    test_accuracy: float
     seconds: float
     train_seconds: float
 
 
 @dataclass
 class GraphOutcome:
-    """A k-fold run; ``to_dict`` is JSON-ready. ``test_acc_mean``/``test_acc_std``: the
-    fold accuracies at ``best_epoch``, the epoch of highest fold-averaged test accuracy
-    (std with Bessel's correction, as PyG's ``benchmark/kernel``)."""
+    """A k-fold run. ``test_accuracy``/``test_accuracy_std``: the mean and standard
+    deviation of the fold accuracies at ``best_epoch``, the epoch of highest fold-averaged
+    test accuracy (std with Bessel's correction, as PyG's ``benchmark/kernel``);
+    ``test_confusion``: summed over the folds' held-out graphs, with the final weights.
+    ``history`` holds each fold's epochs; ``to_dict`` (JSON-ready) names those
+    ``fold_history`` and gives as ``history`` the fold-averaged epochs, one record each,
+    which the report and TensorBoard draw."""
 
     dataset: str
     folds: int
     epochs: int
     best_epoch: int
-    test_acc_mean: float
-    test_acc_std: float
-    fold_test_accs: list[float]
+    test_accuracy: float
+    test_accuracy_std: float
+    fold_test_accuracies: list[float]
     mean_curve: list[float]
     epoch_time_s: float
     train_epoch_time_s: float
     peak_memory_bytes: int
-    confusion: list[list[int]]
+    test_confusion: list[list[int]]
     history: list[list[GraphEpoch]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["fold_history"] = out.pop("history")
+        out["history"] = self.mean_history()
+        return out
+
+    def mean_history(self) -> list[dict[str, float]]:
+        """Each epoch's record averaged over the folds (``epoch`` kept as it is)."""
+        folds = [[asdict(h) for h in fold] for fold in self.history]
+        if not folds:
+            return []
+        return [{k: (v if k == "epoch" else statistics.fmean(f[e][k] for f in folds))
+                 for k, v in record.items()} for e, record in enumerate(folds[0])]
 
     def summary(self) -> str:
         """The line a command prints."""
         return (f"{self.dataset}: {self.folds}-fold test accuracy "
-                f"{100 * self.test_acc_mean:.1f} ± {100 * self.test_acc_std:.1f} "
+                f"{100 * self.test_accuracy:.1f} ± {100 * self.test_accuracy_std:.1f} "
                 f"(epoch {self.best_epoch + 1} of {self.epochs}, "
                 f"{1000 * self.epoch_time_s:.0f} ms/epoch)")
 
@@ -140,7 +155,7 @@ def cross_validate(data: GraphSet, request: GraphRequest,
     """Train and score every fold of ``request.folds`` stratified folds of ``data``."""
     folds = stratified_folds(data.y, request.folds, request.fold_seed)
     runs = [train_fold(data, request, folds, i, device) for i in range(request.folds)]
-    curves = torch.tensor([[h.test_acc for h in r.state.history] for r in runs])
+    curves = torch.tensor([[h.test_accuracy for h in r.state.history] for r in runs])
     mean_curve = curves.mean(0)
     best = int(torch.argmax(mean_curve))
     at_best = curves[:, best]
@@ -148,12 +163,12 @@ def cross_validate(data: GraphSet, request: GraphRequest,
     confusion = torch.stack([r.confusion for r in runs]).sum(0)
     return GraphOutcome(
         dataset=data.name, folds=request.folds, epochs=curves.shape[1], best_epoch=best,
-        test_acc_mean=float(at_best.mean()), test_acc_std=float(at_best.std()),
-        fold_test_accs=at_best.tolist(), mean_curve=mean_curve.tolist(),
+        test_accuracy=float(at_best.mean()), test_accuracy_std=float(at_best.std()),
+        fold_test_accuracies=at_best.tolist(), mean_curve=mean_curve.tolist(),
         epoch_time_s=_median(h.seconds for hs in history for h in hs),
         train_epoch_time_s=_median(h.train_seconds for hs in history for h in hs),
         peak_memory_bytes=peak_memory_bytes(torch.device(device)),
-        confusion=confusion.tolist(), history=history)
+        test_confusion=confusion.tolist(), history=history)
 
 
 def train_fold(data: GraphSet, request: GraphRequest, folds: list[torch.Tensor],

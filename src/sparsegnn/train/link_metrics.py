@@ -97,6 +97,26 @@ def link_metrics(pos: torch.Tensor, neg: torch.Tensor, ks: Sequence[int] = DEFAU
     return out
 
 
+def roc_curve(pos: torch.Tensor, neg: torch.Tensor, max_points: int = 201
+              ) -> dict[str, list[float]]:
+    """The ROC curve a report draws: false- and true-positive rates at each distinct
+    score threshold from (0, 0) to (1, 1), thinned to ``max_points`` (evenly spaced along
+    the thresholds, both ends kept) so a page never carries a point per edge."""
+    pos, neg = _checked(pos, neg)
+    scores = torch.cat([pos, neg])
+    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+    order = torch.argsort(scores, descending=True, stable=True)
+    scores, labels = scores[order], labels[order]
+    last = torch.ones_like(scores, dtype=torch.bool)
+    last[:-1] = scores[1:] != scores[:-1]
+    tps = labels.cumsum(0)[last]
+    fps = (1 - labels).cumsum(0)[last]
+    tpr = torch.cat([tps.new_zeros(1), tps / pos.numel()])
+    fpr = torch.cat([fps.new_zeros(1), fps / neg.numel()])
+    keep = torch.linspace(0, tpr.numel() - 1, min(max_points, tpr.numel())).round().long()
+    return {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist()}
+
+
 def _average_ranks(scores: torch.Tensor) -> torch.Tensor:
     """1-based ranks of ``scores`` (ascending), tied scores sharing their mean rank."""
     order = torch.argsort(scores, stable=True)

@@ -18,6 +18,7 @@ resume on another split is refused.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -43,7 +44,7 @@ from sparsegnn.sampling.negatives import (
 )
 from sparsegnn.sampling.streams import batch_generator
 from sparsegnn.train.checkpoint import content_hash
-from sparsegnn.train.link_metrics import DEFAULT_KS, link_metrics, roc_auc
+from sparsegnn.train.link_metrics import DEFAULT_KS, link_metrics, roc_auc, roc_curve
 from sparsegnn.train.loop import LoopConfig, LoopState, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
@@ -82,8 +83,9 @@ class LinkRequest:
     logdir: Path | None = None
 
     def __post_init__(self) -> None:
-        if not self.neg_ratio > 0:
-            raise InvalidValueError(f"negative ratio must be above 0, got {self.neg_ratio}")
+        if not 0 < self.neg_ratio < math.inf:
+            raise InvalidValueError(f"negative ratio must be a finite number above 0, got "
+                                    f"{self.neg_ratio}")
         if self.negatives not in ("uniform", "degree", "tail"):
             raise InvalidValueError(f"unknown negatives {self.negatives!r}; choose uniform, "
                                     "degree or tail")
@@ -101,7 +103,8 @@ class LinkEpoch:
 
 @dataclass
 class LinkOutcome:
-    """What a run produced; ``to_dict`` is JSON-ready (metric names as ``ogb``'s)."""
+    """What a run produced; ``to_dict`` is JSON-ready (metric names as ``ogb``'s).
+    ``test_roc``: the test split's ROC curve (``fpr``, ``tpr``), thinned, for reports."""
 
     epochs_run: int
     best_epoch: int
@@ -112,6 +115,7 @@ class LinkOutcome:
     split_hash: str
     history: list[LinkEpoch] = field(default_factory=list)
     stopped_early: bool = False
+    test_roc: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -263,14 +267,15 @@ def _finish(model: LinkModel, setup: _Setup, state: LoopState[LinkEpoch],
     if state.best_weights is not None:
         model.load_state_dict(state.best_weights)
     val = evaluate_split(model, setup.x, setup.train_op, setup.split.val, ks)
-    test = evaluate_split(model, setup.x, setup.test_op, setup.split.test, ks)
+    pos, neg, rows = score_split(model, setup.x, setup.test_op, setup.split.test)
     model.load_state_dict(final)
     times = sorted(h.seconds for h in state.history)
     return LinkOutcome(
-        epochs_run=state.epoch, best_epoch=state.best_epoch, val=val, test=test,
+        epochs_run=state.epoch, best_epoch=state.best_epoch, val=val,
         epoch_time_s=times[len(times) // 2] if times else 0.0,
         peak_memory_bytes=peak_memory_bytes(setup.x.device), split_hash=split_hash,
-        history=state.history, stopped_early=state.stopped_early)
+        history=state.history, stopped_early=state.stopped_early,
+        test=link_metrics(pos, neg, ks, rows), test_roc=roc_curve(pos, neg))
 
 
 def _setup(graph: GraphData, split: LinkSplit, request: LinkRequest,

@@ -6,9 +6,10 @@ matplotlib as PNG images inlined in base64. It references nothing on a network, 
 Content-Security-Policy forbids the browser from fetching anything at all (no scripts,
 no remote images, fonts or styles), so a page that renders offline renders anywhere.
 
-Which plots appear depends on what the run recorded: loss and accuracy curves and epoch
-times from the per-epoch history, bytes sent and peak memory per rank for runs on ranks,
-a confusion matrix where the run computed one, tracking efficiency against pT and eta
+Which plots appear depends on what the run recorded: loss, accuracy (or AUC) curves and
+epoch times from the per-epoch history, bytes sent and peak memory per rank for runs on
+ranks, a confusion matrix where the run computed one (node and graph classification),
+the test ROC curve and Hits@K of link prediction, tracking efficiency against pT and eta
 where a tracking command measured it.
 """
 
@@ -88,6 +89,9 @@ def _candidates(result: Mapping[str, Any], history: list[Mapping[str, Any]]
         ("plot-loss", "Training loss per epoch", lambda ax: _curves(ax, history, ["loss"])),
         ("plot-accuracy", "Accuracy per epoch",
          lambda ax: _curves(ax, history, _accuracy_fields(history))),
+        ("plot-auc", "Validation AUC per epoch",
+         lambda ax: _curves(ax, history, [k for k in (history or [{}])[0]
+                                          if k.endswith("auc")])),
         ("plot-epoch-time", "Epoch time (ms)",
          lambda ax: _curves(ax, history, ["seconds"], scale=1e3)),
     ]
@@ -99,6 +103,14 @@ def _candidates(result: Mapping[str, Any], history: list[Mapping[str, Any]]
     if confusion:
         found.append(("plot-confusion", "Confusion matrix (test split; rows true, "
                       "columns predicted)", lambda ax: _matrix(ax, confusion)))
+    roc = result.get("test_roc")
+    if roc:
+        found.append(("plot-roc", f"ROC curve (test split; AUC {result.get('test_auc', 0):.4f})",
+                      lambda ax: _roc(ax, roc)))
+    hits = {k.removeprefix("test_hits_at_"): v for k, v in result.items()
+            if k.startswith("test_hits_at_") and _finite(v)}
+    if hits:
+        found.append(("plot-hits", "Hits@K (test split)", lambda ax: _hits(ax, hits)))
     for key, label in (("efficiency_vs_pt", "pT [GeV]"), ("efficiency_vs_eta", "eta")):
         binned = result.get(key)
         if binned:
@@ -150,6 +162,26 @@ def _matrix(ax: Any, counts: Sequence[Sequence[int]]) -> bool:
                         color="white" if n > top / 2 else "black")
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
+    return True
+
+
+def _roc(ax: Any, roc: Mapping[str, Sequence[float]]) -> bool:
+    ax.plot(roc["fpr"], roc["tpr"], color="#4c72b0")
+    ax.plot([0, 1], [0, 1], color="#999", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    return True
+
+
+def _hits(ax: Any, hits: Mapping[str, float]) -> bool:
+    ks = sorted(hits, key=int)
+    ax.bar(range(len(ks)), [hits[k] for k in ks], color="#4c72b0")
+    ax.set_xticks(range(len(ks)), [f"K={k}" for k in ks])
+    ax.set_ylabel("Hits@K")
+    ax.set_ylim(0, 1)
     return True
 
 

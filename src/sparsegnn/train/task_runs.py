@@ -33,7 +33,7 @@ def run_link_task(dataset: str, request: LinkRequest, data_dir: str | None = Non
                   device: str = "cpu") -> TrainOutcome:
     """Split ``dataset`` (or take its OGB split), train the encoder and decoder, and report
     validation and test AUC, AP, Hits@K and MRR; ``test_auc``, ``test_ap``, ... are also
-    flat keys (``hits@10`` as ``test_hits_10``)."""
+    flat keys (``hits@10`` as ``test_hits_at_10``)."""
     _refuse_typed(dataset, data_dir, "link prediction")
     graph, split = link_data(dataset, data_dir)
     _, outcome = train_link(graph, request, split, device)
@@ -94,5 +94,5 @@ def _refuse_typed(dataset: str, data_dir: str | Path | None, what: str) -> None:
 
 
 def _key(metric: str) -> str:
-    """A metric's name as a snake_case JSON key (``hits@10`` -> ``hits_10``)."""
-    return metric.replace("@", "_")
+    """A metric's name as a snake_case JSON key (``hits@10`` -> ``hits_at_10``)."""
+    return metric.replace("@", "_at_")
