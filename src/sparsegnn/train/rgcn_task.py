@@ -5,8 +5,13 @@ and turned into one row-normalised operator per relation
 (:func:`~sparsegnn.nn.rgcn.relation_operators`); every layer is then a sum of SpMMs. A
 graph without one shared feature width trains *featureless*, as Schlichtkrull et al. and
 PyG's entity-classification example do: the first layer's input is each node's one-hot
-id, so ``A_r X W_r`` is ``A_r W_r`` and no identity matrix is ever built. The epochs run in
-:func:`~sparsegnn.train.loop.run_epochs` (checkpoints, resume, early stopping, TensorBoard).
+id, so ``A_r X W_r`` is ``A_r W_r`` and no identity matrix is ever built (the model's input
+is then the node ids, PyG's index form). The epochs run in
+:func:`~sparsegnn.train.loop.run_epochs` (checkpoints, resume, early stopping, TensorBoard)
+on a full-graph task of the training loop's protocol (loss, accuracy, gradient sum over
+labelled nodes of every type), so the same epoch serves one process
+(:class:`~sparsegnn.train.fullgraph.LocalTask`) and a grid of ranks
+(:mod:`sparsegnn.train.rgcn_grid`).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -24,10 +30,13 @@ from torch import nn
 
 from sparsegnn.data.hetero import HeteroGraph, RelationalGraph
 from sparsegnn.data.hetero_io import load_hetero
+from sparsegnn.names import Algorithm
 from sparsegnn.nn.operator import Operator
 from sparsegnn.nn.rgcn import RelAggr, RGCNConv, relation_operators
-from sparsegnn.train.fullgraph import EpochStats
-from sparsegnn.train.loop import LoopConfig, run_epochs
+from sparsegnn.train.fullgraph import EpochStats, LocalTask, Split, Task
+from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
+
+SPLITS: tuple[Split, ...] = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class RGCNRequest:
 
     ``inverse=None`` adds a reverse relation per edge type unless the graph lists both
     directions already (``meta['reverse_edges']``); ``featureless`` ignores features.
+    ``ranks`` trains full-graph on a grid of ranks (:mod:`sparsegnn.train.rgcn_grid`).
     """
 
     source: str = "hsbm:nodes=4096"
@@ -59,6 +69,26 @@ class RGCNRequest:
     resume: bool = False
     logdir: Path | None = None
     progress: bool | None = False
+    dtype: Literal["float32", "float64"] = "float32"
+    ranks: RGCNRanks | None = None
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return torch.float64 if self.dtype == "float64" else torch.float32
+
+
+@dataclass(frozen=True)
+class RGCNRanks:
+    """A grid for R-GCN: ``nprocs`` spawned local ranks running ``algo`` (``replication``
+    c for 1.5D), vertex blocks from ``partition`` (a partitioner of the union of the
+    relations, or a vector file), dense SpMM communication."""
+
+    algo: Algorithm = "1d"
+    nprocs: int = 1
+    replication: int = 1
+    partition: str = "block"
+    backend: str | None = None
+    timeout_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -81,7 +111,10 @@ class RGCNOutcome:
 
 class RelationalClassifier(nn.Module):
     """A stack of :class:`RGCNConv` (ReLU and dropout between), first layer featureless
-    when built with ``in_channels=None``. Module names follow PyG's example (``convs``)."""
+    when built with ``in_channels=None``. Module names follow PyG's example (``convs``).
+
+    ``mask_rows``: on a grid, the original ids of the rank's rows; dropout then draws the
+    whole graph's mask and keeps those rows, which are one process's very masks."""
 
     def __init__(self, in_channels: int | None, num_nodes: int, hidden: int,
                  num_classes: int, num_relations: int, *, num_layers: int = 2,
@@ -94,94 +127,162 @@ class RelationalClassifier(nn.Module):
         widths = [num_nodes if in_channels is None else in_channels,
                   *([hidden] * (num_layers - 1)), num_classes]
         self.featureless = in_channels is None
-        self.dropout = dropout
+        self.dropout, self.num_nodes = dropout, num_nodes
+        self.mask_rows: torch.Tensor | None = None
         self.convs = nn.ModuleList(
             RGCNConv(a, b, num_relations, num_bases=num_bases,
                      num_blocks=None if (i == 0 and self.featureless) else num_blocks,
                      aggr=aggr) for i, (a, b) in enumerate(itertools.pairwise(widths)))
 
     def forward(self, x: torch.Tensor | None, ops: Sequence[Operator]) -> torch.Tensor:
+        """Logits of the operators' rows; featureless, ``x`` is None (every node) or the
+        node ids of those rows."""
         first = self.convs[0]
-        h = featureless_forward(first, ops) if self.featureless else first(x, ops)
+        h = featureless_forward(first, ops, x) if self.featureless else first(x, ops)
         for conv in self.convs[1:]:
-            h = F.dropout(F.relu(h), self.dropout, self.training)
+            h = self._dropout(F.relu(h))
             h = conv(h, ops)
         return h
 
+    def _dropout(self, h: torch.Tensor) -> torch.Tensor:
+        if self.mask_rows is None or not self.training or self.dropout == 0.0:
+            return F.dropout(h, self.dropout, self.training)
+        # F.dropout multiplies by a mask drawn in the input's shape: the same draw here.
+        ones = h.new_ones(self.num_nodes, h.shape[1])
+        return h * F.dropout(ones, self.dropout, True)[self.mask_rows]
 
-def featureless_forward(conv: RGCNConv, ops: Sequence[Operator]) -> torch.Tensor:
+
+def featureless_forward(conv: RGCNConv, ops: Sequence[Operator],
+                        ids: torch.Tensor | None = None) -> torch.Tensor:
     """``conv`` applied to the identity: ``sum_r A_r W_r + root + bias`` (W_r is
-    ``[num_nodes, out]``), what PyG's ``RGCNConv`` computes for ``x=None``."""
+    ``[num_nodes, out]``), what PyG's ``RGCNConv`` computes for ``x=None``. ``ids``: the
+    nodes whose rows the operators take and return (every node on one process, a rank's
+    block on a grid), whose rows of W_r and of the root are the input, as PyG's index
+    input."""
     weights = conv.relation_weights()
-    out = conv.root if conv.root is not None else weights.new_zeros(weights.shape[1:])
+    if ids is not None:
+        weights = weights[:, ids]
+    if conv.root is not None:
+        out = conv.root if ids is None else conv.root[ids]
+    else:
+        out = weights.new_zeros(weights.shape[1:])
     for r, op in enumerate(ops):
         out = out + op.matmul(weights[r])
     return out if conv.bias is None else out + conv.bias
 
 
-def train_rgcn(request: RGCNRequest, graph: HeteroGraph | None = None) -> RGCNOutcome:
-    """Train R-GCN on ``graph`` (else ``request.source``) and report its accuracies."""
+def node_labels(rel: RelationalGraph) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Labels and split masks over every node (other types: label 0, in no split), so
+    that the loss and accuracies are row-wise reductions a grid can share out."""
+    ids, n = rel.target_ids(), rel.num_nodes
+    y = torch.zeros(n, dtype=torch.long)
+    y[ids] = rel.y
+    masks = {}
+    for split in SPLITS:
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[ids] = getattr(rel, f"{split}_mask")
+        masks[split] = mask
+    return y, masks
+
+
+def relational_problem(request: RGCNRequest, graph: HeteroGraph | None = None
+                       ) -> tuple[HeteroGraph, RelationalGraph]:
+    """The typed graph of ``request`` (or ``graph``) and its trainable relational form."""
     typed = graph if graph is not None else load_hetero(request.source, request.data_dir,
                                                         seed=request.seed)
     inverse = request.inverse if request.inverse is not None \
         else not bool(typed.meta.get("reverse_edges"))
     rel = typed.to_relational(inverse=inverse)
     rel.check_trainable()
-    device = torch.device(request.device)
-    x = None if request.featureless or rel.x is None else rel.x.to(device)
-    ops = [op.to(device=device) for op in relation_operators(
-        rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes, request.aggr)]
+    return typed, rel
+
+
+def build_classifier(request: RGCNRequest, rel: RelationalGraph, num_classes: int
+                     ) -> RelationalClassifier:
+    """The seeded model (featureless when asked or when the graph has no shared width):
+    every process that builds it from the same request holds the same weights."""
+    in_channels = None if request.featureless or rel.x is None else int(rel.x.shape[1])
     torch.manual_seed(request.seed)
-    model = RelationalClassifier(None if x is None else x.shape[1], rel.num_nodes,
-                                 request.hidden, typed.num_classes, rel.num_relations,
-                                 num_layers=request.num_layers, num_bases=request.num_bases,
-                                 num_blocks=request.num_blocks, aggr=request.aggr,
-                                 dropout=request.dropout).to(device)
+    model = RelationalClassifier(in_channels, rel.num_nodes, request.hidden, num_classes,
+                                 rel.num_relations, num_layers=request.num_layers,
+                                 num_bases=request.num_bases, num_blocks=request.num_blocks,
+                                 aggr=request.aggr, dropout=request.dropout)
+    return model.to(request.torch_dtype)
+
+
+def model_input(request: RGCNRequest, rel: RelationalGraph) -> torch.Tensor:
+    """The first layer's input over every node: the features, or (featureless) the ids."""
+    if request.featureless or rel.x is None:
+        return torch.arange(rel.num_nodes)
+    return rel.x.to(request.torch_dtype)
+
+
+def train_rgcn(request: RGCNRequest, graph: HeteroGraph | None = None) -> RGCNOutcome:
+    """Train R-GCN on ``graph`` (else ``request.source``) and report its accuracies."""
+    return fit_rgcn(request, graph)[1]
+
+
+def fit_rgcn(request: RGCNRequest, graph: HeteroGraph | None = None
+             ) -> tuple[RelationalClassifier, RGCNOutcome]:
+    """The trained model (best-on-validation weights) and its outcome, on one process."""
+    typed, rel = relational_problem(request, graph)
+    device = torch.device(request.device)
+    ops = [op.to(device=device) for op in relation_operators(
+        rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes, request.aggr,
+        request.torch_dtype)]
+    y, masks = node_labels(rel)
+    model = build_classifier(request, rel, typed.num_classes).to(device)
+    task = LocalTask(model_input(request, rel).to(device), ops, y.to(device),  # type: ignore[arg-type]
+                     {s: m.to(device) for s, m in masks.items()})
+    return model, run_relational(model, task, request, typed, rel)
+
+
+def run_relational(model: RelationalClassifier, task: Task, request: RGCNRequest,
+                   typed: HeteroGraph, rel: RelationalGraph, *, is_main: bool = True,
+                   on_epoch: Callable[[EpochStats], None] | None = None) -> RGCNOutcome:
+    """The epochs on ``task`` (one process's or one rank's) and the final accuracies."""
     opt = torch.optim.Adam(model.parameters(), lr=request.lr, weight_decay=request.weight_decay)
-    task = _Task(model, opt, x, ops, rel, device)
+    epochs = _Epochs(model, opt, task)
     cfg = LoopConfig(epochs=request.epochs, patience=request.patience, seed=request.seed,
                      checkpoint=request.checkpoint, resume=request.resume,
                      logdir=request.logdir, progress=request.progress)
-    state = run_epochs(model, opt, task.epoch, cfg, EpochStats,
-                       score=lambda s: s.val_accuracy,
+    state = run_epochs(model, opt, epochs.epoch, cfg, EpochStats,
+                       score=lambda s: s.val_accuracy, on_epoch=on_epoch,
                        stamp={"model": "rgcn", "graph": typed.name, "nodes": rel.num_nodes,
-                              "relations": rel.num_relations, "hidden": request.hidden})
-    accs = task.accuracies()
+                              "relations": rel.num_relations, "hidden": request.hidden},
+                       role=LoopRole(is_main=is_main, reports=is_main))
+    accs = epochs.accuracies(SPLITS)
     times = [h.seconds for h in state.history] or [0.0]
     return RGCNOutcome(graph=typed.name, num_nodes=rel.num_nodes,
                        num_edges=int(rel.edge_index.shape[1]), num_relations=rel.num_relations,
-                       featureless=x is None, train_accuracy=accs[0], val_accuracy=accs[1],
-                       test_accuracy=accs[2], epochs_run=state.epoch,
+                       featureless=model.featureless, train_accuracy=accs[0],
+                       val_accuracy=accs[1], test_accuracy=accs[2], epochs_run=state.epoch,
                        best_epoch=state.best_epoch, epoch_s=statistics.median(times),
                        history=list(state.history))
 
 
-class _Task:
-    """One epoch (forward, loss on the target's train nodes, step) and the evaluation."""
+class _Epochs:
+    """One epoch (forward, loss on the labelled training nodes, gradient sum, step; then
+    the training and validation accuracies of one evaluation pass) and the evaluation."""
 
-    def __init__(self, model: RelationalClassifier, opt: torch.optim.Optimizer,
-                 x: torch.Tensor | None, ops: list[Operator], rel: RelationalGraph,
-                 device: torch.device):
-        self.model, self.opt, self.x, self.ops = model, opt, x, ops
-        self.ids = rel.target_ids().to(device)
-        self.y = rel.y.to(device)
-        self.masks = [m.to(device) for m in (rel.train_mask, rel.val_mask, rel.test_mask)]
+    def __init__(self, model: RelationalClassifier, opt: torch.optim.Optimizer, task: Task):
+        self.model, self.opt, self.task = model, opt, task
 
     def epoch(self, epoch: int) -> EpochStats:
         start = time.perf_counter()
         self.model.train()
         self.opt.zero_grad()
-        out = self.model(self.x, self.ops)[self.ids]
-        loss = F.cross_entropy(out[self.masks[0]], self.y[self.masks[0]])
+        loss = self.task.loss(self.model(self.task.x, self.task.adj), "train")
         loss.backward()
+        self.task.sync_gradients(self.model)
         self.opt.step()
         seconds = time.perf_counter() - start
-        train, val, _ = self.accuracies()
+        train, val = self.accuracies(("train", "val"))
         return EpochStats(epoch=epoch, loss=float(loss.detach()), train_accuracy=train,
                           val_accuracy=val, seconds=seconds)
 
     @torch.no_grad()
-    def accuracies(self) -> tuple[float, float, float]:
+    def accuracies(self, splits: Sequence[Split]) -> list[float]:
         self.model.eval()
-        pred = self.model(self.x, self.ops)[self.ids].argmax(1)
-        return tuple(float((pred[m] == self.y[m]).float().mean()) for m in self.masks)
+        logits = self.model(self.task.x, self.task.adj)
+        return [self.task.accuracy(logits, s) for s in splits]
