@@ -19,9 +19,13 @@ too): the fastest of ~10 noisy sweep times is biased low. A fresh job then train
 the auto choice alone and reports its ranks' peak resident set against the predicted
 per-rank memory that ``--max-rank-memory`` is checked against. Dropout masks are
 drawn per vertex block, as a partitioned run draws them, so a rank's work is its share.
+``--model gat`` (or gatv2, gin) checks the same for that model (``--hidden`` per head,
+``--heads``); an attention model's candidates have one comm per grid (its layers fetch
+rows by all-to-all whatever the SpMMs' comm).
 
     python benchmarks/autoconfig.py --json
     python benchmarks/autoconfig.py --quick --json     # one SBM case at p = 4
+    python benchmarks/autoconfig.py --quick --model gat --json
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from sparsegnn.distributed import rank_session, spawn
 from sparsegnn.distributed.planning.autoplan import auto_plan
 from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
 from sparsegnn.distributed.runtime.session import gather_objects
-from sparsegnn.names import replicates
+from sparsegnn.names import ATTENTION_MODELS, MODEL_KINDS, replicates
 from sparsegnn.train.auto_choice import AutoRequest, choose_distribution
 from sparsegnn.train.calibration_job import calibrate_rank, distributed_config
 from sparsegnn.train.fullgraph import TrainConfig
@@ -105,8 +109,8 @@ def _peak_rss(graph: GraphData, cfg: TrainConfig, config: PlanConfig) -> int:
 
 def run_case(kind: str, nodes: int, width: int, p: int, profile: Any, args: Any) -> list[Row]:
     graph = make_graph(kind, nodes, width, args.seed)
-    cfg = TrainConfig(hidden=args.hidden, num_layers=2, dropout=0.5, epochs=args.epochs,
-                      patience=args.epochs, progress=False)
+    cfg = TrainConfig(model=args.model, hidden=args.hidden, heads=args.heads, num_layers=2,
+                      dropout=0.5, epochs=args.epochs, patience=args.epochs, progress=False)
     choice = choose_distribution(AutoRequest(graph, p, cfg, profile,
                                              partitioners=tuple(args.partitioners.split(",")),
                                              trials=args.trials))
@@ -140,8 +144,8 @@ def scaling_table(kind: str, nodes: int, width: int, ranks: list[int],
     bytes and the predicted epoch, next to the measured epoch where this run has one.
     Predicted times use the profile calibrated at that P, else at the largest p
     calibrated here (its rates and fitted overheads carried over unchanged)."""
-    graph = PlanGraph.of(make_graph(kind, nodes, width, args.seed), "gcn")
-    base = PlanConfig(2, hidden=args.hidden, num_layers=2)
+    graph = PlanGraph.of(make_graph(kind, nodes, width, args.seed), args.model)
+    base = PlanConfig(2, model=args.model, hidden=args.hidden, heads=args.heads, num_layers=2)
     rows = []
     for p in ranks:
         if p > graph.num_nodes:
@@ -172,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graphs", default="rmat,sbm,dcsbm")
     ap.add_argument("--ranks", default="4,8")
     ap.add_argument("--widths", default="32,128")
-    ap.add_argument("--hidden", type=int, default=16)
+    ap.add_argument("--model", choices=MODEL_KINDS, default="gcn")
+    ap.add_argument("--hidden", type=int, default=None,
+                    help="hidden width, per head for gat/gatv2 (default: 16; gat/gatv2 8)")
+    ap.add_argument("--heads", type=int, default=8, help="gat/gatv2: hidden layers' heads")
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated graphs")
     ap.add_argument("--rounds", type=int, default=3,
@@ -187,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", default="4,8,16,64,256,1024,4096",
                     help="P values of the model's scaling table ('' for none)")
     args = ap.parse_args(argv)
+    if args.hidden is None:
+        args.hidden = 8 if args.model in ATTENTION_MODELS else 16
     if args.quick:
         args.nodes, args.graphs, args.ranks, args.widths = 4096, "sbm", "4", "32"
         args.epochs, args.rounds, args.confirm_rounds = 2, 1, 1
@@ -213,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{top['config']} {top['measured_s'] * 1e3:.1f} ms{again}", flush=True)
     speedups, metrics = judge(rows)
     metrics["fitted_overheads"] = fitted
+    metrics["model"] = {"model": args.model, "hidden": args.hidden, "heads": args.heads}
     if args.table:
         ranks = [int(v) for v in args.table.split(",")]
         table = scaling_table("sbm", args.nodes, max(int(w) for w in args.widths.split(",")),

@@ -15,7 +15,7 @@ from sparsegnn.cli.main import main
 from sparsegnn.cli.train_cmd import config_from_args
 from sparsegnn.cli.train_flags import add_train_flags
 from sparsegnn.data import load_any
-from sparsegnn.distributed.planning.rank_memory import Holding, edge_width, rank_bytes
+from sparsegnn.distributed.planning.rank_memory import Holding, edge_bytes, rank_bytes
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import GAT, GIN
 from sparsegnn.train.fullgraph import TrainConfig, build_model, config_for, train_single
@@ -72,12 +72,12 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path, model: str) -> N
 
 def test_memory_counts_attentions_per_edge_tensors() -> None:
     """``nnz x heads`` values per attention tensor and layer; none for SpMM models."""
-    assert edge_width(config_for("gcn")) == 0
-    assert edge_width(config_for("gat", heads=8)) == 3 * (8 + 1)
+    assert edge_bytes(config_for("gcn"), 4) == 0
+    assert edge_bytes(config_for("gat", heads=8), 4) == 4 * (8 + 1) * 4 + 2 * 8
     held = Holding(11, 100, 10, 5)
     plain = rank_bytes(held, 50, 4)
-    attention = rank_bytes(held, 50, 4, edge_width=27)
-    assert attention["training"] - plain["training"] == 100 * 27 * 4
+    attention = rank_bytes(held, 50, 4, edge_bytes=108)
+    assert attention["training"] - plain["training"] == 100 * 108
     graph = load_any(SPEC, None, seed=0)
     kinds = {m: check_graph_rank_memory(graph, config_for(m, hidden=8), 100.0, 2,
                                         mode="fullgraph") for m in ("gin", "gat")}

@@ -17,7 +17,7 @@ from sparsegnn.cli.common import (
     int_range,
     output_file,
 )
-from sparsegnn.names import ALGORITHMS, PARTITIONERS
+from sparsegnn.names import ALGORITHMS, ATTENTION_MODELS, MODEL_KINDS, PARTITIONERS
 
 # The most ranks a plan is made for: its block-to-block tables grow with the square.
 _MAX_RANKS = 4096
@@ -39,8 +39,12 @@ def register(subparsers: Any) -> None:
                    help="c for 1.5d")
     p.add_argument("--partitioner", choices=PARTITIONERS, default="block")
     p.add_argument("--comm", choices=("dense", "sparse"), default="sparse")
-    p.add_argument("--model", choices=("gcn", "sage"), default="gcn")
-    p.add_argument("--hidden", type=int_range(1), default=16)
+    p.add_argument("--model", choices=MODEL_KINDS, default="gcn",
+                   help="gat/gatv2 are priced by their edge protocol's bytes and kernels")
+    p.add_argument("--hidden", type=int_range(1), default=16,
+                   help="hidden width (per head for gat/gatv2)")
+    p.add_argument("--heads", type=int_range(1), default=8,
+                   help="gat/gatv2: hidden layers' heads (the last layer has one)")
     p.add_argument("--num-layers", type=int_range(1), default=2)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     auto = p.add_argument_group("choosing the distribution (--auto)")
@@ -71,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = PlanConfig(
         parts=args.parts, algo=args.algo, replication=args.replication,
         partitioner=args.partitioner, comm=args.comm, model=args.model, hidden=args.hidden,
-        num_layers=args.num_layers, dtype=args.dtype, seed=args.seed, overlap=args.overlap,
+        num_layers=args.num_layers, heads=args.heads, dtype=args.dtype, seed=args.seed,
+        overlap=args.overlap,
     )
     loaded = load_any(args.graph, args.data_dir, seed=args.seed, progress=True)
     graph = PlanGraph.of(loaded, args.model)
@@ -123,8 +128,8 @@ def _auto(args: argparse.Namespace) -> int:
     graph = PlanGraph.of(loaded, args.model)
     del loaded
     base = PlanConfig(args.parts, model=args.model, hidden=args.hidden,
-                      num_layers=args.num_layers, dtype=args.dtype, seed=args.seed,
-                      overlap=args.overlap)
+                      num_layers=args.num_layers, heads=args.heads, dtype=args.dtype,
+                      seed=args.seed, overlap=args.overlap)
     ranked = auto_plan(graph, args.parts, profile, base,
                        partitioners=tuple(args.partitioners.split(",")),
                        max_rank_memory_gib=args.max_rank_memory)
@@ -133,6 +138,8 @@ def _auto(args: argparse.Namespace) -> int:
     result = {"graph": args.graph, "ranks": args.parts, "profile": args.profile or "measured now",
               "profile_world_size": profile.world_size, "max_rank_memory_gib":
               args.max_rank_memory, "choice": choice, "candidates": rows}
+    if args.model in ATTENTION_MODELS:
+        result["attention_rates"] = profile.edge_rates_source()
     lines = [f"{'algo':>5} {'c':>2} {'comm':>6} {'partitioner':>11} {'epoch ms':>9} "
              f"{'compute':>8} {'comm ms':>8} {'MiB/rank':>9} fits"]
     for r in rows:
@@ -140,6 +147,8 @@ def _auto(args: argparse.Namespace) -> int:
                      f"{r['partitioner']:>11} {r['epoch_s'] * 1e3:9.2f} "
                      f"{r['compute_s'] * 1e3:8.2f} {r['comm_total_s'] * 1e3:8.2f} "
                      f"{r['memory_bytes_per_rank'] / 2**20:9.1f} {'yes' if r['fits'] else 'no'}")
+    if result.get("attention_rates", "measured") != "measured":
+        lines.append(f"attention kernels {result['attention_rates']}")
     if choice is None:
         lines.append("no configuration fits --max-rank-memory; use more ranks")
     else:

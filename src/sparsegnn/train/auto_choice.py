@@ -14,6 +14,7 @@ trained (:meth:`AutoChoice.after_training`, :meth:`AutoChoice.report`). The CLI 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -23,9 +24,12 @@ from sparsegnn.distributed.planning.autoplan import Candidate, auto_plan, shortl
 from sparsegnn.distributed.planning.cost_profile import Profile
 from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
 from sparsegnn.errors import InvalidValueError
+from sparsegnn.names import ATTENTION_MODELS
 from sparsegnn.train.distributed import with_overlap_variants, with_plan
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.rank_train import DistributedConfig
+
+log = logging.getLogger(__name__)
 
 OverlapMode = Literal["off", "on", "auto"]
 
@@ -136,10 +140,12 @@ def choose_distribution(request: AutoRequest) -> AutoChoice:
     """Rank every configuration for ``request`` and shortlist those worth a trial;
     refuses where none is predicted to fit the memory limit."""
     r = request
+    if r.cfg.model in ATTENTION_MODELS and not r.profile.edge_rates_measured:
+        log.warning("--algo auto: attention kernels %s", r.profile.edge_rates_source())
     graph = r.graph if isinstance(r.graph, PlanGraph) else PlanGraph.of(r.graph, r.cfg.model)
     base = PlanConfig(r.world_size, model=r.cfg.model, hidden=r.cfg.hidden,
-                      num_layers=r.cfg.num_layers, dtype=r.cfg.dtype, seed=r.cfg.seed,
-                      overlap=r.overlap == "on")
+                      num_layers=r.cfg.num_layers, heads=r.cfg.heads, dtype=r.cfg.dtype,
+                      seed=r.cfg.seed, overlap=r.overlap == "on")
     ranked = auto_plan(graph, r.world_size, r.profile, base, partitioners=r.partitioners,
                        max_rank_memory_gib=r.max_rank_memory_gib,
                        overlap_twins=r.overlap == "auto")

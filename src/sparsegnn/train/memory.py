@@ -21,19 +21,20 @@ from typing import Any
 import torch
 from torch import nn
 
+from sparsegnn.distributed.planning.attention_cost import model_widths
 from sparsegnn.distributed.planning.rank_memory import (
     DEFAULT_PROCESS_BYTES,
     MEMORY_KINDS,
     Holding,
     activation_width,
     busiest,
-    edge_width,
+    edge_bytes,
     in_flight_bytes,
     predict_rank_bytes,
     rank_bytes,
 )
 from sparsegnn.errors import InvalidValueError, ResourceError
-from sparsegnn.nn.model_size import layer_widths, parameter_count
+from sparsegnn.nn.model_size import parameter_count
 from sparsegnn.sparse import CSRMatrix
 
 __all__ = ["MEMORY_KINDS", "RankMemory", "check_graph_rank_memory", "check_rank_memory",
@@ -221,7 +222,7 @@ def check_shards_rank_memory(
     shape = manifest_shape(manifest)
     f, classes = int(manifest["num_features"]), int(manifest["num_classes"])
     params = _num_params(cfg, f, classes)
-    widths = layer_widths(f, cfg.hidden, classes, cfg.num_layers)
+    widths = model_widths(cfg, f, classes)
     block_values = max(b - a for a, b in itertools.pairwise(manifest["offsets"])) * max(widths)
     flight, vb = _Flight(comm, overlap), _value_bytes(cfg)
     # 2D/3D: the tiles of each row a SUMMA stage broadcasts ([i, k, m, nonzeros] of A, A^T).
@@ -238,7 +239,7 @@ def check_shards_rank_memory(
     predicted = busiest(
         rank_bytes(Holding(*held), params, vb, process_bytes=process,
                    activation_width=activation_width(shape.algo, held[3], widths),
-                   edge_width=edge_width(cfg),
+                   edge_bytes=edge_bytes(cfg, vb),
                    in_flight_bytes=in_flight_bytes(shape, rank, flight, block_values,
                                                    stage_tile(rank), vb))
         for rank, held in enumerate(holdings))

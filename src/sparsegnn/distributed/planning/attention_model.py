@@ -38,7 +38,7 @@ import torch
 from sparsegnn.distributed.layout.block_partition import BlockPartition, stage_blocks
 from sparsegnn.distributed.layout.grid import GridShape
 from sparsegnn.distributed.planning.comm_model import Volume
-from sparsegnn.distributed.planning.plan import relabelled
+from sparsegnn.distributed.planning.plan import RankVolume, relabelled
 from sparsegnn.sparse import CSRMatrix
 
 Move = Literal["fetch", "enter", "leave", "total", "max"]
@@ -170,3 +170,18 @@ def edge_volume(
                 if call.grad:
                     add(BACKWARD, size, size)
     return {p: v for p, v in out.items() if v["sent"] or v["recv"]}
+
+
+def epoch_edge_volume(shape: GridShape, part: BlockPartition, operator: CSRMatrix,
+                      calls: list[EdgeCall], value_bytes: int) -> dict[str, RankVolume]:
+    """Every rank's bytes of an epoch's edge-protocol ``calls``, per phase (what the
+    planner adds to the SpMM phases for GAT and GATv2): :func:`edge_volume` of each rank,
+    with the fetched rows of ``operator``'s blocks (original vertex order)."""
+    sent, recv = fetch_rows(shape, part, distinct_columns(operator, part, shape.layers))
+    per = [edge_volume(shape, part, rank, calls, (int(sent[rank]), int(recv[rank])),
+                       value_bytes) for rank in range(shape.size)]
+    return {phase: RankVolume(np.array([v.get(phase, {}).get("sent", 0) for v in per],
+                                       dtype=np.int64),
+                              np.array([v.get(phase, {}).get("recv", 0) for v in per],
+                                       dtype=np.int64))
+            for phase in (FORWARD, BACKWARD) if any(phase in v for v in per)}

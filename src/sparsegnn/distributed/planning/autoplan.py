@@ -26,7 +26,7 @@ from sparsegnn.distributed.planning.planner import (
     plan_epoch,
 )
 from sparsegnn.distributed.planning.rank_memory import predict_memory, process_bytes
-from sparsegnn.names import ALGORITHMS, replicates, row_wise
+from sparsegnn.names import ALGORITHMS, ATTENTION_MODELS, replicates, row_wise
 
 
 @dataclass
@@ -55,7 +55,9 @@ class Candidate:
 
 def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
                    ) -> list[PlanConfig]:
-    """Every (algorithm, replication, comm, partitioner) a grid of ``parts`` ranks admits."""
+    """Every (algorithm, replication, comm, partitioner) a grid of ``parts`` ranks admits.
+    An attention model has one comm per grid: its layers fetch rows by all-to-all
+    whatever ``comm`` says (it chooses only how SpMMs communicate, and GAT runs none)."""
     out = []
     for algo in ALGORITHMS:
         factors = [c for c in range(2, parts + 1) if parts % c == 0] if replicates(algo) else [1]
@@ -65,6 +67,8 @@ def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
             except GridError:
                 continue
             comms = ("sparse", "dense") if row_wise(algo) else ("dense",)
+            if base.model in ATTENTION_MODELS:
+                comms = comms[:1]
             for comm in comms:
                 for partitioner in partitioners:
                     out.append(replace(base, parts=parts, algo=algo, replication=c,

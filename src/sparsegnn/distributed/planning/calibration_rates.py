@@ -13,6 +13,9 @@ which a single-process measurement would miss). Rank 0's numbers become the
   nonzero-column and per output row-column;
 * how much longer the ranks take to finish a piece of compute all at once than one
   rank alone (:func:`measure_core_sharing`);
+* the attention kernels (:func:`measure_edge_kernels`): the additive and the LeakyReLU
+  SDDMM, the edge softmax and the multi-head SpMM with autograd values, forward alone
+  and forward with backward, per value (edge x head, or edge x head x channel);
 * a dense matmul (time per multiply-add), a dropout (time per value, its random mask
   included: the mask kind the models train with, ``sparsegnn.names.DEFAULT_MASK``) and an
   activation's pass (time per value);
@@ -49,9 +52,11 @@ from sparsegnn.distributed.runtime.comm import Communicator, Group, new_group
 from sparsegnn.distributed.runtime.session import Session, barrier, ranks_per_host
 from sparsegnn.names import DEFAULT_MASK, MaskKind
 from sparsegnn.nn.dropout import dropout
-from sparsegnn.sparse import CSRMatrix
+from sparsegnn.sparse import CSRMatrix, edge_softmax, sddmm_add, sddmm_leaky, spmm_values
 
 WIDTHS = (8, 32, 128)
+# Heads and channels per head of the attention kernels' timings (GAT's 8 heads of 8).
+EDGE_HEADS, EDGE_CHANNELS = 8, 8
 DEGREES = (4, 32)
 # Message sizes (bytes per member) of the broadcast rounds: the stage messages of the
 # graphs one trains across hosts (a 16k-vertex graph's 1D stage at width 16 is 256 KiB).
@@ -111,6 +116,33 @@ def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[i
         per_nnz[width] = max(float(a_s), 0.0)
         per_row.append(max(float(b_s), 0.0))
     return per_nnz, float(np.mean(per_row))
+
+
+def measure_edge_kernels(n: int, repeats: int, sync: Callable[[], None]
+                         ) -> dict[str, tuple[float, float]]:
+    """Seconds per value of each attention kernel on a uniform random graph of degree 16
+    (the gathers of a graph that misses the caches), ``(forward, forward and
+    backward)``: the additive SDDMM and the edge softmax per edge and head, the LeakyReLU
+    SDDMM and the multi-head SpMM per edge, head and channel."""
+    a = _random_graph(n, 16, seed=16)
+    h, c = EDGE_HEADS, EDGE_CHANNELS
+    u, v = torch.randn(n, h, requires_grad=True), torch.randn(n, h, requires_grad=True)
+    x = torch.randn(n, h, c, requires_grad=True)
+    att = torch.randn(h, c, requires_grad=True)
+    scores = torch.randn(a.nnz, h, requires_grad=True)
+    kernels: dict[str, tuple[Callable[[], torch.Tensor], int]] = {
+        "sddmm_add": (lambda: sddmm_add(a, u, v), a.nnz * h),
+        "sddmm_leaky": (lambda: sddmm_leaky(a, x, x, att), a.nnz * h * c),
+        "edge_softmax": (lambda: edge_softmax(a, scores), a.nnz * h),
+        "heads_spmm": (lambda: spmm_values(a, scores, x), a.nnz * h * c),
+    }
+    out = {}
+    for name, (fn, values) in kernels.items():
+        with torch.no_grad():
+            forward = _best(fn, repeats, sync)
+        train = _best(lambda fn=fn: fn().sum().backward(), repeats, sync)
+        out[name] = (forward / values, max(forward, train) / values)
+    return out
 
 
 def measure_dense(n: int, repeats: int, sync: Callable[[], None],
@@ -280,6 +312,7 @@ def measure_profile(session: Session, quick: bool = False,
     repeats = 2 if quick else 3
     per_nnz, per_row = measure_spmm(n, repeats, barrier)
     gemm, drop, elem = measure_dense(n, repeats, barrier, mask)
+    kernels = measure_edge_kernels(n, repeats, barrier)
     sharing = measure_core_sharing(session.rank, repeats, barrier)
     group = Group(tuple(range(session.world_size)), session.rank)
     sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
@@ -297,7 +330,8 @@ def measure_profile(session: Session, quick: bool = False,
                    links, {"graph_vertices": n, "collective_sizes": sizes,
                            "dropout_mask": mask},
                    max(0, rusage - session.start_rss_bytes), session.start_rss_bytes,
-                   hosts, dropout_s=drop, broadcast_rounds=rounds, core_sharing=sharing)
+                   hosts, dropout_s=drop, broadcast_rounds=rounds, core_sharing=sharing,
+                   edge_kernel_s=kernels)
 
 
 def _hosts(world: int) -> int:

@@ -21,7 +21,9 @@
   the rank multiplies times the width (exact, from the tile nonzero table) and, for
   each tile product it makes (:func:`tile_products`), the output rows times the width
   and their addition; the layers' dense maps on its rows; elementwise work
-  (dropout masks on each layer's input, activations, loss) on its rows;
+  (dropout masks on each layer's input, activations, loss) on its rows; for GAT and
+  GATv2, whose layers run the edge protocol instead of SpMMs, its kernels on the edges
+  the rank holds and their bytes (:mod:`~sparsegnn.distributed.planning.attention_cost`);
 * what none of these count (Python and autograd per operation, the optimiser, copies,
   the scheduling of ranks that share a host's cores): a fixed time per epoch, a time
   per collective call and a time per value of the busiest rank's rows (its rows times
@@ -36,7 +38,6 @@ credited. A rank's peak memory is predicted apart
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,14 @@ import numpy as np
 
 from sparsegnn.distributed.layout.block_partition import feature_columns, split_sizes, stage_blocks
 from sparsegnn.distributed.layout.grid import GridShape
+from sparsegnn.distributed.planning.attention_cost import (
+    ATTENTION_PHASES,
+    attention_call_counts,
+    dense_macs,
+    edge_seconds,
+    model_widths,
+)
+from sparsegnn.distributed.planning.attention_model import EdgeCall, model_calls
 from sparsegnn.distributed.planning.comm_model import (
     InputSlicing,
     SpmmCall,
@@ -51,6 +60,7 @@ from sparsegnn.distributed.planning.comm_model import (
     spmm_schedule,
 )
 from sparsegnn.distributed.planning.cost_profile import Profile
+from sparsegnn.names import ATTENTION_MODELS
 from sparsegnn.nn.model_size import layer_widths, parameter_count
 
 
@@ -78,10 +88,12 @@ class EpochCost:
 
 def collective_calls(
     shape: GridShape, calls: list[SpmmCall], comm: str, slicing: InputSlicing | None = None,
+    edge_calls: list[EdgeCall] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Collective calls per phase and kind in one epoch, as the algorithms make them
-    (``slicing``: the 2D/3D input features are cut by columns)."""
-    out: dict[str, dict[str, int]] = {}
+    (``slicing``: the 2D/3D input features are cut by columns; ``edge_calls``: an
+    attention model's edge protocol)."""
+    out: dict[str, dict[str, int]] = attention_call_counts(shape, edge_calls or [])
     for call in calls:
         into = out.setdefault(call.phase, {})
         for kind, n in _spmm_calls(shape, comm, call.sliced).items():
@@ -114,6 +126,8 @@ def _phase_collective(shape: GridShape, phase: str, comm: str) -> str:
     """The collective that carries most of a phase's bytes."""
     if phase in ("grad_allreduce", "metrics", "input_allreduce"):
         return "all_reduce"
+    if phase in ATTENTION_PHASES:  # fetches by all-to-all, sums over the split groups
+        return "all_to_all"
     if shape.row_wise and comm == "sparse":
         return "all_to_all"
     return "broadcast"
@@ -123,9 +137,11 @@ def _group_size(shape: GridShape, phase: str) -> int:
     """How many ranks take part in each collective of ``phase``: the SpMM's broadcasts or
     all-to-all run within a replica's p/c ranks (1D/1.5D) or along a process row of q
     (2D/3D); the gradient and metric sums over the vertex blocks; the 2D/3D input sums
-    over a process row."""
+    over a process row; the attention fetches within a grid column (the rows)."""
     if phase in ("grad_allreduce", "metrics"):
         return shape.row_blocks
+    if phase in ATTENTION_PHASES:
+        return shape.rows
     if phase == "input_allreduce" or not shape.row_wise:
         return shape.cols
     return shape.rows
@@ -297,12 +313,14 @@ def tile_products(shape: GridShape, comm: str, row: int, col: int) -> int:
 
 def compute_seconds(
     shape: GridShape, part: Any, operator: Any, calls: list[SpmmCall], widths: list[int],
-    profile: Profile, comm: str,
+    profile: Profile, comm: str, model: str = "gcn", edge_calls: list[EdgeCall] | None = None,
 ) -> float:
     """Compute time of an epoch (:func:`host_compute_seconds` of every rank's): a rank's
     SpMMs (the nonzeros of the tiles it multiplies, exact, and each tile product's
-    output rows), dense maps and elementwise passes (the first layer's on the rank's
-    feature columns only, on 2D/3D)."""
+    output rows), an attention model's ``edge_calls`` on the same nonzeros, dense maps
+    (:func:`~sparsegnn.distributed.planning.attention_cost.dense_macs` of ``model``) and
+    elementwise passes (the first layer's on the rank's feature columns only, on
+    2D/3D)."""
     nnz = rank_nonzeros(shape, part, operator)
     per_rank: list[float] = []
     for rank in range(shape.size):
@@ -314,8 +332,9 @@ def compute_seconds(
             width = call.width if shape.row_wise \
                 else split_sizes(call.width, shape.cols)[j]
             seconds += profile.spmm_time(float(nnz[rank]), rows, width, products)
+        seconds += edge_seconds(edge_calls or [], float(nnz[rank]), profile)
         mine = [feature_column_count(shape, j, widths[0]), *widths[1:]]
-        macs = sum(a * b for a, b in itertools.pairwise(mine))
+        macs = dense_macs(model, mine)
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
         seconds += rows * sum(mine[:-1]) * profile.dropout_s  # a mask on each layer's input
         seconds += rows * _elementwise_values(mine) * profile.elementwise_s
@@ -358,9 +377,13 @@ def predict_epoch(
     sliced = shape.feature_slices > 1
     slicing = input_slicing(cfg, in_dim, out_dim) if sliced else None
     calls = spmm_schedule(cfg, in_dim, out_dim, sliced)
-    widths = layer_widths(in_dim, cfg.hidden, out_dim, cfg.num_layers)
-    compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile, comm)
-    counts = collective_calls(shape, calls, comm, slicing)
+    edge_calls = model_calls(cfg.model, layer_widths(in_dim, cfg.hidden, out_dim,
+                                                     cfg.num_layers), cfg.heads) \
+        if cfg.model in ATTENTION_MODELS else []
+    widths = model_widths(cfg, in_dim, out_dim)
+    compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile, comm,
+                              cfg.model, edge_calls)
+    counts = collective_calls(shape, calls, comm, slicing, edge_calls)
     ncalls_epoch = sum(sum(kinds.values()) for kinds in counts.values()) \
         if shape.size > 1 else 0
     comm_s = {}
@@ -377,7 +400,8 @@ def predict_epoch(
                                        plan.get("value_bytes", 4), profile)
     if shape.row_blocks > 1:  # the gradient sum and three scalar metrics over the blocks
         peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
-        params = parameter_count(cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers)
+        params = parameter_count(cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers,
+                                 cfg.heads)
         reduce = profile.link("all_reduce")
         blocks = latency_scale(shape, "grad_allreduce", profile.world_size)
         comm_s["grad_allreduce"] = reduce.time(1, peers * params * vb, blocks)

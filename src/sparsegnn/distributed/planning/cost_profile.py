@@ -26,6 +26,14 @@ from sparsegnn.errors import DataFormatError
 
 COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
 PROFILE_FORMAT = 1
+# The attention kernels a profile prices (``Profile.edge_kernel_s``), each per value:
+# the additive SDDMM and the edge softmax per edge and head, GATv2's LeakyReLU SDDMM and
+# the multi-head SpMM with autograd values per edge, head and channel.
+EDGE_KERNELS = ("sddmm_add", "sddmm_leaky", "edge_softmax", "heads_spmm")
+# Where a profile has no attention rates (written before `calibrate` measured them): a
+# kernel's forward priced as one SpMM nonzero-column, its forward and backward as three
+# (the backward of each is an SpMM or an SDDMM of the same pattern, and a gather).
+FALLBACK_TRAIN_FACTOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,32 @@ class Profile:
     epoch_overhead_s: float = 0.0
     call_overhead_s: float = 0.0
     row_overhead_s: float = 0.0
+    # Seconds per value of each attention kernel (:data:`EDGE_KERNELS`): ``(forward,
+    # forward and backward)``, measured by `calibrate`; empty in profiles written before
+    # it measured them (then :meth:`edge_kernel_time` falls back on the SpMM rate).
+    edge_kernel_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def edge_rates_measured(self) -> bool:
+        """Whether every attention kernel's rate was measured (else the fallback)."""
+        return all(k in self.edge_kernel_s for k in EDGE_KERNELS)
+
+    def edge_rates_source(self) -> str:
+        """How the attention kernels are priced: measured, or the fallback and the way out."""
+        if self.edge_rates_measured:
+            return "measured"
+        return ("estimated from the SpMM rate: this profile has no attention kernel rates "
+                "(calibrated before `sparsegnn calibrate` measured them); run it again")
+
+    def edge_kernel_time(self, kernel: str, values: float, backward: bool) -> float:
+        """Seconds of attention kernel ``kernel`` over ``values`` values, its backward
+        included where ``backward``; from the SpMM's rate per nonzero-column where the
+        profile has no measured rate (:data:`FALLBACK_TRAIN_FACTOR`)."""
+        rates = self.edge_kernel_s.get(kernel)
+        if rates is None:
+            forward = self._per_nnz(1)
+            rates = (forward, FALLBACK_TRAIN_FACTOR * forward)
+        return values * rates[1 if backward else 0]
 
     def overhead(self, calls: int, row_values: int) -> float:
         return (self.epoch_overhead_s + calls * self.call_overhead_s
@@ -185,6 +219,13 @@ class Profile:
             rounds[group] = [(seconds(b, f"broadcast_rounds[{key}] bytes"),
                               seconds(t, f"broadcast_rounds[{key}] seconds"))
                              for b, t in pts]
+        kernels = {}
+        for key, pair in (raw.get("edge_kernel_s") or {}).items():
+            if key not in EDGE_KERNELS or len(pair) != 2:
+                raise ValueError(f"edge_kernel_s[{key!r:.40}]: one of {', '.join(EDGE_KERNELS)} "
+                                 "with [forward, forward and backward] seconds per value")
+            kernels[key] = (seconds(pair[0], f"edge_kernel_s[{key}]"),
+                            seconds(pair[1], f"edge_kernel_s[{key}]"))
         return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
                    seconds(raw["gemm_s"], "gemm_s"),
                    seconds(raw["elementwise_s"], "elementwise_s"), links,
@@ -194,4 +235,4 @@ class Profile:
                    max(1, int(seconds(raw.get("hosts", 1), "hosts"))),
                    broadcast_rounds=rounds,
                    core_sharing=max(1.0, seconds(raw.get("core_sharing", 1.0), "core_sharing")),
-                   **optional)
+                   edge_kernel_s=kernels, **optional)

@@ -26,6 +26,7 @@ import torch
 from sparsegnn.data.graph import GraphData
 from sparsegnn.distributed.layout.block_partition import BlockPartition
 from sparsegnn.distributed.layout.grid import GridShape, grid_shape
+from sparsegnn.distributed.planning.attention_model import epoch_edge_volume, model_calls
 from sparsegnn.distributed.planning.comm_model import ModelShape, input_slicing, spmm_schedule
 from sparsegnn.distributed.planning.plan import (
     Pattern,
@@ -35,8 +36,9 @@ from sparsegnn.distributed.planning.plan import (
     row_volume,
     rowwise_volume,
 )
-from sparsegnn.names import Algorithm
+from sparsegnn.names import ATTENTION_MODELS, Algorithm
 from sparsegnn.nn import operator_for
+from sparsegnn.nn.model_size import layer_widths
 from sparsegnn.optional import pyplot
 from sparsegnn.partition import Adjacency, partition
 from sparsegnn.sparse import CSRMatrix
@@ -143,7 +145,8 @@ def plan_epoch(
     lay: Layout, comm: str, cfg: ModelShape, value_bytes: int
 ) -> dict[str, Any]:
     """Per-rank bytes of one epoch (all SpMMs, and on 2d/3d the first layer's row
-    all-reduces of partial products) and, for 1d/1.5d, rows of one SpMM.
+    all-reduces of partial products; for GAT and GATv2 the edge protocol's phases
+    ``forward_attention`` and ``backward_attention``) and, for 1d/1.5d, rows of one SpMM.
 
     A graph without features or labels (R-MAT) is planned with ``cfg.hidden`` as its
     input and output widths, so its bytes are those of a model of that width."""
@@ -161,6 +164,11 @@ def plan_epoch(
             lay.shape, lay.part, g.operator(), calls, value_bytes=value_bytes,
             comm=comm,  # type: ignore[arg-type]
             slicing=input_slicing(cfg, in_dim, out_dim) if sliced else None)
+    if cfg.model in ATTENTION_MODELS and lay.shape.size > 1:
+        calls_e = model_calls(cfg.model, layer_widths(in_dim, cfg.hidden, out_dim,
+                                                      cfg.num_layers), cfg.heads)
+        phases.update(epoch_edge_volume(lay.shape, lay.part, g.operator(), calls_e,
+                                        value_bytes))
     total = RankVolume(np.zeros(lay.shape.size, np.int64), np.zeros(lay.shape.size, np.int64))
     for vol in phases.values():
         total = total + vol

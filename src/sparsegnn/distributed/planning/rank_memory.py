@@ -27,9 +27,10 @@ import numpy as np
 from sparsegnn.distributed.layout.block_partition import stage_blocks
 from sparsegnn.distributed.layout.grid import GridShape
 from sparsegnn.distributed.ops.spmm import col_lanes
+from sparsegnn.distributed.planning.attention_cost import model_widths
 from sparsegnn.distributed.planning.cost import feature_column_count
 from sparsegnn.names import ATTENTION_MODELS, row_wise
-from sparsegnn.nn.model_size import layer_widths, parameter_count
+from sparsegnn.nn.model_size import parameter_count
 
 # What a rank holds, as its RankMemory measures it (``held_bytes``), and what the
 # prediction adds: ``training`` (gradients, activations, blocks in flight), ``graph``
@@ -44,10 +45,13 @@ INDEX_BYTES = 8  # CSR row pointers and column indices are int64
 # (torch 2.13 CPU wheel, gloo) started at 240-243 MiB after its imports and grew 80-170
 # MiB beyond its data; the quick calibration at p = 4 measured 259 + 131 MiB.
 DEFAULT_PROCESS_BYTES = 384 * 2**20
-# Per-edge tensors an attention layer keeps for its backward pass, each ``nnz x heads``:
-# the scores with the edge counts' logarithm added, the softmax weights and their
-# dropped-out copy (the LeakyReLU's output is the scores').
-EDGE_TENSORS = 3
+# Per-edge tensors of ``nnz x heads`` an attention layer keeps for its backward pass,
+# as autograd saves them (tests/test_attention_pricing.py counts them): the softmax
+# weights, the attention dropout's mask and the dropped-out weights the SpMM multiplies;
+# GAT also the additive SDDMM's output (its LeakyReLU's input; GATv2's fused SDDMM keeps
+# none) and, in index_select's backward, an int64 row index per edge.
+EDGE_TENSORS = {"gat": 4, "gatv2": 3}
+EDGE_INDICES = {"gat": 1, "gatv2": 0}
 
 
 def process_bytes(profile: Any = None) -> int:
@@ -74,7 +78,7 @@ class Holding:
 def rank_bytes(
     holding: Holding, num_params: int, value_bytes: int, *, activation_width: int = 0,
     in_flight_bytes: int = 0, graph_bytes: int = 0, process_bytes: int = 0,
-    edge_width: int = 0,
+    edge_bytes: int = 0,
 ) -> dict[str, int]:
     """The predicted peak of a rank holding ``holding``, by kind (:data:`PREDICTED_KINDS`).
 
@@ -84,15 +88,15 @@ def rank_bytes(
     minibatch training, whose sampled batches are not modelled) and ``in_flight_bytes``
     (:func:`in_flight_bytes`). ``graph_bytes``: the whole graph where the rank loads it
     (:func:`whole_graph_bytes`); ``process_bytes``: the process before and beyond its
-    data (:func:`process_bytes`); ``edge_width``: values kept per stored nonzero
-    (attention's per-edge tensors, :func:`edge_width`)."""
+    data (:func:`process_bytes`); ``edge_bytes``: bytes kept per stored nonzero
+    (attention's per-edge tensors, :func:`edge_bytes`)."""
     model = num_params * value_bytes
     return {
         "topology": tile_bytes(holding.row_pointers, holding.nonzeros, value_bytes),
         "features": holding.feature_rows * holding.feature_cols * value_bytes,
         "model": model, "optimiser": 2 * model,
         "training": model + holding.feature_rows * activation_width * value_bytes
-        + holding.nonzeros * edge_width * value_bytes + in_flight_bytes,
+        + holding.nonzeros * edge_bytes + in_flight_bytes,
         "graph": graph_bytes, "process": process_bytes,
     }
 
@@ -111,13 +115,16 @@ def activation_width(algo: str, feature_cols: int, widths: list[int]) -> int:
     return per_value * (feature_cols + sum(widths[1:]))
 
 
-def edge_width(cfg: Any) -> int:
-    """Values per stored nonzero that training keeps: none for the SpMM models; for
-    GAT/GATv2 :data:`EDGE_TENSORS` tensors of ``nnz x heads`` per layer (one head in the
-    last), alive together through the backward pass."""
+def edge_bytes(cfg: Any, value_bytes: int) -> int:
+    """Bytes per stored nonzero that training keeps: none for the SpMM models; for
+    GAT/GATv2 :data:`EDGE_TENSORS` tensors of ``nnz x heads`` values and
+    :data:`EDGE_INDICES` int64 indices per layer (one head in the last), alive
+    together through the backward pass."""
     if cfg.model not in ATTENTION_MODELS:
         return 0
-    return EDGE_TENSORS * (cfg.heads * (cfg.num_layers - 1) + 1)
+    heads = cfg.heads * (cfg.num_layers - 1) + 1
+    return (EDGE_TENSORS[cfg.model] * heads * value_bytes
+            + EDGE_INDICES[cfg.model] * cfg.num_layers * INDEX_BYTES)
 
 
 def tile_bytes(row_pointers: int, nonzeros: int, value_bytes: int) -> int:
@@ -211,7 +218,7 @@ def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: i
     g, shape, part = layout.graph, layout.shape, layout.part
     f, classes = g.num_features or cfg.hidden, g.num_classes or cfg.hidden
     params = parameter_count(cfg.model, f, cfg.hidden, classes, cfg.num_layers, cfg.heads)
-    widths = layer_widths(f, cfg.hidden, classes, cfg.num_layers)
+    widths = model_widths(cfg, f, classes)
     block_values = max(part.size(b) for b in range(shape.row_blocks)) * max(widths)
     graph = whole_graph_bytes(g, value_bytes) if whole_graph else 0
     tables = _tile_tables(layout)
@@ -226,7 +233,7 @@ def predict_rank_bytes(layout: Any, cfg: Any, value_bytes: int, process_bytes: i
     return busiest(
         rank_bytes(h, params, value_bytes, graph_bytes=graph, process_bytes=process_bytes,
                    activation_width=activation_width(shape.algo, h.feature_cols, widths),
-                   edge_width=edge_width(cfg),
+                   edge_bytes=edge_bytes(cfg, value_bytes),
                    in_flight_bytes=in_flight_bytes(shape, rank, cfg, block_values,
                                                    stage_tile(rank), value_bytes))
         for rank, h in enumerate(layout_holdings(layout, f, tables)))
