@@ -29,12 +29,12 @@ def run_task(args: argparse.Namespace, device: str) -> TrainOutcome:
     """The outcome of the task the options ask for."""
     from sparsegnn.train.task_runs import run_graph_task, run_link_task, run_rgcn_task
 
+    if args.task == "node":  # --model rgcn
+        return run_rgcn_task(rgcn_request(args, device))
     _refuse_node_only(args)
     if args.task == "link":
         return run_link_task(args.dataset, link_request(args), args.data_dir, device)
-    if args.task == "graph":
-        return run_graph_task(args.dataset, graph_request(args), args.data_dir, device)
-    return run_rgcn_task(rgcn_request(args, device))
+    return run_graph_task(args.dataset, graph_request(args), args.data_dir, device)
 
 
 def link_request(args: argparse.Namespace) -> LinkRequest:
@@ -61,19 +61,50 @@ def graph_request(args: argparse.Namespace) -> GraphRequest:
 
 
 def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
+    """R-GCN on one process, or full-graph on a given grid of spawned ranks (``--nprocs``,
+    ``--algo 1d|1.5d|2d|3d``); what neither supports is refused in one line."""
     from pathlib import Path
 
-    from sparsegnn.train.rgcn_task import RGCNRequest
+    from sparsegnn.train.rgcn_task import RGCNRanks, RGCNRequest
 
+    _refuse_rgcn(args)
     loop = _loop(args)
     loop.pop("checkpoint_every")
+    ranks = None
+    if _on_ranks(args):
+        ranks = RGCNRanks(algo=args.algo or "1d", nprocs=args.nprocs,
+                          replication=args.replication, partition=args.partition,
+                          backend=args.backend, timeout_s=args.timeout)
     return RGCNRequest(**_given(
         source=args.dataset,
         data_dir=None if args.data_dir is None else Path(args.data_dir),
         hidden=args.hidden, num_layers=args.layers, num_bases=args.num_bases,
         num_blocks=args.num_blocks, dropout=args.dropout, lr=args.lr,
         weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience,
-        seed=args.seed, device=device), **loop)
+        seed=args.seed, device=device, dtype=args.dtype), ranks=ranks, **loop)
+
+
+def _refuse_rgcn(args: argparse.Namespace) -> None:
+    """The flags R-GCN does not take, refused rather than ignored: on ranks it trains
+    full-graph on a given grid, spawned, with dense communication and no overlap."""
+    from sparsegnn.distributed import in_torchrun
+    from sparsegnn.errors import InvalidValueError
+
+    given = [flag for flag, on in (
+        ("--algo auto", args.algo == "auto"), ("--mode minibatch", args.mode == "minibatch"),
+        ("--comm sparse", args.comm == "sparse"), ("--overlap", args.overlap != "off"),
+        ("--max-rank-memory", args.max_rank_memory is not None),
+        ("--restart", args.restart), ("--precision bf16", args.precision != "fp32")) if on]
+    if in_torchrun():
+        given.append("torchrun (give --nprocs instead)")
+    if given:
+        raise InvalidValueError(
+            "--model rgcn trains on one process or full-graph on a given grid of spawned "
+            f"ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d), dense; drop {', '.join(given)}")
+
+
+def _on_ranks(args: argparse.Namespace) -> bool:
+    return args.nprocs > 1 or args.algo is not None
 
 
 def _refuse_node_only(args: argparse.Namespace) -> None:

@@ -6,8 +6,9 @@
 * :func:`run_graph_task`: whole-graph classification with stratified k-fold evaluation
   (:mod:`sparsegnn.train.graph_task`) on a graph set (TU folder or name, ``ogbg-*``, PyG
   dataset file);
-* :func:`run_rgcn_task`: R-GCN node classification (:mod:`sparsegnn.train.rgcn_task`) on
-  a typed graph (``hsbm:`` spec, ``acm``, HeteroData file, DGL or OpenHINE folder).
+* :func:`run_rgcn_task`: R-GCN node classification (:mod:`sparsegnn.train.rgcn_task`;
+  on a grid of ranks :mod:`sparsegnn.train.rgcn_grid`) on a typed graph (``hsbm:`` spec,
+  ``acm``, HeteroData file, DGL or OpenHINE folder).
 
 Each refuses, in one line, a source of the wrong kind before training; each outcome's
 JSON result is its ``to_dict`` with the run's dataset, task, device and configuration,
@@ -16,7 +17,7 @@ the per-epoch history under ``history`` (which the command line shows only when 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from sparsegnn.data.graph_set_io import load_graph_set
@@ -24,6 +25,7 @@ from sparsegnn.data.hetero_io import is_hetero_source
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.train.graph_task import GraphRequest, cross_validate
 from sparsegnn.train.link_task import LinkRequest, link_data, train_link
+from sparsegnn.train.rgcn_grid import train_rgcn_grid
 from sparsegnn.train.rgcn_task import RGCNRequest, train_rgcn
 from sparsegnn.train.train_request import TrainOutcome, plain_config
 from sparsegnn.train.train_summary import title
@@ -61,22 +63,33 @@ def run_graph_task(dataset: str, request: GraphRequest, data_dir: str | None = N
 
 
 def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
-    """Train R-GCN on the typed graph ``request.source``; a homogeneous graph is refused."""
+    """Train R-GCN on the typed graph ``request.source`` (on ``request.ranks``' grid when
+    given: then with ``algo``, ``grid`` and ``comm``, the bytes against the model); a
+    homogeneous graph is refused."""
     if not is_hetero_source(request.source, request.data_dir):
         raise InvalidValueError(
             f"{request.source}: R-GCN trains on a typed graph (hsbm:... spec, acm, a "
             "HeteroData .pt file, a DGL or OpenHINE folder); this one is homogeneous: "
             "train it with --model gcn, sage, gat, gatv2 or gin")
-    outcome = train_rgcn(request)
-    result = asdict(outcome)
+    where = ""
+    if request.ranks is not None:
+        grid = train_rgcn_grid(request)
+        outcome, result = grid.outcome, grid.to_dict()
+        mib = result["comm"]["total_bytes_per_epoch"] / 2**20
+        where = f"; {grid.shape.describe()}, {mib:.2f} MiB sent per epoch (all ranks)"
+    else:
+        outcome = train_rgcn(request)
+        result = asdict(outcome)
+    config = {**plain_config(replace(request, ranks=None)),
+              "ranks": None if request.ranks is None else asdict(request.ranks)}
     out = {"dataset": outcome.graph, "task": "node", "model": "rgcn",
-           "device": request.device, **result, "config": plain_config(request)}
+           "device": request.device, **result, "config": config}
     inputs = "featureless" if outcome.featureless else "features"
     summary = (f"rgcn on {outcome.graph}: test accuracy {outcome.test_accuracy:.4f} "
                f"(val {outcome.val_accuracy:.4f}, train {outcome.train_accuracy:.4f}; "
                f"{outcome.num_relations} relations, {inputs}, best epoch "
                f"{outcome.best_epoch} of {outcome.epochs_run}, "
-               f"{1000 * outcome.epoch_s:.1f} ms/epoch)")
+               f"{1000 * outcome.epoch_s:.1f} ms/epoch{where})")
     return TrainOutcome(title(outcome.graph, "rgcn"), out, summary)
 
 
