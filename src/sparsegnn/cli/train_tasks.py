@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sparsegnn.train.graph_task import GraphRequest
+    from sparsegnn.train.link_grid import LinkGridRequest
     from sparsegnn.train.link_task import LinkRequest
     from sparsegnn.train.rgcn_task import RGCNRequest
     from sparsegnn.train.train_request import TrainOutcome
@@ -25,10 +26,13 @@ def is_task_run(args: argparse.Namespace) -> bool:
     return args.task != "node" or args.model == "rgcn"
 
 
-def run_task(args: argparse.Namespace, device: str) -> TrainOutcome:
-    """The outcome of the task the options ask for."""
+def run_task(args: argparse.Namespace, device: str) -> TrainOutcome | None:
+    """The outcome of the task the options ask for (None on a torchrun rank but 0)."""
+    from sparsegnn.train.link_grid import run_link_grid_task
     from sparsegnn.train.task_runs import run_graph_task, run_link_task, run_rgcn_task
 
+    if args.task == "link" and _on_ranks(args):
+        return run_link_grid_task(args.dataset, link_grid_request(args), args.data_dir)
     if args.task == "node":  # --model rgcn
         return run_rgcn_task(rgcn_request(args, device))
     _refuse_node_only(args)
@@ -48,6 +52,28 @@ def link_request(args: argparse.Namespace) -> LinkRequest:
         negatives=args.negatives, neg_ratio=args.neg_ratio,
         normalize_features=not args.no_normalize_features, split_out=args.split_out),
         **_loop(args))
+
+
+def link_grid_request(args: argparse.Namespace) -> LinkGridRequest:
+    """``--task link`` on ranks: the one-process request on a grid (full-graph, dense
+    communication, no overlap); the flags of other modes are refused in one line."""
+    from sparsegnn.errors import InvalidValueError
+    from sparsegnn.train.link_grid import LinkGridRequest
+
+    given = [flag for flag, on in (
+        ("--algo auto", args.algo == "auto"), ("--mode minibatch", args.mode == "minibatch"),
+        ("--comm sparse", args.comm == "sparse"), ("--overlap", args.overlap != "off"),
+        ("--restart", args.restart), ("--precision bf16", args.precision != "fp32")) if on]
+    if given:
+        raise InvalidValueError(f"--task link on ranks trains full-graph on a given grid "
+                                f"(--algo 1d, 1.5d, 2d or 3d); drop {', '.join(given)}")
+    return LinkGridRequest(link_request(args), algo=args.algo or "1d", nprocs=args.nprocs,
+                           replication=args.replication, partition=args.partition,
+                           dtype=args.dtype, backend=args.backend, timeout_s=args.timeout)
+
+
+def _on_ranks(args: argparse.Namespace) -> bool:
+    return args.nprocs > 1 or args.algo is not None
 
 
 def graph_request(args: argparse.Namespace) -> GraphRequest:
@@ -101,10 +127,6 @@ def _refuse_rgcn(args: argparse.Namespace) -> None:
         raise InvalidValueError(
             "--model rgcn trains on one process or full-graph on a given grid of spawned "
             f"ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d), dense; drop {', '.join(given)}")
-
-
-def _on_ranks(args: argparse.Namespace) -> bool:
-    return args.nprocs > 1 or args.algo is not None
 
 
 def _refuse_node_only(args: argparse.Namespace) -> None:

@@ -90,18 +90,21 @@ class DistributedTask:
     def sync_gradients(self, model: nn.Module) -> None:
         """Sum every parameter's gradient over one replica of each vertex block, then the
         column-sliced ones over the process row."""
-        self._sum_grads(list(model.parameters()), self.group)
+        sum_gradients(list(model.parameters()), self.comm, self.group)
         if self.row_sliced and self.row is not None:
-            self._sum_grads(self.row_sliced, self.row)
+            sum_gradients(self.row_sliced, self.comm, self.row)
 
-    def _sum_grads(self, params: list[nn.Parameter], group: Group) -> None:
-        """One all-reduce of the parameters' gradients (zeros where none) over ``group``."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        with self.comm.phase("grad_allreduce"):
-            flat = self.comm.all_reduce(flat, group)
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
-            offset += n
+
+def sum_gradients(params: list[nn.Parameter], comm: Communicator, group: Group) -> None:
+    """One all-reduce of the parameters' gradients (zeros where none) over ``group``."""
+    if not params:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    with comm.phase("grad_allreduce"):
+        flat = comm.all_reduce(flat, group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset:offset + n].view_as(p).clone()
+        offset += n
