@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 import torch
@@ -13,9 +12,8 @@ from sparsegnn.cli.main import main
 from sparsegnn.data.generators import sbm
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.sampling.link_split import random_link_split
-from sparsegnn.train.checkpoint import seed_everything
-from sparsegnn.train.link_grid import LinkGridRequest, train_link_grid
-from sparsegnn.train.link_task import LinkRequest, _setup, build_link_model, link_epoch
+from sparsegnn.train.link_grid import LinkGridRequest, one_process_weights, train_link_grid
+from sparsegnn.train.link_task import LinkRequest
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -27,19 +25,6 @@ def graph():
     return sbm(64, 4, 5.0, mixing=0.1, seed=2, num_features=12, feature_noise=1.0)
 
 
-def _one_process(graph, split, link: LinkRequest) -> dict[str, torch.Tensor]:
-    """The one-process run's epochs (:func:`link_epoch`) in float64."""
-    setup = _setup(graph, split, link, torch.device("cpu"))
-    setup = replace(setup, x=setup.x.double(), train_op=setup.train_op.to(dtype=torch.float64),
-                    test_op=setup.test_op.to(dtype=torch.float64))
-    model = build_link_model(link, graph.num_features).double()
-    opt = torch.optim.Adam(model.parameters(), lr=link.lr, weight_decay=link.weight_decay)
-    seed_everything(link.seed)
-    for epoch in range(EPOCHS):
-        link_epoch(model, setup, opt, link, epoch)
-    return model.state_dict()
-
-
 @pytest.mark.parametrize(("algo", "ranks", "replication", "decoder", "partition"), [
     ("1d", 4, 1, "dot", "block"), ("1.5d", 4, 2, "mlp", "block"),
     ("2d", 4, 1, "dot", "random"), ("3d", 8, 1, "distmult", "block")])
@@ -47,7 +32,7 @@ def test_grid_weights_equal_one_process_and_bytes_the_model(
         graph, algo: str, ranks: int, replication: int, decoder: str, partition: str) -> None:
     link = LinkRequest(hidden=8, out_channels=6, epochs=EPOCHS, decoder=decoder, lr=0.05)
     split = random_link_split(graph.edge_index, graph.num_nodes, seed=0)
-    reference = _one_process(graph, split, link)
+    reference = one_process_weights(graph, split, link)
     request = LinkGridRequest(link, algo=algo, nprocs=ranks, replication=replication,
                               partition=partition, dtype="float64")
     out = train_link_grid(graph, request, split)

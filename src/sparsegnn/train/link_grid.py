@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -56,7 +56,7 @@ from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import Algorithm
 from sparsegnn.sampling.link_split import random_link_split
 from sparsegnn.sampling.streams import batch_generator
-from sparsegnn.train.checkpoint import content_hash
+from sparsegnn.train.checkpoint import content_hash, seed_everything
 from sparsegnn.train.link_metrics import link_metrics, roc_auc
 from sparsegnn.train.link_task import (
     LinkEpoch,
@@ -70,6 +70,7 @@ from sparsegnn.train.link_task import (
     build_link_model,
     epoch_negatives,
     link_data,
+    link_epoch,
 )
 from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
@@ -184,6 +185,24 @@ def train_link_grid(source: GraphData | str, request: LinkGridRequest,
     run: _RankRun = lead.value
     return LinkGridOutcome(run.outcome, shape.algo, (shape.rows, shape.cols, shape.layers),
                            run.ranks, run.weights)
+
+
+def one_process_weights(graph: GraphData, split: LinkSplit, link: LinkRequest,
+                        dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """The weights after ``link.epochs`` epochs of the one-process run
+    (:func:`~sparsegnn.train.link_task.link_epoch`, seeded as
+    :func:`~sparsegnn.train.link_task.train_link` seeds it) in ``dtype``: what a grid run
+    of the same request ends with (:attr:`LinkGridOutcome.weights`)."""
+    setup = _setup(graph, split, link, torch.device("cpu"))
+    setup = replace(setup, x=setup.x.to(dtype), train_op=setup.train_op.to(dtype=dtype),
+                    test_op=setup.test_op.to(dtype=dtype))
+    model = build_link_model(link, graph.num_features, _relations(split)).to(dtype)
+    optimizer = torch.optim.Adam(model.parameters(), lr=link.lr,
+                                 weight_decay=link.weight_decay)
+    seed_everything(link.seed)
+    for epoch in range(link.epochs):
+        link_epoch(model, setup, optimizer, link, epoch)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def run_link_grid_task(dataset: str, request: LinkGridRequest,
