@@ -69,7 +69,7 @@ def test_sageconv_matches_dense(graph, aggr):
             ]
         )
         op = adj
-    expected = agg @ conv.lin_neigh.weight.T + x @ conv.lin_root.weight.T + conv.bias
+    expected = agg @ conv.lin_l.weight.T + x @ conv.lin_r.weight.T + conv.lin_l.bias
     torch.testing.assert_close(conv(x, op), expected)
 
 

@@ -148,10 +148,10 @@ def test_fused_epilogue_never_writes_into_another_operators_product(kind):
     conv = (GCN if kind == "gcn" else GraphSAGE)(8, 4, 2, num_layers=2, dropout=0.5).double()
     layer = conv.layers[0]
     if kind == "sage":
-        layer.lin_root = None  # the neighbour product is then the pre-activation itself
+        layer.lin_r = None  # the neighbour product is then the pre-activation itself
     x = torch.randn(30, 8, dtype=torch.float64)
     out = layer(x, op, relu_dropout=0.5)
-    assert torch.equal(op.last, dense @ layer.lin_neigh(x) if kind == "sage"
+    assert torch.equal(op.last, dense @ F.linear(x, layer.lin_l.weight) if kind == "sage"
                        else dense @ layer.lin(x))
     assert out.data_ptr() != op.last.data_ptr()
 

@@ -87,15 +87,15 @@ def test_sageconv_equals_pyg_on_multigraphs(aggr: str) -> None:
         ours = SAGEConv(FIN, FOUT, aggr=aggr).double()  # type: ignore[arg-type]
         theirs = pyg_nn.SAGEConv(FIN, FOUT, aggr=aggr).double()
         with torch.no_grad():
-            ours.bias.uniform_()
-            theirs.lin_l.weight.copy_(ours.lin_neigh.weight)
-            theirs.lin_l.bias.copy_(ours.bias)
-            theirs.lin_r.weight.copy_(ours.lin_root.weight)
+            ours.lin_l.bias.uniform_()
+            theirs.lin_l.weight.copy_(ours.lin_l.weight)
+            theirs.lin_l.bias.copy_(ours.lin_l.bias)
+            theirs.lin_r.weight.copy_(ours.lin_r.weight)
         out, grads, gx = _grads(ours, x, ei, upstream)
         ref, ref_grads, ref_gx = _grads(theirs, x, ei, upstream)
         context = f"{aggr} n={n} edge_index={ei.tolist()}"
         torch.testing.assert_close(out, ref, msg=lambda m, c=context: f"{c}: {m}")
         torch.testing.assert_close(gx, ref_gx)
-        torch.testing.assert_close(grads["lin_neigh.weight"], ref_grads["lin_l.weight"])
-        torch.testing.assert_close(grads["lin_root.weight"], ref_grads["lin_r.weight"])
-        torch.testing.assert_close(grads["bias"], ref_grads["lin_l.bias"])
+        torch.testing.assert_close(grads["lin_l.weight"], ref_grads["lin_l.weight"])
+        torch.testing.assert_close(grads["lin_r.weight"], ref_grads["lin_r.weight"])
+        torch.testing.assert_close(grads["lin_l.bias"], ref_grads["lin_l.bias"])

@@ -19,20 +19,27 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from sparsegnn.names import DEFAULT_MASK
 from sparsegnn.nn.dropout import MaskKind, bias_relu_dropout
-from sparsegnn.nn.operator import Operator, as_operator
+from sparsegnn.nn.operator import Operator
+from sparsegnn.nn.pyg_adjacency import gcn_operator, is_adjacency, sage_operator
 from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix
 
 
-def _linear(lin: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``lin(x)``, with the weights cast to ``x``'s dtype when ``x`` is 16-bit (see the
-    module doc); any other dtype is left to ``nn.Linear``, which refuses a mismatch."""
+def _linear(lin: nn.Module, x: torch.Tensor, bias: bool = True) -> torch.Tensor:
+    """``lin(x)``, or ``x W^T`` alone with ``bias=False`` (a layer that adds the bias
+    after aggregating). For 16-bit ``x`` the parameters are cast to its dtype (see the
+    module doc); any other dtype is left to ``nn.Linear``, which refuses a mismatch.
+    A stand-in for a linear map (a distributed trainer's row-sum map) is called with
+    ``bias=False`` when the bias is to be left out."""
+    if not isinstance(lin, nn.Linear):
+        return lin(x) if bias else lin(x, bias=False)
+    b = lin.bias if bias else None
     if x.dtype not in REDUCED_DTYPES:
-        return lin(x)
-    bias = None if lin.bias is None else lin.bias.to(x.dtype)
-    return nn.functional.linear(x, lin.weight.to(x.dtype), bias)
+        return lin(x) if b is lin.bias else F.linear(x, lin.weight)
+    return F.linear(x, lin.weight.to(x.dtype), None if b is None else b.to(x.dtype))
 
 
 def _add_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -68,21 +75,26 @@ def _epilogue(
 
 
 class GCNConv(nn.Module):
-    r"""Kipf & Welling's graph convolution, ``Z = Â (H W) + b``.
+    r"""Kipf & Welling's graph convolution, ``Z = Â (H W) + b``, with PyG's interface.
 
-    ``Â = D^-1/2 (A + I) D^-1/2`` is expected precomputed (``sparsegnn.sparse.gcn_norm``);
-    an ``edge_index`` is normalised on the fly and, with ``cached=True``, only once.
-    The dense product runs on the narrower side of the SpMM: ``Â (H W)`` when the layer
-    shrinks the width, ``(Â H) W`` when it keeps or grows it, which is the cheaper order.
-    At equal widths aggregating first is never dearer and, on a first layer (raw
-    features need no gradient), saves the backward SpMM: ``W``'s gradient is
-    ``(Â H)^T G``, from the saved ``Â H``, where ``Â (H W)`` needs ``Â^T G``.
+    ``Â = D^-1/2 (A + I) D^-1/2``. Our operators (``sparsegnn.sparse.gcn_norm`` of a
+    graph, a distributed operator) are used as they are; PyG's forms (an ``edge_index``
+    with optional ``edge_weight``, a ``torch.sparse`` matrix, a ``SparseTensor``) are
+    normalised as PyG's ``GCNConv`` does (:mod:`sparsegnn.nn.pyg_adjacency`) and, with
+    ``cached=True``, only once. The dense product runs on the narrower side of the SpMM:
+    ``Â (H W)`` when the layer shrinks the width, ``(Â H) W`` when it keeps or grows it,
+    which is the cheaper order. At equal widths aggregating first is never dearer and,
+    on a first layer (raw features need no gradient), saves the backward SpMM: ``W``'s
+    gradient is ``(Â H)^T G``, from the saved ``Â H``, where ``Â (H W)`` needs ``Â^T G``.
 
-    Args:
+    Args (PyG's, same defaults; parameters named as PyG's: ``lin.weight``, ``bias``):
         in_channels: input feature width.
         out_channels: output feature width.
+        improved: self-loops of weight 2 (``A + 2I``) where edge weights are given.
+        cached: keep the operator built from a PyG adjacency (transductive use).
+        add_self_loops: add self-loops before normalising (default: ``normalize``).
+        normalize: normalise symmetrically; without it the weights are used as given.
         bias: add a learnable bias.
-        cached: cache the operator built from an ``edge_index`` (transductive use).
 
     ``forward(x, adj, relu_dropout=p)`` returns ``dropout(relu(conv(x)), p)`` computed
     in one pass over the output (what the models do between layers); ``mask`` picks the
@@ -93,10 +105,18 @@ class GCNConv(nn.Module):
     """
 
     def __init__(
-        self, in_channels: int, out_channels: int, bias: bool = True, cached: bool = False
+        self, in_channels: int, out_channels: int, improved: bool = False,
+        cached: bool = False, add_self_loops: bool | None = None, normalize: bool = True,
+        bias: bool = True,
     ):
         super().__init__()
+        if add_self_loops is None:
+            add_self_loops = normalize
+        if add_self_loops and not normalize:
+            raise ValueError("GCNConv: add_self_loops=True needs normalize=True (PyG's "
+                             "rule); pass add_self_loops=False for a raw weighted sum")
         self.in_channels, self.out_channels, self.cached = in_channels, out_channels, cached
+        self.improved, self.add_self_loops, self.normalize = improved, add_self_loops, normalize
         self.lin = nn.Linear(in_channels, out_channels, bias=False)
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._cache: Operator | None = None
@@ -116,10 +136,14 @@ class GCNConv(nn.Module):
         return self.out_channels < self.in_channels
 
     def forward(
-        self, x: torch.Tensor, adj: Operator | torch.Tensor, *,
+        self, x: torch.Tensor, edge_index: Operator | torch.Tensor,
+        edge_weight: torch.Tensor | None = None, *,
         relu_dropout: float | None = None, mask: MaskKind = DEFAULT_MASK,
     ) -> torch.Tensor:
-        op = self._operator(x, adj)
+        if isinstance(x, tuple | list):
+            raise ValueError("GCNConv: got a tuple of node features, but a GCN layer is not "
+                             "bipartite; use SAGEConv for (x_src, x_dst)")
+        op = self.operator(x, edge_index, edge_weight)
         if self.transforms_first:
             out = op.matmul(_linear(self.lin, x))
         else:
@@ -127,12 +151,20 @@ class GCNConv(nn.Module):
         owned = _owned(out, op if self.transforms_first else self.lin)
         return _epilogue(self, out, self.bias, relu_dropout, mask, owned)
 
-    def _operator(self, x: torch.Tensor, adj: Operator | torch.Tensor) -> Operator:
-        if not isinstance(adj, torch.Tensor):
+    def operator(self, x: torch.Tensor, adj: Operator | torch.Tensor,
+                 edge_weight: torch.Tensor | None = None) -> Operator:
+        """What this layer multiplies ``x`` by: ``adj`` itself when it is one of our
+        operators, else the operator PyG's layer would build from it."""
+        if not is_adjacency(adj):
+            if edge_weight is not None:
+                raise ValueError("GCNConv: edge_weight goes with an edge_index; an "
+                                 "operator already holds its weights")
             return adj
         if self.cached and self._cache is not None:
             return self._cache
-        op = as_operator(adj, x.shape[0], "gcn", x.dtype)
+        op = gcn_operator(adj, x.shape[0], edge_weight, fill=2.0 if self.improved else 1.0,
+                          self_loops=self.add_self_loops, normalize=self.normalize,
+                          dtype=_operator_dtype(x))
         if self.cached:
             self._cache = op
         return op
@@ -141,80 +173,126 @@ class GCNConv(nn.Module):
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels})"
 
 
+def _operator_dtype(x: torch.Tensor) -> torch.dtype:
+    """The values' dtype of an operator built for ``x``: float32 for 16-bit features,
+    the type :func:`sparsegnn.sparse.spmm` pairs with them."""
+    return torch.float32 if x.dtype in REDUCED_DTYPES else x.dtype
+
+
 Aggr = Literal["mean", "sum", "max"]
 
 
 class SAGEConv(nn.Module):
-    r"""GraphSAGE: ``z_i = W_r h_i + W_n · aggr_{j in N(i)} h_j (+ b)``.
+    r"""GraphSAGE, ``z_i = W_l · aggr_{j in N(i)} h_j + W_r h_i (+ b)``, with PyG's interface.
 
     ``mean`` and ``sum`` are one SpMM with the row-normalised (mean) or raw (sum)
-    adjacency, which the caller passes (``sparsegnn.sparse.row_norm`` for mean). ``max``
-    needs the neighbour structure and therefore a local :class:`CSRMatrix`.
-    For sampled blocks (``[n_out, n_in]`` with ``n_out <= n_in``) the targets are the
-    first ``n_out`` inputs, the convention every sampler of sparsegnn follows.
+    adjacency: our operators are used as they are (``sparsegnn.sparse.row_norm`` for
+    mean), PyG's forms (``edge_index``, ``torch.sparse``, ``SparseTensor``) are turned
+    into the operator PyG's layer aggregates with (:mod:`sparsegnn.nn.pyg_adjacency`).
+    ``max`` needs the neighbour structure and therefore a local :class:`CSRMatrix`.
+    Bipartite input ``(x_src, x_dst)`` aggregates ``x_src`` into the targets and adds
+    ``W_r x_dst`` (none when ``x_dst`` is None). Given one tensor and a sampled block
+    (``[n_out, n_in]``, ``n_out <= n_in``) the targets are the first ``n_out`` inputs,
+    the convention every sampler of sparsegnn follows.
+
+    Args (PyG's, same defaults; parameters named as PyG's: ``lin_l.weight``,
+    ``lin_l.bias``, ``lin_r.weight``, and ``lin.weight``, ``lin.bias`` with ``project``):
+        in_channels: input width, or ``(source width, target width)`` when bipartite.
+        out_channels: output width.
+        aggr: ``"mean"``, ``"sum"`` or ``"max"``.
+        normalize: divide each output row by its L2 norm.
+        root_weight: add ``W_r h_i``.
+        project: ``h_j <- relu(W h_j + b)`` before aggregating (the paper's Eq. 3).
+        bias: add a learnable bias (``lin_l.bias``).
 
     Shapes:
-        x ``[n_in, in_channels]``, operator ``[n_out, n_in]`` -> ``[n_out, out_channels]``.
+        x ``[n_in, in_channels]`` or ``([n_in, f_src], [n_out, f_dst] | None)``, operator
+        ``[n_out, n_in]`` -> ``[n_out, out_channels]``.
     """
 
     def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        aggr: Aggr = "mean",
-        root_weight: bool = True,
+        self, in_channels: int | tuple[int, int], out_channels: int, aggr: Aggr = "mean",
+        normalize: bool = False, root_weight: bool = True, project: bool = False,
         bias: bool = True,
     ):
         super().__init__()
         if aggr not in ("mean", "sum", "max"):
             raise ValueError(f"SAGEConv: aggr must be 'mean', 'sum' or 'max', got {aggr!r}")
+        src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else in_channels
         self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
-        self.lin_neigh = nn.Linear(in_channels, out_channels, bias=False)
-        self.lin_root = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
-        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.normalize, self.root_weight, self.project = normalize, root_weight, project
+        if project:
+            self.lin = nn.Linear(src, src, bias=True)
+        self.lin_l = nn.Linear(src, out_channels, bias=bias)
+        self.lin_r = nn.Linear(dst, out_channels, bias=False) if root_weight else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.lin_neigh.reset_parameters()
-        if self.lin_root is not None:
-            self.lin_root.reset_parameters()
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        for lin in (getattr(self, "lin", None), self.lin_l, self.lin_r):
+            if lin is not None:
+                lin.reset_parameters()
+        if self.lin_l.bias is not None:
+            nn.init.zeros_(self.lin_l.bias)
 
     @property
     def transforms_first(self) -> bool:
-        """Whether :meth:`forward` shrinks with ``lin_neigh`` before aggregating (the
-        narrower side of the SpMM); ``lin_root`` always acts on the raw input."""
-        return self.aggr != "max" and self.out_channels < self.in_channels
+        """Whether :meth:`forward` shrinks with ``lin_l`` before aggregating (the
+        narrower side of the SpMM); ``lin_r`` always acts on the raw input."""
+        src = self.in_channels if isinstance(self.in_channels, int) else self.in_channels[0]
+        return self.aggr != "max" and self.out_channels < src
 
     def forward(
-        self, x: torch.Tensor, adj: Operator | torch.Tensor, *,
+        self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor | None],
+        edge_index: Operator | torch.Tensor, size: tuple[int, int] | None = None, *,
         relu_dropout: float | None = None, mask: MaskKind = DEFAULT_MASK,
     ) -> torch.Tensor:
-        """The layer; ``relu_dropout``/``mask`` fuse the hidden layers' ReLU and dropout
-        into its output (as :meth:`GCNConv.forward`)."""
-        op = as_operator(adj, x.shape[0], "mean" if self.aggr == "mean" else "sum", x.dtype)
+        """The layer (``size``: PyG's ``(n_src, n_dst)`` for an ``edge_index``);
+        ``relu_dropout``/``mask`` fuse the hidden layers' ReLU and dropout into its
+        output (as :meth:`GCNConv.forward`)."""
+        x_src, x_dst = x if isinstance(x, tuple | list) else (x, None)
+        op, weighted = self._operator(x_src, x_dst, edge_index, size)
+        if x_dst is None and not isinstance(x, tuple | list):
+            x_dst = x[: op.shape[0]]
+        if self.project:
+            x_src = torch.relu(_linear(self.lin, x_src))
         if self.aggr == "max":
-            out = _linear(self.lin_neigh, _max_aggregate(op, x))
+            out = _linear(self.lin_l, _max_aggregate(op, x_src, weighted), bias=False)
         elif self.transforms_first:
             # A linear map commutes with aggregation: shrink first, aggregate the narrow side.
-            out = op.matmul(_linear(self.lin_neigh, x))
+            out = op.matmul(_linear(self.lin_l, x_src, bias=False))
         else:
-            out = _linear(self.lin_neigh, op.matmul(x))
-        if self.lin_root is not None:
-            out = out + _linear(self.lin_root, x[: op.shape[0]])
-        owned = self.lin_root is not None or _owned(
-            out, op if self.transforms_first else self.lin_neigh)
-        return _epilogue(self, out, self.bias, relu_dropout, mask, owned)
+            out = _linear(self.lin_l, op.matmul(x_src), bias=False)
+        root = self.lin_r is not None and x_dst is not None
+        if root:
+            out = out + _linear(self.lin_r, x_dst)
+        bias = self.lin_l.bias
+        owned = root or _owned(out, op if self.transforms_first else self.lin_l)
+        if self.normalize:
+            out, bias, owned = F.normalize(_add_bias(out, bias), p=2.0, dim=-1), None, True
+        return _epilogue(self, out, bias, relu_dropout, mask, owned)
+
+    def _operator(
+        self, x_src: torch.Tensor, x_dst: torch.Tensor | None, adj: Operator | torch.Tensor,
+        size: tuple[int, int] | None,
+    ) -> tuple[Operator, bool]:
+        """The aggregation operator and whether ``max`` weighs by its values."""
+        if not is_adjacency(adj):
+            return adj, False
+        n_dst = size[1] if size is not None else None if x_dst is None else x_dst.shape[0]
+        shape = (n_dst, x_src.shape[0] if size is None else size[0])
+        sage = sage_operator(adj, shape, self.aggr, _operator_dtype(x_src))
+        return sage.op, sage.weighted_max
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
 
 
-def _max_aggregate(op: Operator, x: torch.Tensor) -> torch.Tensor:
-    """Element-wise max over each row's neighbours (zero for rows without any)."""
+def _max_aggregate(op: Operator, x: torch.Tensor, weighted: bool = False) -> torch.Tensor:
+    """Element-wise max over each row's neighbours (zero for rows without any), of
+    ``a_ij x_j`` when ``weighted`` (PyG's max over a weighted sparse matrix)."""
     if not isinstance(op, CSRMatrix):
         raise TypeError("SAGEConv(aggr='max') needs a local CSRMatrix operator")
     index = op.row_indices().unsqueeze(1).expand(-1, x.shape[1])
     out = torch.zeros(op.shape[0], x.shape[1], dtype=x.dtype, device=x.device)
-    return out.scatter_reduce(0, index, x[op.col], reduce="amax", include_self=False)
+    msg = x[op.col] * op.val.to(x.dtype).unsqueeze(1) if weighted else x[op.col]
+    return out.scatter_reduce(0, index, msg, reduce="amax", include_self=False)

@@ -10,7 +10,7 @@ the fiber replicas m hold the same slice), and the first layer, the only one tha
 ``X``, runs on partial products:
 
 * ``X_i W = sum_j X_i[:, j] W[j, :]``: every linear map of the first layer that reads its
-  input (GCNConv's ``lin``; SAGEConv's ``lin_neigh`` and ``lin_root``; GAT's ``lin``,
+  input (GCNConv's ``lin``; SAGEConv's ``lin_l`` and ``lin_r``; GAT's ``lin``,
   GATv2's ``lin_l`` and ``lin_r``; the first map of GINConv's MLP) becomes a
   :class:`RowSumLinear`,
   which multiplies the slice by its rows of ``W`` and all-reduces the partial product
@@ -122,7 +122,9 @@ class RowSumLinear(nn.Module):
     weight's is sliced).
 
     It holds the original layer's ``weight`` and ``bias`` parameters under the same
-    names, so state dicts and parameter order are unchanged.
+    names, so state dicts and parameter order are unchanged. ``forward(x, bias=False)``
+    leaves the bias out, for a layer that adds it after aggregating (SAGEConv's
+    ``lin_l``, named as PyG's).
     """
 
     def __init__(self, linear: nn.Linear, cols: tuple[int, int], comm: Communicator,
@@ -133,7 +135,7 @@ class RowSumLinear(nn.Module):
         # Whose mask to apply to a raw input slice (per-block dropout, layer maps first).
         self.dropout: SliceDropout | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, bias: bool = True) -> torch.Tensor:
         lo, hi = self.cols
         seed = None if self.dropout is None else self.dropout.seed
         if seed is None:
@@ -142,7 +144,7 @@ class RowSumLinear(nn.Module):
             partial = _DroppedProduct.apply(x, self.weight[:, lo:hi], self.dropout, seed)
         with self.comm.phase("input_allreduce"):
             total = group_sum(partial, self.comm, self.row)
-        return total if self.bias is None else total + self.bias
+        return total if self.bias is None or not bias else total + self.bias
 
     def extra_repr(self) -> str:
         return f"in_columns={self.cols[0]}:{self.cols[1]} of {self.weight.shape[1]}"
