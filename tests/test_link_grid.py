@@ -32,7 +32,7 @@ def test_grid_weights_equal_one_process_and_bytes_the_model(
         graph, algo: str, ranks: int, replication: int, decoder: str, partition: str) -> None:
     link = LinkRequest(hidden=8, out_channels=6, epochs=EPOCHS, decoder=decoder, lr=0.05)
     split = random_link_split(graph.edge_index, graph.num_nodes, seed=0)
-    reference = one_process_weights(graph, split, link)
+    reference, _ = one_process_weights(graph, split, link)
     request = LinkGridRequest(link, algo=algo, nprocs=ranks, replication=replication,
                               partition=partition, dtype="float64")
     out = train_link_grid(graph, request, split)

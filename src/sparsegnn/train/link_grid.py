@@ -188,11 +188,12 @@ def train_link_grid(source: GraphData | str, request: LinkGridRequest,
 
 
 def one_process_weights(graph: GraphData, split: LinkSplit, link: LinkRequest,
-                        dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+                        dtype: torch.dtype = torch.float64
+                        ) -> tuple[dict[str, torch.Tensor], list[LinkEpoch]]:
     """The weights after ``link.epochs`` epochs of the one-process run
     (:func:`~sparsegnn.train.link_task.link_epoch`, seeded as
-    :func:`~sparsegnn.train.link_task.train_link` seeds it) in ``dtype``: what a grid run
-    of the same request ends with (:attr:`LinkGridOutcome.weights`)."""
+    :func:`~sparsegnn.train.link_task.train_link` seeds it) in ``dtype``, what a grid run
+    of the same request ends with (:attr:`LinkGridOutcome.weights`), and its epochs."""
     setup = _setup(graph, split, link, torch.device("cpu"))
     setup = replace(setup, x=setup.x.to(dtype), train_op=setup.train_op.to(dtype=dtype),
                     test_op=setup.test_op.to(dtype=dtype))
@@ -200,9 +201,8 @@ def one_process_weights(graph: GraphData, split: LinkSplit, link: LinkRequest,
     optimizer = torch.optim.Adam(model.parameters(), lr=link.lr,
                                  weight_decay=link.weight_decay)
     seed_everything(link.seed)
-    for epoch in range(link.epochs):
-        link_epoch(model, setup, optimizer, link, epoch)
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    history = [link_epoch(model, setup, optimizer, link, e) for e in range(link.epochs)]
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, history
 
 
 def run_link_grid_task(dataset: str, request: LinkGridRequest,
