@@ -55,6 +55,50 @@ def stack_relations(ops: Sequence[CSRMatrix], by: Literal["cols", "rows"]) -> CS
     return CSRMatrix.from_coo(row * num + rel, col, val, (rows * num, cols))
 
 
+class RelationIndex:
+    """Every relation's edge counts keyed by ``(dst, src)``: what splits a block sampled
+    from the union of the relations back into one operator per relation.
+
+    A sampler draws neighbours on the union pattern; the sampled block says which
+    ``(dst, src)`` pairs a minibatch keeps, and this index says which relations join each
+    pair and how many times (repeated edges count, as in :func:`relation_operators`).
+    """
+
+    def __init__(self, edge_index: torch.Tensor, edge_type: torch.Tensor,
+                 num_relations: int, num_nodes: int):
+        self.num_relations, self.num_nodes = num_relations, num_nodes
+        keys = (edge_index[1].long() * num_nodes + edge_index[0].long()) * num_relations
+        self.keys, self.counts = torch.unique(keys + edge_type.long(), return_counts=True)
+
+    def union(self, dtype: torch.dtype = torch.float32) -> CSRMatrix:
+        """The union pattern ``[dst, src]`` with unit values, what the samplers draw from."""
+        pair = torch.unique(self.keys // self.num_relations)
+        row, col = pair // self.num_nodes, pair % self.num_nodes
+        ones = torch.ones(pair.numel(), dtype=dtype)
+        return CSRMatrix.from_coo(row, col, ones, (self.num_nodes, self.num_nodes))
+
+    def split(self, block: CSRMatrix, row_ids: torch.Tensor, col_ids: torch.Tensor,
+              aggr: RelAggr = "mean") -> list[CSRMatrix]:
+        """Relation r's operator on ``block``'s pattern (rows are nodes ``row_ids``,
+        columns ``col_ids``): each kept pair's relation-r edge count, aggregated by
+        ``aggr`` over the pairs the block kept."""
+        rows, cols = block.row_indices(), block.col
+        base = (row_ids[rows].long() * self.num_nodes + col_ids[cols].long()) * self.num_relations
+        wanted = base[:, None] + torch.arange(self.num_relations, device=base.device)
+        if self.keys.numel():
+            pos = torch.searchsorted(self.keys, wanted).clamp_(max=self.keys.numel() - 1)
+            counts = torch.where(self.keys[pos] == wanted, self.counts[pos], 0)
+        else:
+            counts = torch.zeros_like(wanted)
+        out = []
+        for r in range(self.num_relations):
+            keep = counts[:, r] > 0
+            mat = CSRMatrix.from_coo(rows[keep], cols[keep], counts[keep, r].to(block.dtype),
+                                     block.shape)
+            out.append(normalize(mat, aggr))
+        return out
+
+
 # One stacked operator per list of relation operators and direction, kept while the
 # first operator lives: training multiplies by the same list every epoch.
 _STACKS: weakref.WeakKeyDictionary[CSRMatrix, dict[tuple, CSRMatrix]] = \

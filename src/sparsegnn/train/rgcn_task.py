@@ -35,6 +35,7 @@ from sparsegnn.nn.operator import Operator
 from sparsegnn.nn.rgcn import RelAggr, RGCNConv, relation_operators
 from sparsegnn.train.fullgraph import EpochStats, LocalTask, Split, Task
 from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
+from sparsegnn.train.minibatch import MinibatchConfig
 
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 
@@ -46,7 +47,9 @@ class RGCNRequest:
 
     ``inverse=None`` adds a reverse relation per edge type unless the graph lists both
     directions already (``meta['reverse_edges']``); ``featureless`` ignores features.
-    ``ranks`` trains full-graph on a grid of ranks (:mod:`sparsegnn.train.rgcn_grid`).
+    ``ranks`` trains full-graph on a grid of ranks (:mod:`sparsegnn.train.rgcn_grid`);
+    ``minibatch`` on sampled minibatches (:mod:`sparsegnn.train.rgcn_minibatch`; on
+    ``ranks.nprocs`` ranks with the whole topology each).
     """
 
     source: str = "hsbm:nodes=4096"
@@ -71,6 +74,7 @@ class RGCNRequest:
     progress: bool | None = False
     dtype: Literal["float32", "float64"] = "float32"
     ranks: RGCNRanks | None = None
+    minibatch: MinibatchConfig | None = None
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -134,14 +138,20 @@ class RelationalClassifier(nn.Module):
                      num_blocks=None if (i == 0 and self.featureless) else num_blocks,
                      aggr=aggr) for i, (a, b) in enumerate(itertools.pairwise(widths)))
 
-    def forward(self, x: torch.Tensor | None, ops: Sequence[Operator]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None,
+                ops: Sequence[Operator] | Sequence[Sequence[Operator]]) -> torch.Tensor:
         """Logits of the operators' rows; featureless, ``x`` is None (every node) or the
-        node ids of those rows."""
+        ids of the input nodes. ``ops``: one operator per relation for every layer, or
+        (sampled blocks) such a list per layer."""
+        per_layer = ops if isinstance(ops[0], list | tuple) else [ops] * len(self.convs)
         first = self.convs[0]
-        h = featureless_forward(first, ops, x) if self.featureless else first(x, ops)
-        for conv in self.convs[1:]:
+        if self.featureless:
+            h = featureless_forward(first, per_layer[0], x)  # type: ignore[arg-type]
+        else:
+            h = first(x, per_layer[0])
+        for conv, layer_ops in zip(self.convs[1:], per_layer[1:], strict=True):
             h = self._dropout(F.relu(h))
-            h = conv(h, ops)
+            h = conv(h, layer_ops)
         return h
 
     def _dropout(self, h: torch.Tensor) -> torch.Tensor:
@@ -162,10 +172,10 @@ def featureless_forward(conv: RGCNConv, ops: Sequence[Operator],
     weights = conv.relation_weights()
     if ids is not None:
         weights = weights[:, ids]
-    if conv.root is not None:
-        out = conv.root if ids is None else conv.root[ids]
+    if conv.root is not None:  # a sampled block's rows are the first of its columns
+        out = conv.root if ids is None else conv.root[ids[: ops[0].shape[0]]]
     else:
-        out = weights.new_zeros(weights.shape[1:])
+        out = weights.new_zeros(ops[0].shape[0], weights.shape[2])
     for r, op in enumerate(ops):
         out = out + op.matmul(weights[r])
     return out if conv.bias is None else out + conv.bias
@@ -239,10 +249,14 @@ def fit_rgcn(request: RGCNRequest, graph: HeteroGraph | None = None
 
 def run_relational(model: RelationalClassifier, task: Task, request: RGCNRequest,
                    typed: HeteroGraph, rel: RelationalGraph, *, is_main: bool = True,
-                   on_epoch: Callable[[EpochStats], None] | None = None) -> RGCNOutcome:
-    """The epochs on ``task`` (one process's or one rank's) and the final accuracies."""
+                   on_epoch: Callable[[EpochStats], None] | None = None,
+                   step: TrainStep | None = None) -> RGCNOutcome:
+    """The epochs on ``task`` (one process's or one rank's) and the final accuracies.
+
+    ``step`` trains one epoch and returns its loss (default: one full-graph step on
+    ``task``; sampled minibatches bring theirs, ``task`` then only evaluates)."""
     opt = torch.optim.Adam(model.parameters(), lr=request.lr, weight_decay=request.weight_decay)
-    epochs = _Epochs(model, opt, task)
+    epochs = _Epochs(model, opt, task, step or full_graph_step(task))
     cfg = LoopConfig(epochs=request.epochs, patience=request.patience, seed=request.seed,
                      checkpoint=request.checkpoint, resume=request.resume,
                      logdir=request.logdir, progress=request.progress)
@@ -261,24 +275,39 @@ def run_relational(model: RelationalClassifier, task: Task, request: RGCNRequest
                        history=list(state.history))
 
 
-class _Epochs:
-    """One epoch (forward, loss on the labelled training nodes, gradient sum, step; then
-    the training and validation accuracies of one evaluation pass) and the evaluation."""
+# One epoch's training: (model, optimiser, epoch) -> the epoch's loss.
+TrainStep = Callable[[RelationalClassifier, torch.optim.Optimizer, int], float]
 
-    def __init__(self, model: RelationalClassifier, opt: torch.optim.Optimizer, task: Task):
-        self.model, self.opt, self.task = model, opt, task
+
+def full_graph_step(task: Task) -> TrainStep:
+    """One full-batch step on ``task``: forward, loss on the labelled training nodes,
+    backward, gradient sum (over ranks on a grid), optimiser step."""
+    def step(model: RelationalClassifier, opt: torch.optim.Optimizer, epoch: int) -> float:
+        opt.zero_grad()
+        loss = task.loss(model(task.x, task.adj), "train")
+        loss.backward()
+        task.sync_gradients(model)
+        opt.step()
+        return float(loss.detach())
+
+    return step
+
+
+class _Epochs:
+    """One epoch (the training step, then the training and validation accuracies of one
+    evaluation pass on ``task``) and the evaluation."""
+
+    def __init__(self, model: RelationalClassifier, opt: torch.optim.Optimizer, task: Task,
+                 step: TrainStep):
+        self.model, self.opt, self.task, self.step = model, opt, task, step
 
     def epoch(self, epoch: int) -> EpochStats:
         start = time.perf_counter()
         self.model.train()
-        self.opt.zero_grad()
-        loss = self.task.loss(self.model(self.task.x, self.task.adj), "train")
-        loss.backward()
-        self.task.sync_gradients(self.model)
-        self.opt.step()
+        loss = self.step(self.model, self.opt, epoch)
         seconds = time.perf_counter() - start
         train, val = self.accuracies(("train", "val"))
-        return EpochStats(epoch=epoch, loss=float(loss.detach()), train_accuracy=train,
+        return EpochStats(epoch=epoch, loss=loss, train_accuracy=train,
                           val_accuracy=val, seconds=seconds)
 
     @torch.no_grad()
