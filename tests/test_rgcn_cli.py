@@ -1,6 +1,6 @@
-"""``sparsegnn train --model rgcn`` on ranks, in-process through ``main``: a 2-rank 1D run
-reports its grid and bytes equal to the model; what R-GCN does not take on ranks is
-refused in one line before any rank starts."""
+"""``sparsegnn train --model rgcn`` on ranks and on sampled minibatches, in-process through
+``main``: a 2-rank 1D run reports its grid and bytes equal to the model, a sampled run its
+sampler; what R-GCN does not take is refused in one line before any rank starts."""
 
 from __future__ import annotations
 
@@ -26,7 +26,22 @@ def test_rgcn_trains_on_a_grid(capsys):
     assert all(r["phases"]["forward_spmm"]["sent"] > 0 for r in comm["per_rank"])
 
 
+def test_rgcn_trains_on_sampled_minibatches(capsys):
+    code = main(["train", "--dataset", HSBM, "--model", "rgcn", "--mode", "minibatch",
+                 "--sampler", "ladies", "--fanouts", "8,8", "--batch-size", "32",
+                 "--epochs", "2", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["mode"] == "minibatch" and result["sampler"] == "ladies"
+    assert result["epochs_run"] == 2 and result["config"]["num_layers"] == 2
+    assert result["config"]["minibatch"]["fanouts"] == [8, 8]
+
+
 @pytest.mark.parametrize(("flags", "words"), [
+    (["--mode", "minibatch", "--nprocs", "2", "--topology", "partitioned"],
+     "drop --topology partitioned"),
+    (["--mode", "minibatch", "--nprocs", "2", "--algo", "1d"], "drop --algo"),
+    (["--mode", "minibatch", "--fanouts", "5,5", "--layers", "3"], "2 fan-outs for a 3-layer"),
     (["--algo", "auto"], "drop --algo auto"),
     (["--nprocs", "4", "--comm", "sparse"], "drop --comm sparse"),
     (["--nprocs", "2", "--overlap"], "drop --overlap"),

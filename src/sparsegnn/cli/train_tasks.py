@@ -87,16 +87,24 @@ def graph_request(args: argparse.Namespace) -> GraphRequest:
 
 
 def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
-    """R-GCN on one process, or full-graph on a given grid of spawned ranks (``--nprocs``,
-    ``--algo 1d|1.5d|2d|3d``); what neither supports is refused in one line."""
+    """R-GCN on one process, full-graph on a given grid of spawned ranks (``--nprocs``,
+    ``--algo 1d|1.5d|2d|3d``) or on sampled minibatches (``--mode minibatch``, on
+    ``--nprocs`` replicated ranks); what none supports is refused in one line."""
     from pathlib import Path
 
+    from sparsegnn.train.minibatch import MinibatchConfig
     from sparsegnn.train.rgcn_task import RGCNRanks, RGCNRequest
 
     _refuse_rgcn(args)
     loop = _loop(args)
     loop.pop("checkpoint_every")
-    ranks = None
+    ranks = minibatch = None
+    layers = args.layers
+    if args.mode == "minibatch":
+        minibatch = MinibatchConfig(args.sampler, tuple(args.fanouts), args.batch_size or 1024,
+                                    args.bulk)
+        if layers is None and args.sampler != "shadow":
+            layers = len(args.fanouts)  # one layer per fan-out
     if _on_ranks(args):
         ranks = RGCNRanks(algo=args.algo or "1d", nprocs=args.nprocs,
                           replication=args.replication, partition=args.partition,
@@ -104,29 +112,35 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
     return RGCNRequest(**_given(
         source=args.dataset,
         data_dir=None if args.data_dir is None else Path(args.data_dir),
-        hidden=args.hidden, num_layers=args.layers, num_bases=args.num_bases,
+        hidden=args.hidden, num_layers=layers, num_bases=args.num_bases,
         num_blocks=args.num_blocks, dropout=args.dropout, lr=args.lr,
         weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience,
-        seed=args.seed, device=device, dtype=args.dtype), ranks=ranks, **loop)
+        seed=args.seed, device=device, dtype=args.dtype), ranks=ranks, minibatch=minibatch,
+        **loop)
 
 
 def _refuse_rgcn(args: argparse.Namespace) -> None:
-    """The flags R-GCN does not take, refused rather than ignored: on ranks it trains
-    full-graph on a given grid, spawned, with dense communication and no overlap."""
+    """The flags R-GCN does not take, refused rather than ignored: full-graph on ranks it
+    trains on a given grid, spawned, with dense communication and no overlap; sampled, on
+    replicated ranks."""
     from sparsegnn.distributed import in_torchrun
     from sparsegnn.errors import InvalidValueError
 
+    sampled = args.mode == "minibatch"
     given = [flag for flag, on in (
-        ("--algo auto", args.algo == "auto"), ("--mode minibatch", args.mode == "minibatch"),
-        ("--comm sparse", args.comm == "sparse"), ("--overlap", args.overlap != "off"),
+        ("--algo auto", args.algo == "auto"), ("--comm sparse", args.comm == "sparse"),
+        ("--overlap", args.overlap != "off"),
         ("--max-rank-memory", args.max_rank_memory is not None),
+        ("--topology partitioned", args.topology == "partitioned"),
+        ("--algo", sampled and args.algo is not None),
         ("--restart", args.restart), ("--precision bf16", args.precision != "fp32")) if on]
     if in_torchrun():
         given.append("torchrun (give --nprocs instead)")
     if given:
         raise InvalidValueError(
-            "--model rgcn trains on one process or full-graph on a given grid of spawned "
-            f"ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d), dense; drop {', '.join(given)}")
+            "--model rgcn trains on one process, full-graph on a given grid of spawned "
+            "ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d, dense) or on sampled minibatches "
+            f"(--mode minibatch, --nprocs replicated ranks); drop {', '.join(given)}")
 
 
 def _refuse_node_only(args: argparse.Namespace) -> None:

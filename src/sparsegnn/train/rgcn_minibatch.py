@@ -82,13 +82,16 @@ def fit_rgcn_sampled(request: RGCNRequest, graph: HeteroGraph | None = None, *,
             "fan-out per layer (--fanouts) or change --layers")
     y, masks = node_labels(rel)
     x = model_input(request, rel)
-    model = build_classifier(request, rel, typed.num_classes)
+    device = torch.device(request.device)
+    model = build_classifier(request, rel, typed.num_classes).to(device)
     loader = MinibatchLoader(sampler, masks["train"].nonzero().flatten(), x, y,
                              batch_size=mb.batch_size, bulk=mb.bulk, seed=request.seed,
-                             prefetch=mb.prefetch, rank=rank, world_size=world_size)
-    ops = relation_operators(rel.edge_index, rel.edge_type, rel.num_relations,
-                             rel.num_nodes, request.aggr, dtype)
-    evaluation = LocalTask(x, ops, y, masks)  # type: ignore[arg-type]
+                             prefetch=mb.prefetch, rank=rank, world_size=world_size,
+                             device=device)
+    ops = [op.to(device=device) for op in relation_operators(
+        rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes, request.aggr, dtype)]
+    evaluation = LocalTask(x.to(device), ops, y.to(device),  # type: ignore[arg-type]
+                           {s: m.to(device) for s, m in masks.items()})
     step = sampled_step(loader, index, request, sync)
     outcome = run_relational(model, evaluation, request, typed, rel, is_main=rank == 0,
                              step=step)
@@ -102,7 +105,8 @@ def sampled_step(loader: MinibatchLoader, index: RelationIndex, request: RGCNReq
         total, seeds = 0.0, 0
         for item in loader.epoch(epoch):
             opt.zero_grad()
-            ops = relation_blocks(item.batch, request.num_layers, index, request)
+            ops = [[op.to(device=item.x.device) for op in layer] for layer in
+                   relation_blocks(item.batch, request.num_layers, index, request)]
             logits = model(item.x, ops)[: item.num_seeds]
             # Summed over this rank's seeds, divided by the whole minibatch: after the
             # gradient sum every rank holds the whole minibatch's mean-loss gradient.
@@ -148,6 +152,9 @@ def train_rgcn_sampled(request: RGCNRequest) -> list[RankResult[SampledReplica]]
         run = fit_rgcn_sampled(request)
         return [RankResult(0, 1, SampledReplica(run.outcome, _weights(run.model)),
                            Communicator().counts())]
+    if request.checkpoint is not None or request.resume:
+        raise InvalidValueError("R-GCN on sampled minibatches checkpoints on one process "
+                                "only; drop --checkpoint and --resume, or --nprocs")
     nprocs, timeout = request.ranks.nprocs, request.ranks.timeout_s
     threads = max(1, (os.cpu_count() or 1) // nprocs)
     return run_on_ranks(train_sampled_rank, nprocs, (request,), threads=threads,

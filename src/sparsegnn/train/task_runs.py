@@ -26,6 +26,7 @@ from sparsegnn.errors import InvalidValueError
 from sparsegnn.train.graph_task import GraphRequest, cross_validate
 from sparsegnn.train.link_task import LinkRequest, link_data, train_link
 from sparsegnn.train.rgcn_grid import train_rgcn_grid
+from sparsegnn.train.rgcn_minibatch import train_rgcn_sampled
 from sparsegnn.train.rgcn_task import RGCNRequest, train_rgcn
 from sparsegnn.train.train_request import TrainOutcome, plain_config
 from sparsegnn.train.train_summary import title
@@ -63,8 +64,9 @@ def run_graph_task(dataset: str, request: GraphRequest, data_dir: str | None = N
 
 
 def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
-    """Train R-GCN on the typed graph ``request.source`` (on ``request.ranks``' grid when
-    given: then with ``algo``, ``grid`` and ``comm``, the bytes against the model); a
+    """Train R-GCN on the typed graph ``request.source``: full-graph (on ``request.ranks``'
+    grid when given: then with ``algo``, ``grid`` and ``comm``, the bytes against the
+    model) or on sampled minibatches (``request.minibatch``; replicated ranks); a
     homogeneous graph is refused."""
     if not is_hetero_source(request.source, request.data_dir):
         raise InvalidValueError(
@@ -72,7 +74,15 @@ def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
             "HeteroData .pt file, a DGL or OpenHINE folder); this one is homogeneous: "
             "train it with --model gcn, sage, gat, gatv2 or gin")
     where = ""
-    if request.ranks is not None:
+    if request.minibatch is not None:
+        replicas = train_rgcn_sampled(request)
+        outcome = replicas[0].value.outcome
+        result = {**asdict(outcome), "mode": "minibatch", "sampler": request.minibatch.sampler,
+                  "world_size": len(replicas), "topology": "replicated",
+                  "bytes_per_rank": [r.comm.sent for r in replicas]}
+        where = f"; {request.minibatch.sampler} minibatches on " + (
+            "one process" if len(replicas) == 1 else f"{len(replicas)} replicated ranks")
+    elif request.ranks is not None:
         grid = train_rgcn_grid(request)
         outcome, result = grid.outcome, grid.to_dict()
         mib = result["comm"]["total_bytes_per_epoch"] / 2**20
@@ -80,8 +90,9 @@ def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
     else:
         outcome = train_rgcn(request)
         result = asdict(outcome)
-    config = {**plain_config(replace(request, ranks=None)),
-              "ranks": None if request.ranks is None else asdict(request.ranks)}
+    config = {**plain_config(replace(request, ranks=None, minibatch=None)),
+              **{k: None if v is None else asdict(v) for k, v in
+                 (("ranks", request.ranks), ("minibatch", request.minibatch))}}
     out = {"dataset": outcome.graph, "task": "node", "model": "rgcn",
            "device": request.device, **result, "config": config}
     inputs = "featureless" if outcome.featureless else "features"
