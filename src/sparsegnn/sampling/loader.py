@@ -136,7 +136,7 @@ class MinibatchLoader:
             for items in bulks:
                 yield from items
             return
-        yield from _prefetched(bulks)
+        yield from prefetched(bulks)
 
     def _bulks(self, epoch: int) -> Iterator[list[LoadedBatch]]:
         plan = self.plan(epoch)
@@ -145,19 +145,11 @@ class MinibatchLoader:
             chunk = plan[start : start + self.bulk]
             gens = [batch_generator(self.seed, epoch, index, device) for index, _ in chunk]
             batches = self.sampler.sample([seeds.to(device) for _, seeds in chunk], gens)
-            xs = self._features(batches)
+            xs = bulk_features(self.features, batches)
             yield [
                 self._load(b, x, self.global_size(i))
                 for b, x, (i, _) in zip(batches, xs, chunk, strict=True)
             ]
-
-    def _features(self, batches: list[Minibatch]) -> list[torch.Tensor]:
-        """Each minibatch's input rows: indexed locally, or one fetch for the whole bulk."""
-        if isinstance(self.features, torch.Tensor):
-            return [self.features[b.node_ids.to(self.features.device)] for b in batches]
-        ids = torch.cat([b.node_ids.long() for b in batches])
-        rows = self.features.fetch(ids)
-        return list(torch.split(rows, [int(b.node_ids.numel()) for b in batches]))
 
     def _load(self, batch: Minibatch, x: torch.Tensor, global_seeds: int) -> LoadedBatch:
         x = x.to(self.device, non_blocking=True)
@@ -165,7 +157,17 @@ class MinibatchLoader:
         return LoadedBatch(batch, x, y, global_seeds)
 
 
-def _prefetched(bulks: Iterator[list[LoadedBatch]]) -> Iterator[LoadedBatch]:
+def bulk_features(features: torch.Tensor | FeatureSource, batches: list[Minibatch]
+                  ) -> list[torch.Tensor]:
+    """Each minibatch's input rows: indexed locally, or one fetch for the whole bulk."""
+    if isinstance(features, torch.Tensor):
+        return [features[b.node_ids.to(features.device)] for b in batches]
+    ids = torch.cat([b.node_ids.long() for b in batches])
+    rows = features.fetch(ids)
+    return list(torch.split(rows, [int(b.node_ids.numel()) for b in batches]))
+
+
+def prefetched(bulks: Iterator[list[LoadedBatch]]) -> Iterator[LoadedBatch]:
     """Run ``bulks`` in a thread, at most one finished bulk waiting while one is consumed."""
     q: queue.Queue[object] = queue.Queue(maxsize=1)
     stop = threading.Event()

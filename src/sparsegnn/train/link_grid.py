@@ -227,7 +227,7 @@ def run_link_grid_task(dataset: str, request: LinkGridRequest,
 def _run_rank(job: _Job) -> RankResult[_RankRun]:
     r = job.request
     with rank_session(r.backend, r.timeout_s) as session, lost_peers_named():
-        graph, split = _load(job)
+        graph, split = load_link_graph(job.source, job.split, job.data_dir, r.link)
         rank = _GridRank(graph, split, r, session.world_size)
         outcome, weights, mine = rank.train()
         ranks = gather_objects(mine)
@@ -236,13 +236,15 @@ def _run_rank(job: _Job) -> RankResult[_RankRun]:
                       last)
 
 
-def _load(job: _Job) -> tuple[GraphData, LinkSplit]:
-    """The graph and its split, the same on every rank (seeded)."""
-    link = job.request.link
-    if isinstance(job.source, GraphData):
-        graph, split = job.source, job.split
+def load_link_graph(source: GraphData | str, split: LinkSplit | None, data_dir: str | None,
+                    link: LinkRequest) -> tuple[GraphData, LinkSplit]:
+    """The graph and its split (``split``, the dataset's own, or one drawn from the
+    request's ratios and seed, as :func:`~sparsegnn.train.link_task.train_link` draws
+    it): the same on every rank."""
+    if isinstance(source, GraphData):
+        graph = source
     else:
-        graph, split = link_data(job.source, job.data_dir)
+        graph, split = link_data(source, data_dir)
     if graph.x is None:
         raise InvalidValueError(f"{graph.name}: link training needs node features; this "
                                 "graph has none")
