@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from sparsegnn.names import DEFAULT_MASK
 from sparsegnn.nn.dropout import MaskKind, bias_relu_dropout
 from sparsegnn.nn.operator import Operator
-from sparsegnn.nn.pyg_adjacency import gcn_operator, is_adjacency, sage_operator
+from sparsegnn.nn.pyg_adjacency import gcn_operator, is_adjacency, sage_operator, weighs_max
 from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix
 
 
@@ -250,13 +250,13 @@ class SAGEConv(nn.Module):
         ``relu_dropout``/``mask`` fuse the hidden layers' ReLU and dropout into its
         output (as :meth:`GCNConv.forward`)."""
         x_src, x_dst = x if isinstance(x, tuple | list) else (x, None)
-        op, weighted = self._operator(x_src, x_dst, edge_index, size)
+        op = self.operator(x, edge_index, size)
         if x_dst is None and not isinstance(x, tuple | list):
             x_dst = x[: op.shape[0]]
         if self.project:
             x_src = torch.relu(_linear(self.lin, x_src))
         if self.aggr == "max":
-            out = _linear(self.lin_l, _max_aggregate(op, x_src, weighted), bias=False)
+            out = _linear(self.lin_l, _max_aggregate(op, x_src, weighs_max(edge_index)), bias=False)
         elif self.transforms_first:
             # A linear map commutes with aggregation: shrink first, aggregate the narrow side.
             out = op.matmul(_linear(self.lin_l, x_src, bias=False))
@@ -271,17 +271,18 @@ class SAGEConv(nn.Module):
             out, bias, owned = F.normalize(_add_bias(out, bias), p=2.0, dim=-1), None, True
         return _epilogue(self, out, bias, relu_dropout, mask, owned)
 
-    def _operator(
-        self, x_src: torch.Tensor, x_dst: torch.Tensor | None, adj: Operator | torch.Tensor,
-        size: tuple[int, int] | None,
-    ) -> tuple[Operator, bool]:
-        """The aggregation operator and whether ``max`` weighs by its values."""
+    def operator(
+        self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor | None],
+        adj: Operator | torch.Tensor, size: tuple[int, int] | None = None,
+    ) -> Operator:
+        """What this layer aggregates ``x`` with: ``adj`` itself when it is one of our
+        operators, else the operator PyG's layer would aggregate with."""
         if not is_adjacency(adj):
-            return adj, False
+            return adj
+        x_src, x_dst = x if isinstance(x, tuple | list) else (x, None)
         n_dst = size[1] if size is not None else None if x_dst is None else x_dst.shape[0]
         shape = (n_dst, x_src.shape[0] if size is None else size[0])
-        sage = sage_operator(adj, shape, self.aggr, _operator_dtype(x_src))
-        return sage.op, sage.weighted_max
+        return sage_operator(adj, shape, self.aggr, _operator_dtype(x_src))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"

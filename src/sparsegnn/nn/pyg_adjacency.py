@@ -127,30 +127,27 @@ def _with_loops(
 Aggr = Literal["mean", "sum", "max"]
 
 
-@dataclass(frozen=True)
-class SageOperator:
-    """What ``SAGEConv`` aggregates with: the operator, and for ``max`` whether its
-    values scale the neighbours' features (a ``torch.sparse`` adjacency's weights)."""
-
-    op: CSRMatrix
-    weighted_max: bool
+def weighs_max(adj: object) -> bool:
+    """Whether PyG's ``max`` over ``adj`` takes ``a_ij x_j`` (a ``torch.sparse``
+    matrix's values) rather than ``x_j``."""
+    return isinstance(adj, torch.Tensor) and adj.layout != torch.strided
 
 
 def sage_operator(adj: Any, shape: tuple[int | None, int], aggr: Aggr,
-                  dtype: torch.dtype) -> SageOperator:
-    """PyG's ``SAGEConv`` aggregation of ``adj`` (``shape`` as :func:`entries`)."""
+                  dtype: torch.dtype) -> CSRMatrix:
+    """PyG's ``SAGEConv`` aggregation of ``adj`` (``shape`` as :func:`entries`); for
+    ``max`` the pattern, with the values :func:`weighs_max` multiplies by (else ones)."""
     e = entries(adj, shape)
     val = None if e.form == "sparse_tensor" else e.val
     ones = torch.ones(e.rows.numel(), dtype=dtype, device=e.rows.device)
     weights = ones if val is None else val.to(dtype)
     if aggr == "max":
-        mat = CSRMatrix.from_coo(e.rows, e.cols, weights, e.shape,
-                                 duplicates="max" if val is None else "sum")
-        return SageOperator(mat, weighted_max=val is not None)
+        return CSRMatrix.from_coo(e.rows, e.cols, weights, e.shape,
+                                  duplicates="max" if val is None else "sum")
     mat = CSRMatrix.from_coo(e.rows, e.cols, weights, e.shape)
     if aggr == "sum":
-        return SageOperator(mat, weighted_max=False)
+        return mat
     # mean: over listed edges (an edge_index's unit weights, summed) or stored entries.
     count = mat.row_sums() if e.form == "edge_index" else mat.row_degrees().to(dtype)
     inv = torch.where(count > 0, 1.0 / count.clamp(min=1.0), torch.zeros_like(count))
-    return SageOperator(mat.with_values(mat.val * inv[mat.row_indices()]), weighted_max=False)
+    return mat.with_values(mat.val * inv[mat.row_indices()])

@@ -12,10 +12,13 @@ from sparsegnn.train.fullgraph import (
     local_task,
     train_single,
 )
+from sparsegnn.train.model_grid import Grid, ModelRun, train_model
 
 __all__ = [
     "EpochStats",
+    "Grid",
     "LocalTask",
+    "ModelRun",
     "Task",
     "TrainConfig",
     "TrainResult",
@@ -25,5 +28,6 @@ __all__ = [
     "local_task",
     "save_checkpoint",
     "seed_everything",
+    "train_model",
     "train_single",
 ]
