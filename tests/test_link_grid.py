@@ -63,7 +63,7 @@ def test_cli_trains_on_ranks_and_reports_bytes(capsys) -> None:
 @pytest.mark.parametrize(("argv", "words"), [
     (["--algo", "2d", "--nprocs", "3"], "square number of ranks"),
     (["--algo", "auto", "--nprocs", "4"], "drop --algo auto"),
-    (["--nprocs", "2", "--mode", "minibatch"], "drop --mode minibatch"),
+    (["--nprocs", "2", "--mode", "minibatch", "--algo", "1d"], "drop --algo"),
     (["--nprocs", "2", "--checkpoint", "run.pt"], "no checkpoints"),
 ])
 def test_refusals_are_one_line(capsys, argv: list[str], words: str) -> None:

@@ -3,9 +3,12 @@ ranks over a partitioned topology ending with the weights of the replicated run.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from sparsegnn.cli.main import main
 from sparsegnn.data.generators import sbm
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.sampling.link_loader import LinkMinibatchLoader
@@ -67,6 +70,19 @@ def test_partitioned_topology_ends_with_the_weights_of_the_replicated_run(graph)
     for phase in ("sampling", "feature_fetch"):
         assert all(phase not in p for p in replicated.bytes_per_rank)
         assert all(p[phase]["recv"] > 0 for p in partitioned.bytes_per_rank)
+
+
+def test_cli_trains_sampled_on_partitioned_ranks(capsys) -> None:
+    code = main(["train", "--task", "link", "--mode", "minibatch", "--dataset",
+                 "sbm:nodes=64,blocks=4,degree=5", "--nprocs", "2", "--topology",
+                 "partitioned", "--fanouts", "3,2", "--batch-size", "32", "--bulk", "2",
+                 "--epochs", "2", "--hidden", "8", "--out-channels", "4", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["mode"] == "minibatch" and result["topology"] == "partitioned"
+    assert result["model"] == "sage" and result["epochs_run"] == 2
+    assert 0.0 <= result["test_auc"] <= 1.0
+    assert all(r["feature_fetch"]["recv"] > 0 for r in result["comm_per_rank"])
 
 
 def test_refusals() -> None:

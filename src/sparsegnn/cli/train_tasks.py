@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sparsegnn.train.graph_task import GraphRequest
     from sparsegnn.train.link_grid import LinkGridRequest
+    from sparsegnn.train.link_sampled import LinkSampledRequest
     from sparsegnn.train.link_task import LinkRequest
     from sparsegnn.train.rgcn_task import RGCNRequest
     from sparsegnn.train.train_request import TrainOutcome
@@ -29,8 +30,11 @@ def is_task_run(args: argparse.Namespace) -> bool:
 def run_task(args: argparse.Namespace, device: str) -> TrainOutcome | None:
     """The outcome of the task the options ask for (None on a torchrun rank but 0)."""
     from sparsegnn.train.link_grid import run_link_grid_task
+    from sparsegnn.train.link_sampled import run_link_sampled_task
     from sparsegnn.train.task_runs import run_graph_task, run_link_task, run_rgcn_task
 
+    if args.task == "link" and args.mode == "minibatch":
+        return run_link_sampled_task(args.dataset, link_sampled_request(args), args.data_dir)
     if args.task == "link" and _on_ranks(args):
         return run_link_grid_task(args.dataset, link_grid_request(args), args.data_dir)
     if args.task == "node":  # --model rgcn
@@ -72,6 +76,32 @@ def link_grid_request(args: argparse.Namespace) -> LinkGridRequest:
                            dtype=args.dtype, backend=args.backend, timeout_s=args.timeout)
 
 
+def link_sampled_request(args: argparse.Namespace) -> LinkSampledRequest:
+    """``--task link --mode minibatch``: LinkNeighborLoader-style minibatches of seed edges
+    (GraphSAGE encoder, one fan-out per layer: ``--layers`` defaults to their count) on
+    ``--nprocs`` ranks over a replicated or partitioned ``--topology``."""
+    from dataclasses import replace
+
+    from sparsegnn.errors import InvalidValueError
+    from sparsegnn.train.link_sampled import LinkSampledRequest
+
+    given = [flag for flag, on in (
+        ("--algo", args.algo is not None), ("--sampler " + args.sampler, args.sampler != "sage"),
+        ("--feature-cache-mb", args.feature_cache_mb > 0), ("--restart", args.restart),
+        ("--precision bf16", args.precision != "fp32")) if on]
+    if given:
+        raise InvalidValueError("--task link --mode minibatch samples node-wise (sage) on "
+                                f"--nprocs ranks; drop {', '.join(given)}")
+    link = link_request(args)
+    link = replace(link, model=args.model or "sage",
+                   num_layers=args.layers or len(args.fanouts))
+    return LinkSampledRequest(link, fanouts=tuple(args.fanouts),
+                              batch_size=args.batch_size or 512, bulk=args.bulk,
+                              nprocs=args.nprocs, topology=args.topology,
+                              replication=args.replication, dtype=args.dtype,
+                              backend=args.backend, timeout_s=args.timeout)
+
+
 def _on_ranks(args: argparse.Namespace) -> bool:
     return args.nprocs > 1 or args.algo is not None
 
@@ -89,7 +119,7 @@ def graph_request(args: argparse.Namespace) -> GraphRequest:
 def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
     """R-GCN on one process, full-graph on a given grid of spawned ranks (``--nprocs``,
     ``--algo 1d|1.5d|2d|3d``) or on sampled minibatches (``--mode minibatch``, on
-    ``--nprocs`` replicated ranks); what none supports is refused in one line."""
+    ``--nprocs`` ranks, ``--topology``); what none supports is refused in one line."""
     from pathlib import Path
 
     from sparsegnn.train.minibatch import MinibatchConfig
@@ -108,7 +138,8 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
     if _on_ranks(args):
         ranks = RGCNRanks(algo=args.algo or "1d", nprocs=args.nprocs,
                           replication=args.replication, partition=args.partition,
-                          backend=args.backend, timeout_s=args.timeout)
+                          backend=args.backend, timeout_s=args.timeout,
+                          topology=args.topology)
     return RGCNRequest(**_given(
         source=args.dataset,
         data_dir=None if args.data_dir is None else Path(args.data_dir),
@@ -122,7 +153,7 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
 def _refuse_rgcn(args: argparse.Namespace) -> None:
     """The flags R-GCN does not take, refused rather than ignored: full-graph on ranks it
     trains on a given grid, spawned, with dense communication and no overlap; sampled, on
-    replicated ranks."""
+    spawned ranks with a replicated or partitioned topology, without a feature cache."""
     from sparsegnn.distributed import in_torchrun
     from sparsegnn.errors import InvalidValueError
 
@@ -131,7 +162,8 @@ def _refuse_rgcn(args: argparse.Namespace) -> None:
         ("--algo auto", args.algo == "auto"), ("--comm sparse", args.comm == "sparse"),
         ("--overlap", args.overlap != "off"),
         ("--max-rank-memory", args.max_rank_memory is not None),
-        ("--topology partitioned", args.topology == "partitioned"),
+        ("--topology partitioned", not sampled and args.topology == "partitioned"),
+        ("--feature-cache-mb", args.feature_cache_mb > 0),
         ("--algo", sampled and args.algo is not None),
         ("--restart", args.restart), ("--precision bf16", args.precision != "fp32")) if on]
     if in_torchrun():
@@ -140,7 +172,7 @@ def _refuse_rgcn(args: argparse.Namespace) -> None:
         raise InvalidValueError(
             "--model rgcn trains on one process, full-graph on a given grid of spawned "
             "ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d, dense) or on sampled minibatches "
-            f"(--mode minibatch, --nprocs replicated ranks); drop {', '.join(given)}")
+            f"(--mode minibatch, --nprocs, --topology); drop {', '.join(given)}")
 
 
 def _refuse_node_only(args: argparse.Namespace) -> None:

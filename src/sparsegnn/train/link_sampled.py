@@ -53,6 +53,9 @@ from sparsegnn.train.link_grid import load_link_graph
 from sparsegnn.train.link_metrics import link_metrics, roc_auc
 from sparsegnn.train.link_task import LinkEpoch, LinkRequest, build_link_model
 from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
+from sparsegnn.train.task_runs import _key, _refuse_typed
+from sparsegnn.train.train_request import TrainOutcome, plain_config
+from sparsegnn.train.train_summary import title
 
 
 @dataclass(frozen=True)
@@ -105,15 +108,37 @@ class LinkSampledOutcome:
 
 def train_link_sampled(graph: GraphData | str, request: LinkSampledRequest,
                        split: LinkSplit | None = None, data_dir: str | None = None
-                       ) -> LinkSampledOutcome:
-    """Train on ``request.nprocs`` spawned ranks; rank 0's outcome with every rank's
-    bytes."""
+                       ) -> LinkSampledOutcome | None:
+    """Train on ``request.nprocs`` spawned ranks (or this torchrun job's); rank 0's
+    outcome with every spawned rank's bytes (``None`` on the other torchrun ranks)."""
     threads = max(1, (os.cpu_count() or 1) // request.nprocs)
-    results = run_on_ranks(_run_rank, request.nprocs, (graph, split, data_dir, request),
-                           threads=threads, heartbeat_timeout_s=request.timeout_s).results
-    lead: LinkSampledOutcome = results[0].value
-    lead.bytes_per_rank = [r.comm.to_dict() for r in results]
+    ranks = run_on_ranks(_run_rank, request.nprocs, (graph, split, data_dir, request),
+                         threads=threads, heartbeat_timeout_s=request.timeout_s)
+    if ranks.lead is None:
+        return None
+    lead: LinkSampledOutcome = ranks.lead.value
+    lead.bytes_per_rank = [r.comm.to_dict() for r in ranks.results]
     return lead
+
+
+def run_link_sampled_task(dataset: str, request: LinkSampledRequest,
+                          data_dir: str | None = None) -> TrainOutcome | None:
+    """``sparsegnn train --task link --mode minibatch``: the one-process run's metric
+    keys (``test_auc``, ...), the epochs and every rank's bytes by phase."""
+    _refuse_typed(dataset, data_dir, "link prediction")
+    outcome = train_link_sampled(dataset, request, data_dir=data_dir)
+    if outcome is None:
+        return None
+    link, result = request.link, outcome.to_dict()
+    flat = {f"{part}_{_key(k)}": v for part in ("test", "val") for k, v in result[part].items()}
+    out = {"dataset": dataset, "task": "link", "mode": "minibatch", "model": link.model,
+           "decoder": link.decoder, "topology": request.topology, "world_size": request.nprocs,
+           **flat, **result, "config": plain_config(link)}
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in outcome.test.items())
+    return TrainOutcome(
+        title(dataset, link.model, f", sampled link prediction ({request.topology}, "
+                                   f"{request.nprocs} ranks)"), out,
+        f"{link.model}+{link.decoder}: test {shown} ({len(outcome.history)} epochs)")
 
 
 def _run_rank(source: GraphData | str, split: LinkSplit | None, data_dir: str | None,
