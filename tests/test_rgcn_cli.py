@@ -38,8 +38,9 @@ def test_rgcn_trains_on_sampled_minibatches(capsys):
 
 
 @pytest.mark.parametrize(("flags", "words"), [
-    (["--mode", "minibatch", "--nprocs", "2", "--topology", "partitioned"],
-     "drop --topology partitioned"),
+    (["--nprocs", "2", "--topology", "partitioned"], "drop --topology partitioned"),
+    (["--mode", "minibatch", "--nprocs", "2", "--feature-cache-mb", "1"],
+     "drop --feature-cache-mb"),
     (["--mode", "minibatch", "--nprocs", "2", "--algo", "1d"], "drop --algo"),
     (["--mode", "minibatch", "--fanouts", "5,5", "--layers", "3"], "2 fan-outs for a 3-layer"),
     (["--algo", "auto"], "drop --algo auto"),

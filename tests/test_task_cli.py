@@ -121,8 +121,8 @@ def test_rgcn_on_a_typed_graph(capsys):
     (["train", "--dataset", HSBM], "--model rgcn"),
     (["train", "--task", "link", "--dataset", HSBM], "--model rgcn"),
     (["train", "--task", "graph", "--nprocs", "2"], "drop --nprocs"),
-    (["train", "--model", "rgcn", "--dataset", HSBM, "--mode", "minibatch", "--nprocs", "2",
-      "--topology", "partitioned"], "drop --topology partitioned"),
+    (["train", "--model", "rgcn", "--dataset", HSBM, "--nprocs", "2", "--topology",
+      "partitioned"], "drop --topology partitioned"),
 ])
 def test_refusals_are_one_line(capsys, argv, words):
     line = _refused(capsys, argv)

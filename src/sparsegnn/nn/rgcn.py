@@ -15,8 +15,9 @@ the relations' weights in one dense product instead of R (docs/results/attention
 
 from __future__ import annotations
 
+import copy
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -77,19 +78,31 @@ class RelationIndex:
         ones = torch.ones(pair.numel(), dtype=dtype)
         return CSRMatrix.from_coo(row, col, ones, (self.num_nodes, self.num_nodes))
 
+    def rows(self, lo: int, hi: int) -> RelationIndex:
+        """The index of destination rows ``lo .. hi`` only (a rank's block)."""
+        part = copy.copy(self)
+        bounds = torch.tensor([lo, hi]) * self.num_nodes * self.num_relations
+        a, b = torch.searchsorted(self.keys, bounds).tolist()
+        part.keys, part.counts = self.keys[a:b], self.counts[a:b]
+        return part
+
+    def lookup(self, dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        """``[pairs, R]``: how many relation-r edges join each ``(dst, src)`` pair."""
+        base = (dst.long() * self.num_nodes + src.long()) * self.num_relations
+        wanted = base[:, None] + torch.arange(self.num_relations, device=base.device)
+        if not self.keys.numel():
+            return torch.zeros_like(wanted)
+        pos = torch.searchsorted(self.keys, wanted).clamp_(max=self.keys.numel() - 1)
+        return torch.where(self.keys[pos] == wanted, self.counts[pos], 0)
+
     def split(self, block: CSRMatrix, row_ids: torch.Tensor, col_ids: torch.Tensor,
-              aggr: RelAggr = "mean") -> list[CSRMatrix]:
+              aggr: RelAggr = "mean", lookup: Lookup | None = None) -> list[CSRMatrix]:
         """Relation r's operator on ``block``'s pattern (rows are nodes ``row_ids``,
         columns ``col_ids``): each kept pair's relation-r edge count, aggregated by
-        ``aggr`` over the pairs the block kept."""
+        ``aggr`` over the pairs the block kept. ``lookup`` replaces :meth:`lookup` (a
+        partitioned index asks the owners of the rows)."""
         rows, cols = block.row_indices(), block.col
-        base = (row_ids[rows].long() * self.num_nodes + col_ids[cols].long()) * self.num_relations
-        wanted = base[:, None] + torch.arange(self.num_relations, device=base.device)
-        if self.keys.numel():
-            pos = torch.searchsorted(self.keys, wanted).clamp_(max=self.keys.numel() - 1)
-            counts = torch.where(self.keys[pos] == wanted, self.counts[pos], 0)
-        else:
-            counts = torch.zeros_like(wanted)
+        counts = (lookup or self.lookup)(row_ids[rows], col_ids[cols])
         out = []
         for r in range(self.num_relations):
             keep = counts[:, r] > 0
@@ -97,6 +110,10 @@ class RelationIndex:
                                      block.shape)
             out.append(normalize(mat, aggr))
         return out
+
+
+# (dst, src) pairs -> their relation counts ``[pairs, R]``.
+Lookup = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 # One stacked operator per list of relation operators and direction, kept while the

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from sparsegnn.data.hetero import HeteroGraph
+from sparsegnn.data.hetero import HeteroGraph, RelationalGraph
 from sparsegnn.distributed import (
     Communicator,
     Group,
@@ -36,14 +36,15 @@ from sparsegnn.distributed import (
 )
 from sparsegnn.distributed.ops.sampled import GradientSum
 from sparsegnn.errors import InvalidValueError
-from sparsegnn.nn.rgcn import RelationIndex, relation_operators
+from sparsegnn.nn.rgcn import Lookup, RelAggr, RelationIndex, relation_operators
 from sparsegnn.sampling import ShadowSampler
-from sparsegnn.sampling.loader import MinibatchLoader
-from sparsegnn.sampling.samplers import Minibatch
+from sparsegnn.sampling.loader import FeatureSource, MinibatchLoader
+from sparsegnn.sampling.samplers import Minibatch, Topology
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.fullgraph import LocalTask
 from sparsegnn.train.minibatch import make_sampler
 from sparsegnn.train.rgcn_task import (
+    Evaluation,
     RelationalClassifier,
     RGCNOutcome,
     RGCNRequest,
@@ -64,49 +65,76 @@ class RGCNSampledRank:
     outcome: RGCNOutcome
 
 
+@dataclass
+class SampledSource:
+    """Where a sampled run reads: the union pattern to sample (the whole of it, or this
+    rank's rows), the input rows (features or ids; a fetching source when partitioned),
+    the relation counts of sampled pairs (``lookup``: None reads ``index``) and what the
+    epochs evaluate on."""
+
+    index: RelationIndex
+    adj: CSRMatrix | Topology
+    features: torch.Tensor | FeatureSource
+    lookup: Lookup | None
+    evaluation: Evaluation
+
+
 def fit_rgcn_sampled(request: RGCNRequest, graph: HeteroGraph | None = None, *,
                      rank: int = 0, world_size: int = 1,
                      sync: GradientSum | None = None) -> RGCNSampledRank:
-    """Train ``request`` (its ``minibatch`` settings) on sampled minibatches; ``rank`` of
-    ``world_size`` samples its share of each minibatch, ``sync`` sums the gradients."""
+    """Train ``request`` (its ``minibatch`` settings) on sampled minibatches with the
+    whole topology; ``rank`` of ``world_size`` samples its share of each minibatch,
+    ``sync`` sums the gradients."""
+    typed, rel = relational_problem(request, graph)
+    device = torch.device(request.device)
+    index = RelationIndex(rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes)
+    y, masks = node_labels(rel)
+    x = model_input(request, rel)
+    ops = [op.to(device=device) for op in relation_operators(
+        rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes, request.aggr,
+        request.torch_dtype)]
+    evaluation = LocalTask(x.to(device), ops, y.to(device),  # type: ignore[arg-type]
+                           {s: m.to(device) for s, m in masks.items()})
+    source = SampledSource(index, index.union(request.torch_dtype), x, None, evaluation)
+    return fit_sampled(request, typed, rel, source, rank=rank, world_size=world_size,
+                       sync=sync)
+
+
+def fit_sampled(request: RGCNRequest, typed: HeteroGraph, rel: RelationalGraph,
+                source: SampledSource, *, rank: int = 0, world_size: int = 1,
+                sync: GradientSum | None = None) -> RGCNSampledRank:
+    """The sampled epochs on ``source``, whichever topology it reads."""
     mb = request.minibatch
     if mb is None:
-        raise InvalidValueError("fit_rgcn_sampled needs request.minibatch (the sampler)")
-    typed, rel = relational_problem(request, graph)
-    dtype = request.torch_dtype
-    index = RelationIndex(rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes)
-    sampler = make_sampler(mb.sampler, index.union(dtype), mb.fanouts, mb.batch_size)
+        raise InvalidValueError("R-GCN on sampled minibatches needs request.minibatch")
+    sampler = make_sampler(mb.sampler, source.adj, mb.fanouts, mb.batch_size)
     if not isinstance(sampler, ShadowSampler) and sampler.num_layers != request.num_layers:
         raise InvalidValueError(
             f"{sampler.num_layers} fan-outs for a {request.num_layers}-layer R-GCN; give one "
             "fan-out per layer (--fanouts) or change --layers")
     y, masks = node_labels(rel)
-    x = model_input(request, rel)
     device = torch.device(request.device)
     model = build_classifier(request, rel, typed.num_classes).to(device)
-    loader = MinibatchLoader(sampler, masks["train"].nonzero().flatten(), x, y,
+    loader = MinibatchLoader(sampler, masks["train"].nonzero().flatten(), source.features, y,
                              batch_size=mb.batch_size, bulk=mb.bulk, seed=request.seed,
                              prefetch=mb.prefetch, rank=rank, world_size=world_size,
                              device=device)
-    ops = [op.to(device=device) for op in relation_operators(
-        rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes, request.aggr, dtype)]
-    evaluation = LocalTask(x.to(device), ops, y.to(device),  # type: ignore[arg-type]
-                           {s: m.to(device) for s, m in masks.items()})
-    step = sampled_step(loader, index, request, sync)
-    outcome = run_relational(model, evaluation, request, typed, rel, is_main=rank == 0,
-                             step=step)
+    step = sampled_step(loader, source, request, sync)
+    outcome = run_relational(model, source.evaluation, request, typed, rel, step=step,
+                             is_main=rank == 0)
     return RGCNSampledRank(model, outcome)
 
 
-def sampled_step(loader: MinibatchLoader, index: RelationIndex, request: RGCNRequest,
+def sampled_step(loader: MinibatchLoader, source: SampledSource, request: RGCNRequest,
                  sync: GradientSum | None) -> TrainStep:
     """One pass over the training seeds: a step per minibatch on its relation blocks."""
     def step(model: RelationalClassifier, opt: torch.optim.Optimizer, epoch: int) -> float:
         total, seeds = 0.0, 0
         for item in loader.epoch(epoch):
             opt.zero_grad()
-            ops = [[op.to(device=item.x.device) for op in layer] for layer in
-                   relation_blocks(item.batch, request.num_layers, index, request)]
+            blocks = relation_blocks(item.batch, request.num_layers, source.index,
+                                     request.aggr, source.lookup)
+            ops = [[op.to(device=item.x.device) for op in layer] for layer in blocks]
             logits = model(item.x, ops)[: item.num_seeds]
             # Summed over this rank's seeds, divided by the whole minibatch: after the
             # gradient sum every rank holds the whole minibatch's mean-loss gradient.
@@ -123,17 +151,19 @@ def sampled_step(loader: MinibatchLoader, index: RelationIndex, request: RGCNReq
 
 
 def relation_blocks(batch: Minibatch, num_layers: int, index: RelationIndex,
-                    request: RGCNRequest) -> list[list[CSRMatrix]]:
+                    aggr: RelAggr = "mean", lookup: Lookup | None = None
+                    ) -> list[list[CSRMatrix]]:
     """Each layer's sampled block split into one operator per relation (ShaDow's one
-    subgraph split once). A block's rows are the first of its columns' nodes, and every
-    layer's nodes the first of the input's (``node_ids``)."""
+    subgraph split once; ``lookup``: :meth:`RelationIndex.split`'s). A block's rows are
+    the first of its columns' nodes, and every layer's nodes the first of the input's
+    (``node_ids``)."""
     blocks = batch.operators(num_layers)
     ids = batch.node_ids.long()
     split: dict[int, list[CSRMatrix]] = {}
     for block in blocks:
         if id(block) not in split:
             rows, cols = block.shape
-            split[id(block)] = index.split(block, ids[:rows], ids[:cols], request.aggr)
+            split[id(block)] = index.split(block, ids[:rows], ids[:cols], aggr, lookup)
     return [split[id(b)] for b in blocks]
 
 
@@ -150,7 +180,7 @@ def train_rgcn_sampled(request: RGCNRequest) -> list[RankResult[SampledReplica]]
     without ``ranks``); every rank's result and bytes, in rank order."""
     if request.ranks is None or request.ranks.nprocs == 1:
         run = fit_rgcn_sampled(request)
-        return [RankResult(0, 1, SampledReplica(run.outcome, _weights(run.model)),
+        return [RankResult(0, 1, SampledReplica(run.outcome, model_weights(run.model)),
                            Communicator().counts())]
     if request.checkpoint is not None or request.resume:
         raise InvalidValueError("R-GCN on sampled minibatches checkpoints on one process "
@@ -172,8 +202,9 @@ def train_sampled_rank(request: RGCNRequest, graph: HeteroGraph | None = None
         run = fit_rgcn_sampled(request, graph, rank=session.rank,
                                world_size=session.world_size, sync=GradientSum(comm, group))
     return RankResult(session.rank, session.world_size,
-                      SampledReplica(run.outcome, _weights(run.model)), comm.counts())
+                      SampledReplica(run.outcome, model_weights(run.model)), comm.counts())
 
 
-def _weights(model: RelationalClassifier) -> dict[str, torch.Tensor]:
+def model_weights(model: RelationalClassifier) -> dict[str, torch.Tensor]:
+    """A copy of the weights, to hand back from a rank."""
     return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -93,6 +93,9 @@ class RGCNRanks:
     partition: str = "block"
     backend: str | None = None
     timeout_s: float = 60.0
+    # Sampled minibatches: every rank holds the whole graph, or its rows only (1.5D
+    # blocks of ``replication`` ranks each).
+    topology: Literal["replicated", "partitioned"] = "replicated"
 
 
 @dataclass(frozen=True)
@@ -244,19 +247,27 @@ def fit_rgcn(request: RGCNRequest, graph: HeteroGraph | None = None
     model = build_classifier(request, rel, typed.num_classes).to(device)
     task = LocalTask(model_input(request, rel).to(device), ops, y.to(device),  # type: ignore[arg-type]
                      {s: m.to(device) for s, m in masks.items()})
-    return model, run_relational(model, task, request, typed, rel)
+    return model, run_relational(model, task, request, typed, rel, step=full_graph_step(task))
 
 
-def run_relational(model: RelationalClassifier, task: Task, request: RGCNRequest,
-                   typed: HeteroGraph, rel: RelationalGraph, *, is_main: bool = True,
-                   on_epoch: Callable[[EpochStats], None] | None = None,
-                   step: TrainStep | None = None) -> RGCNOutcome:
-    """The epochs on ``task`` (one process's or one rank's) and the final accuracies.
+class Evaluation(Protocol):
+    """What the epochs evaluate on: the model's input and operators, and the accuracy of
+    its logits (a full-graph :class:`~sparsegnn.train.fullgraph.Task` is one)."""
 
-    ``step`` trains one epoch and returns its loss (default: one full-graph step on
-    ``task``; sampled minibatches bring theirs, ``task`` then only evaluates)."""
+    x: torch.Tensor
+    adj: Any
+
+    def accuracy(self, logits: torch.Tensor, split: Split) -> float: ...
+
+
+def run_relational(model: RelationalClassifier, task: Evaluation, request: RGCNRequest,
+                   typed: HeteroGraph, rel: RelationalGraph, *, step: TrainStep,
+                   is_main: bool = True,
+                   on_epoch: Callable[[EpochStats], None] | None = None) -> RGCNOutcome:
+    """The epochs (``step`` trains one and returns its loss: :func:`full_graph_step`, or
+    sampled minibatches') with the accuracies on ``task``, and the final ones."""
     opt = torch.optim.Adam(model.parameters(), lr=request.lr, weight_decay=request.weight_decay)
-    epochs = _Epochs(model, opt, task, step or full_graph_step(task))
+    epochs = _Epochs(model, opt, task, step)
     cfg = LoopConfig(epochs=request.epochs, patience=request.patience, seed=request.seed,
                      checkpoint=request.checkpoint, resume=request.resume,
                      logdir=request.logdir, progress=request.progress)
@@ -297,8 +308,8 @@ class _Epochs:
     """One epoch (the training step, then the training and validation accuracies of one
     evaluation pass on ``task``) and the evaluation."""
 
-    def __init__(self, model: RelationalClassifier, opt: torch.optim.Optimizer, task: Task,
-                 step: TrainStep):
+    def __init__(self, model: RelationalClassifier, opt: torch.optim.Optimizer,
+                 task: Evaluation, step: TrainStep):
         self.model, self.opt, self.task, self.step = model, opt, task, step
 
     def epoch(self, epoch: int) -> EpochStats:

@@ -27,6 +27,7 @@ from sparsegnn.train.graph_task import GraphRequest, cross_validate
 from sparsegnn.train.link_task import LinkRequest, link_data, train_link
 from sparsegnn.train.rgcn_grid import train_rgcn_grid
 from sparsegnn.train.rgcn_minibatch import train_rgcn_sampled
+from sparsegnn.train.rgcn_partitioned import train_rgcn_partitioned
 from sparsegnn.train.rgcn_task import RGCNRequest, train_rgcn
 from sparsegnn.train.train_request import TrainOutcome, plain_config
 from sparsegnn.train.train_summary import title
@@ -66,8 +67,8 @@ def run_graph_task(dataset: str, request: GraphRequest, data_dir: str | None = N
 def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
     """Train R-GCN on the typed graph ``request.source``: full-graph (on ``request.ranks``'
     grid when given: then with ``algo``, ``grid`` and ``comm``, the bytes against the
-    model) or on sampled minibatches (``request.minibatch``; replicated ranks); a
-    homogeneous graph is refused."""
+    model) or on sampled minibatches (``request.minibatch``; ranks with a replicated or
+    a partitioned topology); a homogeneous graph is refused."""
     if not is_hetero_source(request.source, request.data_dir):
         raise InvalidValueError(
             f"{request.source}: R-GCN trains on a typed graph (hsbm:... spec, acm, a "
@@ -75,13 +76,15 @@ def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
             "train it with --model gcn, sage, gat, gatv2 or gin")
     where = ""
     if request.minibatch is not None:
-        replicas = train_rgcn_sampled(request)
+        topology = "replicated" if request.ranks is None else request.ranks.topology
+        replicas = (train_rgcn_partitioned(request) if topology == "partitioned"
+                    else train_rgcn_sampled(request))
         outcome = replicas[0].value.outcome
         result = {**asdict(outcome), "mode": "minibatch", "sampler": request.minibatch.sampler,
-                  "world_size": len(replicas), "topology": "replicated",
-                  "bytes_per_rank": [r.comm.sent for r in replicas]}
+                  "world_size": len(replicas), "topology": topology,
+                  "comm_per_rank": [r.comm.totals().to_dict() for r in replicas]}
         where = f"; {request.minibatch.sampler} minibatches on " + (
-            "one process" if len(replicas) == 1 else f"{len(replicas)} replicated ranks")
+            "one process" if len(replicas) == 1 else f"{len(replicas)} {topology} ranks")
     elif request.ranks is not None:
         grid = train_rgcn_grid(request)
         outcome, result = grid.outcome, grid.to_dict()
