@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in (int(v) for v in args.ranks.split(",")):
         profile = profiles[p] = spawn(calibrate_rank, p, (args.quick,), wall_timeout_s=1800)[0]
         fitted[f"p={p}"] = {k: getattr(profile, k) for k in
-                            ("epoch_overhead_s", "call_overhead_s", "row_overhead_s")}
+                            ("epoch_overhead_s", "call_overhead_s", "row_overhead_s",
+                             "edge_call_overhead_s")}
         for kind in args.graphs.split(","):
             for width in (int(v) for v in args.widths.split(",")):
                 case = run_case(kind, args.nodes, width, p, profile, args)

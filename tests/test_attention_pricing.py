@@ -20,8 +20,8 @@ from sparsegnn.distributed.planning.attention_model import (
     model_calls,
 )
 from sparsegnn.distributed.planning.autoplan import auto_plan
-from sparsegnn.distributed.planning.cost import predict_epoch
-from sparsegnn.distributed.planning.cost_profile import EDGE_KERNELS, LinkCost, Profile
+from sparsegnn.distributed.planning.cost import predict_epoch, rank_nonzeros
+from sparsegnn.distributed.planning.cost_profile import ATTENTION_KERNELS, LinkCost, Profile
 from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph, partitioned, plan_epoch
 from sparsegnn.distributed.planning.rank_memory import edge_bytes, predict_memory
 from sparsegnn.errors import DataFormatError
@@ -30,14 +30,14 @@ from sparsegnn.nn.operator import graph_operator
 from sparsegnn.train.fullgraph import TrainConfig, build_model
 
 SPEC = "sbm:nodes=300,blocks=3,degree=6"
-RATES = {k: (1e-9, 3e-9) for k in EDGE_KERNELS}
+RATES = {k: (1e-9, 3e-9) for k in ATTENTION_KERNELS}
 
 
 def profile(edge_rates: dict[str, tuple[float, float]] | None = None) -> Profile:
     links = {k: LinkCost(1e-5, 1e-9)
              for k in ("broadcast", "all_reduce", "all_gather", "all_to_all")}
     return Profile("gloo", 4, {8: 2e-9, 128: 1e-9}, 1e-9, 1e-10, 1e-9, links,
-                   edge_kernel_s=dict(RATES if edge_rates is None else edge_rates))
+                   attention_s=dict(RATES if edge_rates is None else edge_rates))
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +98,19 @@ def test_gat_is_priced_by_heads_and_its_grids_by_the_edge_protocol(graph) -> Non
     assert len({(c.config.algo, c.config.replication) for c in gat}) == len(gat) < len(gcn)
 
 
+@pytest.mark.parametrize(("algo", "p", "c"), [("1d", 4, 1), ("1.5d", 4, 2), ("2d", 4, 1),
+                                              ("3d", 8, 1)])
+def test_every_edge_is_attended_on_one_rank(graph, algo: str, p: int, c: int) -> None:
+    """The attention kernels are priced on the edges each rank holds: every edge once
+    over the grid (SUMMA's SpMM multiplies its whole row's tiles instead)."""
+    lay = partitioned(PlanGraph.of(graph, "gat"), grid_shape(algo, p, c), "block")
+    op = lay.graph.operator()
+    own = rank_nonzeros(lay.shape, lay.part, op, own=True)
+    assert own.sum() == op.nnz
+    if algo in ("2d", "3d"):
+        assert (rank_nonzeros(lay.shape, lay.part, op) > own).all()
+
+
 def test_model_widths_concatenate_the_heads() -> None:
     cfg = TrainConfig(model="gat", hidden=8, heads=4, num_layers=3)
     assert model_widths(cfg, 16, 3) == [16, 32, 32, 3]
@@ -110,17 +123,17 @@ def test_a_profile_without_attention_rates_loads_and_falls_back(tmp_path: Path) 
     measured = profile()
     measured.save(tmp_path / "new.json")
     assert Profile.load(tmp_path / "new.json") == measured
-    assert measured.edge_rates_measured
-    assert measured.edge_kernel_time("heads_spmm", 100, True) == pytest.approx(3e-7)
+    assert measured.attention_rates_measured
+    assert measured.kernel_time("heads_spmm", 100, True) == pytest.approx(3e-7)
     raw = json.loads((tmp_path / "new.json").read_text())
-    del raw["edge_kernel_s"]
+    del raw["attention_s"]
     (tmp_path / "old.json").write_text(json.dumps(raw))
     old = Profile.load(tmp_path / "old.json")
-    assert not old.edge_rates_measured
-    assert old.edge_kernel_time("sddmm_add", 100, False) == pytest.approx(100 * 2e-9)
-    assert old.edge_kernel_time("sddmm_add", 100, True) == pytest.approx(3 * 100 * 2e-9)
+    assert not old.attention_rates_measured
+    assert old.kernel_time("sddmm_add", 100, False) == pytest.approx(100 * 2e-9)
+    assert old.kernel_time("sddmm_add", 100, True) == pytest.approx(3 * 100 * 2e-9)
     for bad in ({"sddmm": [1e-9, 1e-9]}, {"sddmm_add": [1e-9]}, {"edge_softmax": [-1, 0]}):
-        (tmp_path / "bad.json").write_text(json.dumps({**raw, "edge_kernel_s": bad}))
+        (tmp_path / "bad.json").write_text(json.dumps({**raw, "attention_s": bad}))
         with pytest.raises(DataFormatError, match=r"bad\.json"):
             Profile.load(tmp_path / "bad.json")
 
@@ -166,7 +179,7 @@ def test_max_rank_memory_counts_the_heads(graph) -> None:
 def test_cli_plan_prices_gat_and_says_where_the_rates_fell_back(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     profile().save(tmp_path / "p.json")
-    replace(profile(), edge_kernel_s={}).save(tmp_path / "old.json")
+    replace(profile(), attention_s={}).save(tmp_path / "old.json")
     args = ["plan", "--graph", SPEC, "--parts", "4", "--model", "gat", "--heads", "2",
             "--auto", "--json"]
     assert main([*args, "--profile", str(tmp_path / "p.json")]) == 0

@@ -184,6 +184,8 @@ def test_cli_calibrate_writes_a_loadable_profile(tmp_path: Path,
     assert set(loaded.collectives) == {"broadcast", "all_reduce", "all_gather", "all_to_all"}
     assert min(loaded.spmm_nnz_s.values()) >= 0 and max(loaded.spmm_nnz_s.values()) > 0
     assert loaded.gemm_s > 0 and loaded.rank_overhead_bytes > 0
+    assert loaded.attention_rates_measured
+    assert len(loaded.notes["edge_overhead_fit"]) == 1  # a GAT on 2 ranks: 1D alone
     assert replace(loaded, notes={}).to_dict()["format"] == 1
 
 

@@ -139,7 +139,7 @@ def _auto(args: argparse.Namespace) -> int:
               "profile_world_size": profile.world_size, "max_rank_memory_gib":
               args.max_rank_memory, "choice": choice, "candidates": rows}
     if args.model in ATTENTION_MODELS:
-        result["attention_rates"] = profile.edge_rates_source()
+        result["attention_rates"] = profile.attention_rates_source()
     lines = [f"{'algo':>5} {'c':>2} {'comm':>6} {'partitioner':>11} {'epoch ms':>9} "
              f"{'compute':>8} {'comm ms':>8} {'MiB/rank':>9} fits"]
     for r in rows:

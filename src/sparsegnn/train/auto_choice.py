@@ -140,8 +140,8 @@ def choose_distribution(request: AutoRequest) -> AutoChoice:
     """Rank every configuration for ``request`` and shortlist those worth a trial;
     refuses where none is predicted to fit the memory limit."""
     r = request
-    if r.cfg.model in ATTENTION_MODELS and not r.profile.edge_rates_measured:
-        log.warning("--algo auto: attention kernels %s", r.profile.edge_rates_source())
+    if r.cfg.model in ATTENTION_MODELS and not r.profile.attention_rates_measured:
+        log.warning("--algo auto: attention kernels %s", r.profile.attention_rates_source())
     graph = r.graph if isinstance(r.graph, PlanGraph) else PlanGraph.of(r.graph, r.cfg.model)
     base = PlanConfig(r.world_size, model=r.cfg.model, hidden=r.cfg.hidden,
                       num_layers=r.cfg.num_layers, heads=r.cfg.heads, dtype=r.cfg.dtype,

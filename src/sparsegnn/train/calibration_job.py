@@ -16,7 +16,11 @@ row_overhead_s`` (non-negative least squares): a fixed cost per epoch; one per c
 call, because the algorithms that make more calls (1D's broadcast per stage, SUMMA's three
 per stage) also run more Python per epoch; and one per value of the busiest rank's rows
 (copies, gathers for sending, loss and accuracy passes that the rates do not price). The
-three numbers go into the profile.
+three numbers go into the profile. An attention model's epoch runs many more
+operations per layer than these models' (the edge protocol's kernels, each an autograd
+function, and its fetches' gathers and sums): a GAT of the same graph is then trained
+on every configuration too, and what the fitted model still misses of its epochs is
+fitted per call of the edge protocol (``edge_call_overhead_s``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from sparsegnn.train.rank_train import DistributedConfig
 from sparsegnn.train.trials import median_epoch_over_rounds
 
 HIDDEN = 16
+ATTENTION_HEADS = 4  # the calibration GAT's hidden heads (of HIDDEN / ATTENTION_HEADS)
 ROUNDS = 3  # each configuration's epoch is the median of this many rounds' epochs
 
 
@@ -50,7 +55,7 @@ def calibrate_rank(quick: bool = False, backend: str | None = None,
         # Rank 0's rates are the profile's: every rank prices with them, so all train
         # the same configurations in the same order.
         rates = gather_objects(measure_profile(session, quick))[0]
-        fitted = fit_overheads(session, rates, quick)
+        fitted = fit_edge_overhead(session, fit_overheads(session, rates, quick), quick)
         # Training grows a rank further than the rates' measurements did (autograd,
         # the optimiser, the collectives' buffers): the largest growth of any rank over
         # the whole job, and the largest resident set before any data, are the profile's.
@@ -85,17 +90,33 @@ def fit_overheads(session: Session, rates: Profile, quick: bool = False) -> Prof
                    row_overhead_s=float(coef[2]), notes=notes)
 
 
-def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool
-            ) -> list[tuple[EpochCost, float]]:
-    """Every configuration's rates-only prediction and measured epoch on ``graph``."""
-    base = PlanConfig(session.world_size, hidden=HIDDEN, num_layers=2)
-    ranked = auto_plan(PlanGraph.of(graph, "gcn"), session.world_size, rates, base)
+def fit_edge_overhead(session: Session, fitted: Profile, quick: bool = False) -> Profile:
+    """``fitted`` with ``edge_call_overhead_s``: what it misses of a GAT's epochs on every
+    configuration (512p vertices), per call of the edge protocol (least squares through
+    the origin, >= 0)."""
+    graph = sbm(max(2048, 512 * session.world_size), 4, 8, num_features=32, seed=0)
+    points = _epochs(session, fitted, graph, quick, "gat")
+    calls = np.array([cost.edge_calls for cost, _ in points], dtype=float)
+    missed = np.array([measured - cost.total_s for cost, measured in points])
+    coef = max(0.0, float(calls @ missed / max(float(calls @ calls), 1.0)))
+    notes = {**fitted.notes, "edge_overhead_fit": [[c.total_s, c.edge_calls, m]
+                                                   for c, m in points]}
+    return replace(fitted, edge_call_overhead_s=coef, notes=notes)
+
+
+def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool,
+            model: str = "gcn") -> list[tuple[EpochCost, float]]:
+    """Every configuration's prediction at ``rates`` and measured epoch on ``graph``."""
+    hidden = HIDDEN // ATTENTION_HEADS if model == "gat" else HIDDEN
+    base = PlanConfig(session.world_size, model=model, hidden=hidden, num_layers=2,
+                      heads=ATTENTION_HEADS)
+    ranked = auto_plan(PlanGraph.of(graph, model), session.world_size, rates, base)
     # 7 counted epochs per round, 21 per configuration: with 4 (12 in all), runs of one
     # calibration fitted per-row overheads 2-5x apart (8 and 19 ns at p = 4; 13 and 73 ns
     # on graphs of 4096p) and priced 1.5D, which holds twice 1D's rows, up to 35% off
     # on the benchmark (docs/results/autoconfig.md).
-    cfg = TrainConfig(hidden=HIDDEN, num_layers=2, dropout=0.5, epochs=3 if quick else 8,
-                      patience=100, progress=False)
+    cfg = TrainConfig(model=model, hidden=hidden, heads=ATTENTION_HEADS, num_layers=2,
+                      dropout=0.5, epochs=3 if quick else 8, patience=100, progress=False)
     measured = median_epoch_over_rounds(session, graph, cfg,
                                         [distributed_config(c.config, session.backend)
                                          for c in ranked], 1 if quick else ROUNDS)

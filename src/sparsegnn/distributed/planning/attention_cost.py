@@ -11,9 +11,10 @@ three ways, each priced here:
 * edge kernels: an attention layer runs no SpMM but the edge protocol's calls
   (:func:`~sparsegnn.distributed.planning.attention_model.model_calls`), each priced on
   the edges a rank holds at the profile's measured rate of its kernel
-  (:meth:`~sparsegnn.distributed.planning.cost_profile.Profile.edge_kernel_time`), plus
-  the per-edge elementwise passes between them (the edge counts' logarithm, GAT's
-  LeakyReLU, the attention dropout) (:func:`edge_seconds`);
+  (:meth:`~sparsegnn.distributed.planning.cost_profile.Profile.kernel_time`), plus
+  the per-edge passes between them (the edge counts' logarithm, GAT's LeakyReLU, the
+  attention dropout) (:func:`edge_seconds`), and the ELU between the layers
+  (:func:`activation_seconds`);
 * communication: the edge protocol's bytes per rank
   (:func:`~sparsegnn.distributed.planning.attention_model.edge_volume`, which the
   planner adds as phases ``forward_attention`` and ``backward_attention``), moved by an
@@ -69,20 +70,30 @@ def dense_macs(model: str, widths: list[int]) -> int:
 def edge_seconds(calls: list[EdgeCall], nnz: float, profile: Profile) -> float:
     """A rank's attention kernels on its ``nnz`` stored edges for the epoch's ``calls``
     (a call that needs gradients priced forward and backward); each softmax brings the
-    passes over its scores around it: the edge counts' logarithm added, GAT's LeakyReLU
-    (GATv2's is inside its SDDMM) and, in training, the attention dropout (each pass
-    forward and, in training, backward)."""
+    passes over its scores around it: the edge counts' logarithm added and GAT's
+    LeakyReLU (GATv2's is inside its SDDMM), forward and, in training, backward, and in
+    training the attention dropout of its output."""
     seconds = 0.0
+    passes = 2 if any(c.kind == "sddmm_add" for c in calls) else 1
     for call in calls:
         kernel, per_head = _KERNEL[call.kind]
         values = nnz * call.heads * (1 if per_head else call.channels)
-        seconds += profile.edge_kernel_time(kernel, values, call.grad)
+        seconds += profile.kernel_time(kernel, values, call.grad)
         if call.kind == "edge_softmax":
-            passes = 2 if any(c.kind == "sddmm_add" for c in calls) else 1
-            sweeps = 2 if call.grad else 1
-            seconds += values * sweeps * (passes * profile.elementwise_s
-                                          + (profile.dropout_s if call.grad else 0.0))
+            seconds += values * passes * (2 if call.grad else 1) * profile.elementwise_s
+            if call.grad:
+                seconds += profile.kernel_time("edge_dropout", values, True)
     return seconds
+
+
+def activation_seconds(model: str, rows: int, widths: list[int], profile: Profile) -> float:
+    """GAT's and GATv2's ELU between the layers on a rank's ``rows``: forward and
+    backward in training, forward in evaluation (the other models' ReLU is an
+    elementwise pass of the cost model's)."""
+    if model not in ATTENTION_MODELS:
+        return 0.0
+    values = rows * sum(widths[1:-1])
+    return profile.kernel_time("elu", values, True) + profile.kernel_time("elu", values, False)
 
 
 def attention_call_counts(shape: GridShape, calls: list[EdgeCall]) -> dict[str, dict[str, int]]:

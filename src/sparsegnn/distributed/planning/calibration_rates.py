@@ -13,9 +13,10 @@ which a single-process measurement would miss). Rank 0's numbers become the
   nonzero-column and per output row-column;
 * how much longer the ranks take to finish a piece of compute all at once than one
   rank alone (:func:`measure_core_sharing`);
-* the attention kernels (:func:`measure_edge_kernels`): the additive and the LeakyReLU
-  SDDMM, the edge softmax and the multi-head SpMM with autograd values, forward alone
-  and forward with backward, per value (edge x head, or edge x head x channel);
+* the attention models' kernels (:func:`measure_attention`): the additive and the
+  LeakyReLU SDDMM, the edge softmax, the multi-head SpMM with autograd values, the
+  attention dropout and the ELU, forward alone and forward with backward, per value
+  (edge x head, edge x head x channel, or node value);
 * a dense matmul (time per multiply-add), a dropout (time per value, its random mask
   included: the mask kind the models train with, ``sparsegnn.names.DEFAULT_MASK``) and an
   activation's pass (time per value);
@@ -51,7 +52,7 @@ from sparsegnn.distributed.planning.cost_profile import LinkCost, Profile
 from sparsegnn.distributed.runtime.comm import Communicator, Group, new_group
 from sparsegnn.distributed.runtime.session import Session, barrier, ranks_per_host
 from sparsegnn.names import DEFAULT_MASK, MaskKind
-from sparsegnn.nn.dropout import dropout
+from sparsegnn.nn.dropout import dropout, dropout_noise
 from sparsegnn.sparse import CSRMatrix, edge_softmax, sddmm_add, sddmm_leaky, spmm_values
 
 WIDTHS = (8, 32, 128)
@@ -118,23 +119,30 @@ def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[i
     return per_nnz, float(np.mean(per_row))
 
 
-def measure_edge_kernels(n: int, repeats: int, sync: Callable[[], None]
-                         ) -> dict[str, tuple[float, float]]:
+def measure_attention(n: int, repeats: int, sync: Callable[[], None]
+                      ) -> dict[str, tuple[float, float]]:
     """Seconds per value of each attention kernel on a uniform random graph of degree 16
     (the gathers of a graph that misses the caches), ``(forward, forward and
-    backward)``: the additive SDDMM and the edge softmax per edge and head, the LeakyReLU
-    SDDMM and the multi-head SpMM per edge, head and channel."""
+    backward)``: the additive SDDMM, the edge softmax and the attention dropout (the
+    Bernoulli mask a grid's ranks draw, :meth:`~sparsegnn.distributed.ops.edge_exchange.
+    EdgeExchange.edge_dropout`; ~20x an activation's pass) per edge and head, the
+    LeakyReLU SDDMM and the multi-head SpMM per edge, head and channel, the ELU between
+    GAT's layers per value (~30x a ReLU's)."""
     a = _random_graph(n, 16, seed=16)
     h, c = EDGE_HEADS, EDGE_CHANNELS
     u, v = torch.randn(n, h, requires_grad=True), torch.randn(n, h, requires_grad=True)
     x = torch.randn(n, h, c, requires_grad=True)
     att = torch.randn(h, c, requires_grad=True)
     scores = torch.randn(a.nnz, h, requires_grad=True)
+    gen = torch.Generator().manual_seed(0)
     kernels: dict[str, tuple[Callable[[], torch.Tensor], int]] = {
         "sddmm_add": (lambda: sddmm_add(a, u, v), a.nnz * h),
         "sddmm_leaky": (lambda: sddmm_leaky(a, x, x, att), a.nnz * h * c),
         "edge_softmax": (lambda: edge_softmax(a, scores), a.nnz * h),
         "heads_spmm": (lambda: spmm_values(a, scores, x), a.nnz * h * c),
+        "edge_dropout": (lambda: dropout_noise(scores, 0.5, "bernoulli", gen) * scores,
+                         a.nnz * h),
+        "elu": (lambda: F.elu(x), x.numel()),
     }
     out = {}
     for name, (fn, values) in kernels.items():
@@ -312,7 +320,7 @@ def measure_profile(session: Session, quick: bool = False,
     repeats = 2 if quick else 3
     per_nnz, per_row = measure_spmm(n, repeats, barrier)
     gemm, drop, elem = measure_dense(n, repeats, barrier, mask)
-    kernels = measure_edge_kernels(n, repeats, barrier)
+    kernels = measure_attention(n, repeats, barrier)
     sharing = measure_core_sharing(session.rank, repeats, barrier)
     group = Group(tuple(range(session.world_size)), session.rank)
     sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]
@@ -331,7 +339,7 @@ def measure_profile(session: Session, quick: bool = False,
                            "dropout_mask": mask},
                    max(0, rusage - session.start_rss_bytes), session.start_rss_bytes,
                    hosts, dropout_s=drop, broadcast_rounds=rounds, core_sharing=sharing,
-                   edge_kernel_s=kernels)
+                   attention_s=kernels)
 
 
 def _hosts(world: int) -> int:

@@ -47,6 +47,7 @@ from sparsegnn.distributed.layout.block_partition import feature_columns, split_
 from sparsegnn.distributed.layout.grid import GridShape
 from sparsegnn.distributed.planning.attention_cost import (
     ATTENTION_PHASES,
+    activation_seconds,
     attention_call_counts,
     dense_macs,
     edge_seconds,
@@ -68,13 +69,15 @@ from sparsegnn.nn.model_size import layer_widths, parameter_count
 class EpochCost:
     """A predicted epoch: compute, each communication phase and the fitted overhead,
     seconds; what drives the overhead: the epoch's collective calls and the busiest
-    rank's row values (rows x the layers' output widths)."""
+    rank's row values (rows x the layers' output widths) and an attention model's calls
+    of the edge protocol."""
 
     compute_s: float
     comm_s: dict[str, float]
     overhead_s: float = 0.0
     calls: int = 0
     row_values: int = 0
+    edge_calls: int = 0
 
     @property
     def total_s(self) -> float:
@@ -266,9 +269,12 @@ def _spmm_reduce_bytes(shape: GridShape, part: Any, calls: list[SpmmCall],
     return sum(per_rank), max(per_rank), group
 
 
-def rank_nonzeros(shape: GridShape, part: Any, operator: Any) -> np.ndarray:
+def rank_nonzeros(shape: GridShape, part: Any, operator: Any, own: bool = False
+                  ) -> np.ndarray:
     """Nonzeros of the tiles each rank multiplies (one entry per rank), vectorised: at
-    4096 ranks a 1D grid has 16M tiles.
+    4096 ranks a 1D grid has 16M tiles. ``own``: of the tiles it holds, whose edges the
+    attention kernels run on (2D/3D: its own tile, where SUMMA multiplies the whole
+    row's, one broadcast tile per stage).
 
     ``operator`` is in the original vertex order; the tiles are those of the partition's
     relabelled order. Reading the original ids as relabelled ones priced every
@@ -294,7 +300,7 @@ def rank_nonzeros(shape: GridShape, part: Any, operator: Any) -> np.ndarray:
         if shape.row_wise:
             out[rank] = table[i, stage_blocks(shape, j), 0].sum()
         else:
-            out[rank] = table[i, :, m].sum()
+            out[rank] = table[i, j, m] if own else table[i, :, m].sum()
     return out
 
 
@@ -322,6 +328,7 @@ def compute_seconds(
     elementwise passes (the first layer's on the rank's feature columns only, on
     2D/3D)."""
     nnz = rank_nonzeros(shape, part, operator)
+    edges = rank_nonzeros(shape, part, operator, own=True) if edge_calls else nnz
     per_rank: list[float] = []
     for rank in range(shape.size):
         i, j, _ = shape.coords(rank)
@@ -332,12 +339,13 @@ def compute_seconds(
             width = call.width if shape.row_wise \
                 else split_sizes(call.width, shape.cols)[j]
             seconds += profile.spmm_time(float(nnz[rank]), rows, width, products)
-        seconds += edge_seconds(edge_calls or [], float(nnz[rank]), profile)
+        seconds += edge_seconds(edge_calls or [], float(edges[rank]), profile)
         mine = [feature_column_count(shape, j, widths[0]), *widths[1:]]
         macs = dense_macs(model, mine)
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
         seconds += rows * sum(mine[:-1]) * profile.dropout_s  # a mask on each layer's input
         seconds += rows * _elementwise_values(mine) * profile.elementwise_s
+        seconds += activation_seconds(model, rows, mine, profile)
         per_rank.append(seconds)
     return host_compute_seconds(per_rank, profile.core_sharing)
 
@@ -411,8 +419,8 @@ def predict_epoch(
                 latency_scale(shape, "input_allreduce", profile.world_size))
         comm_s["metrics"] = reduce.time(3, peers * (vb + 16), blocks)
     values = row_values(shape, layout.part, widths)
-    return EpochCost(compute, comm_s, profile.overhead(ncalls_epoch, values), ncalls_epoch,
-                     values)
+    return EpochCost(compute, comm_s, profile.overhead(ncalls_epoch, values, len(edge_calls)),
+                     ncalls_epoch, values, len(edge_calls))
 
 
 def row_values(shape: GridShape, part: Any, widths: list[int]) -> int:

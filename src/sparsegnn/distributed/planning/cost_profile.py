@@ -26,13 +26,16 @@ from sparsegnn.errors import DataFormatError
 
 COLLECTIVES = ("broadcast", "all_reduce", "all_gather", "all_to_all")
 PROFILE_FORMAT = 1
-# The attention kernels a profile prices (``Profile.edge_kernel_s``), each per value:
-# the additive SDDMM and the edge softmax per edge and head, GATv2's LeakyReLU SDDMM and
-# the multi-head SpMM with autograd values per edge, head and channel.
-EDGE_KERNELS = ("sddmm_add", "sddmm_leaky", "edge_softmax", "heads_spmm")
+# The attention models' kernels a profile prices (``Profile.attention_s``), each per
+# value: the additive SDDMM, the edge softmax and the attention dropout (a Bernoulli
+# mask drawn per edge and head) per edge and head, GATv2's LeakyReLU SDDMM and the
+# multi-head SpMM with autograd values per edge, head and channel, and the ELU between
+# the layers per value.
+ATTENTION_KERNELS = ("sddmm_add", "sddmm_leaky", "edge_softmax", "heads_spmm",
+                     "edge_dropout", "elu")
 # Where a profile has no attention rates (written before `calibrate` measured them): a
-# kernel's forward priced as one SpMM nonzero-column, its forward and backward as three
-# (the backward of each is an SpMM or an SDDMM of the same pattern, and a gather).
+# kernel's forward priced as one SpMM nonzero-column (the dropout as a dropout value, the
+# ELU as an activation's), its forward and backward as three.
 FALLBACK_TRAIN_FACTOR = 3.0
 
 
@@ -88,36 +91,41 @@ class Profile:
     epoch_overhead_s: float = 0.0
     call_overhead_s: float = 0.0
     row_overhead_s: float = 0.0
-    # Seconds per value of each attention kernel (:data:`EDGE_KERNELS`): ``(forward,
+    # What they miss of an attention model's epoch beyond that, per call of its edge
+    # protocol (kernels between autograd functions, the fetches' gathers and sums),
+    # fitted on real GAT epochs (0 in profiles written before it was).
+    edge_call_overhead_s: float = 0.0
+    # Seconds per value of each attention kernel (:data:`ATTENTION_KERNELS`): ``(forward,
     # forward and backward)``, measured by `calibrate`; empty in profiles written before
-    # it measured them (then :meth:`edge_kernel_time` falls back on the SpMM rate).
-    edge_kernel_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # it measured them (then :meth:`kernel_time` falls back on the other rates).
+    attention_s: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
-    def edge_rates_measured(self) -> bool:
+    def attention_rates_measured(self) -> bool:
         """Whether every attention kernel's rate was measured (else the fallback)."""
-        return all(k in self.edge_kernel_s for k in EDGE_KERNELS)
+        return all(k in self.attention_s for k in ATTENTION_KERNELS)
 
-    def edge_rates_source(self) -> str:
+    def attention_rates_source(self) -> str:
         """How the attention kernels are priced: measured, or the fallback and the way out."""
-        if self.edge_rates_measured:
+        if self.attention_rates_measured:
             return "measured"
         return ("estimated from the SpMM rate: this profile has no attention kernel rates "
                 "(calibrated before `sparsegnn calibrate` measured them); run it again")
 
-    def edge_kernel_time(self, kernel: str, values: float, backward: bool) -> float:
+    def kernel_time(self, kernel: str, values: float, backward: bool) -> float:
         """Seconds of attention kernel ``kernel`` over ``values`` values, its backward
-        included where ``backward``; from the SpMM's rate per nonzero-column where the
-        profile has no measured rate (:data:`FALLBACK_TRAIN_FACTOR`)."""
-        rates = self.edge_kernel_s.get(kernel)
+        included where ``backward``; from the other rates where the profile has no
+        measured one (:data:`FALLBACK_TRAIN_FACTOR`)."""
+        rates = self.attention_s.get(kernel)
         if rates is None:
-            forward = self._per_nnz(1)
+            forward = {"edge_dropout": self.dropout_s,
+                       "elu": self.elementwise_s}.get(kernel, self._per_nnz(1))
             rates = (forward, FALLBACK_TRAIN_FACTOR * forward)
         return values * rates[1 if backward else 0]
 
-    def overhead(self, calls: int, row_values: int) -> float:
+    def overhead(self, calls: int, row_values: int, edge_calls: int = 0) -> float:
         return (self.epoch_overhead_s + calls * self.call_overhead_s
-                + row_values * self.row_overhead_s)
+                + row_values * self.row_overhead_s + edge_calls * self.edge_call_overhead_s)
 
     def spmm_time(self, nnz: float, rows: float, width: int, products: int = 1) -> float:
         """An SpMM of ``nnz`` nonzeros into ``rows`` output rows, made of ``products``
@@ -209,7 +217,7 @@ class Profile:
             raise ValueError(f"world_size must be an integer >= 1, got {world!r:.40}")
         optional = {key: seconds(raw.get(key, 0.0), key)
                     for key in ("dropout_s", "epoch_overhead_s", "call_overhead_s",
-                                "row_overhead_s")}
+                                "row_overhead_s", "edge_call_overhead_s")}
         rounds = {}
         for key, pts in (raw.get("broadcast_rounds") or {}).items():
             group = int(key)
@@ -220,12 +228,13 @@ class Profile:
                               seconds(t, f"broadcast_rounds[{key}] seconds"))
                              for b, t in pts]
         kernels = {}
-        for key, pair in (raw.get("edge_kernel_s") or {}).items():
-            if key not in EDGE_KERNELS or len(pair) != 2:
-                raise ValueError(f"edge_kernel_s[{key!r:.40}]: one of {', '.join(EDGE_KERNELS)} "
-                                 "with [forward, forward and backward] seconds per value")
-            kernels[key] = (seconds(pair[0], f"edge_kernel_s[{key}]"),
-                            seconds(pair[1], f"edge_kernel_s[{key}]"))
+        for key, pair in (raw.get("attention_s") or {}).items():
+            if key not in ATTENTION_KERNELS or len(pair) != 2:
+                raise ValueError(f"attention_s[{key!r:.40}]: one of "
+                                 f"{', '.join(ATTENTION_KERNELS)} with [forward, forward "
+                                 "and backward] seconds per value")
+            kernels[key] = (seconds(pair[0], f"attention_s[{key}]"),
+                            seconds(pair[1], f"attention_s[{key}]"))
         return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
                    seconds(raw["gemm_s"], "gemm_s"),
                    seconds(raw["elementwise_s"], "elementwise_s"), links,
@@ -235,4 +244,4 @@ class Profile:
                    max(1, int(seconds(raw.get("hosts", 1), "hosts"))),
                    broadcast_rounds=rounds,
                    core_sharing=max(1.0, seconds(raw.get("core_sharing", 1.0), "core_sharing")),
-                   edge_kernel_s=kernels, **optional)
+                   attention_s=kernels, **optional)
