@@ -83,9 +83,11 @@ class RGCNRequest:
 
 @dataclass(frozen=True)
 class RGCNRanks:
-    """A grid for R-GCN: ``nprocs`` spawned local ranks running ``algo`` (``replication``
-    c for 1.5D), vertex blocks from ``partition`` (a partitioner of the union of the
-    relations, or a vector file), dense SpMM communication."""
+    """Ranks for R-GCN: ``nprocs`` spawned local ranks. Full-graph, they run ``algo``
+    (``replication`` c for 1.5D) on vertex blocks from ``partition`` (a partitioner of
+    the union of the relations, or a vector file), dense SpMM communication; on sampled
+    minibatches, ``topology`` says what each rank holds (``replication`` ranks per row
+    block when partitioned)."""
 
     algo: Algorithm = "1d"
     nprocs: int = 1
