@@ -194,3 +194,21 @@ def test_cli_plan_prices_gat_and_says_where_the_rates_fell_back(
     assert main(["plan", "--graph", SPEC, "--parts", "4", "--model", "gin", "--json"]) == 0
     assert "forward_spmm" in json.loads(capsys.readouterr().out.strip().splitlines()[-1])[
         "phases"]
+
+
+@pytest.mark.distributed
+def test_cli_train_gat_algo_auto_trains_the_priced_choice(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``train --model gat --algo auto`` prices GAT (its edge protocol's phases) and
+    trains the choice; a profile without attention rates is used, with a warning."""
+    replace(profile(), attention_s={}).save(tmp_path / "old.json")
+    assert main(["train", "--dataset", SPEC, "--model", "gat", "--heads", "2", "--hidden",
+                 "4", "--nprocs", "2", "--epochs", "2", "--no-progress", "--json",
+                 "--algo", "auto", "--profile", str(tmp_path / "old.json"),
+                 "--auto-trials", "1"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    auto = out["auto"]
+    assert out["algo"] == auto["algo"] and auto["comm_s"]["forward_attention"] > 0
+    assert auto["candidates"] == 1  # on 2 ranks 1D, whose sparse and dense are one
+    assert "no attention kernel rates" in caplog.text
