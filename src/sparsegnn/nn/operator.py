@@ -11,6 +11,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
+from sparsegnn.nn.pyg_adjacency import gcn_operator, is_adjacency, sage_operator
 from sparsegnn.sparse import REDUCED_DTYPES, CSRMatrix, add_self_loops, gcn_norm, row_norm
 
 Norm = Literal["gcn", "mean", "sum", "attention"]
@@ -82,21 +83,24 @@ def graph_operator(edge_index: torch.Tensor, num_nodes: int, model: str) -> CSRM
 def as_operator(
     adj: Operator | torch.Tensor, num_nodes: int, norm: Norm, dtype: torch.dtype
 ) -> Operator:
-    """Accept our operators as they are; turn a PyG ``edge_index`` into a normalised CSR.
+    """Accept our operators as they are; turn PyG's adjacency forms (an ``edge_index``, a
+    ``torch.sparse`` matrix) into the normalised CSR a PyG layer would aggregate with.
 
-    An ``edge_index`` means what it means to PyG, so the same tensor gives the same layer
-    output: repeated edges each count (their entries add up), and for ``gcn`` every node
-    ends with exactly one self-loop of weight 1 however many it had, as PyG's
-    ``add_remaining_self_loops`` leaves it for an unweighted graph (a loop listed k times
-    would otherwise weigh k and shift that node's degree). For 16-bit features the
-    operator is float32, the type :func:`sparsegnn.sparse.spmm` pairs with them.
+    The same tensor gives the same layer output as in PyG
+    (:mod:`sparsegnn.nn.pyg_adjacency` has each rule): repeated edges each count, and
+    for ``gcn`` every node ends with exactly one self-loop of weight 1 however many it
+    had, as PyG's ``add_remaining_self_loops`` leaves an unweighted graph. For 16-bit
+    features the operator is float32, the type :func:`sparsegnn.sparse.spmm` pairs with
+    them.
     """
+    if not is_adjacency(adj):
+        return adj
     if dtype in REDUCED_DTYPES:
         dtype = torch.float32
-    if isinstance(adj, torch.Tensor):
-        edge_index = adj.to(torch.long)
-        if norm == "gcn":
-            edge_index = edge_index[:, edge_index[0] != edge_index[1]]
-        mat = CSRMatrix.from_edge_index(edge_index, num_nodes).to(dtype=dtype)
-        return normalize(mat, norm)
-    return adj
+    if norm == "gcn":
+        return gcn_operator(adj, num_nodes, None, fill=1.0, self_loops=True, normalize=True,
+                            dtype=dtype)
+    if norm in ("mean", "sum"):
+        return sage_operator(adj, (num_nodes, num_nodes), norm, dtype)  # type: ignore[arg-type]
+    mat = CSRMatrix.from_edge_index(adj.to(torch.long), num_nodes).to(dtype=dtype)
+    return normalize(mat, norm)
