@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sparsegnn.distributed.layout.block_partition import split_range
+from sparsegnn.distributed.ops.task import sum_gradients
 from sparsegnn.distributed.runtime.comm import Communicator, Group, new_group
 from sparsegnn.sparse import CSRMatrix
 
@@ -51,14 +52,7 @@ class GradientSum:
         self.comm, self.group = comm, group
 
     def __call__(self, model: nn.Module) -> None:
-        params = list(model.parameters())
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        with self.comm.phase("grad_allreduce"):
-            flat = self.comm.all_reduce(torch.cat([g.reshape(-1) for g in grads]), self.group)
-        offset = 0
-        for p in params:
-            p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
+        sum_gradients(list(model.parameters()), self.comm, self.group)
 
 
 class ExchangeCommunicator(Communicator):
