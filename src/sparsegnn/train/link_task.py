@@ -35,6 +35,7 @@ from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn import GCN, GraphSAGE, graph_operator
 from sparsegnn.nn.link_decoders import DecoderKind, LinkModel, make_decoder
 from sparsegnn.nn.operator import Operator
+from sparsegnn.nn.sparse_input import sparsify_input
 from sparsegnn.sampling.link_split import random_link_split
 from sparsegnn.sampling.negatives import (
     EdgeLookup,
@@ -74,6 +75,7 @@ class LinkRequest:
     negatives: NegativeKind = "uniform"
     neg_ratio: float = 1.0
     normalize_features: bool = True
+    sparse_features: bool = True  # mostly-zero features: the first layer's product as SpMM
     ks: tuple[int, ...] = DEFAULT_KS
     checkpoint: Path | None = None
     checkpoint_every: int = 10
@@ -153,6 +155,8 @@ def train_link(graph: GraphData, request: LinkRequest, split: LinkSplit | None =
         save_split(split, request.split_out)
     setup = _setup(graph, split, request, device)
     model = build_link_model(request, graph.num_features, _relations(split)).to(device)
+    if request.sparse_features:
+        sparsify_input(model.encoder, setup.x)
     optimizer = torch.optim.Adam(model.parameters(), lr=request.lr,
                                  weight_decay=request.weight_decay)
     split_hash = content_hash(split_state(split))[:16]
