@@ -56,16 +56,27 @@ class GraphGIN(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
         """Class scores ``[num_graphs, num_classes]`` (logits)."""
-        out = self._head(0, x, batch)
-        h = x
-        for i, (conv, norm) in enumerate(zip(self.convs, self.norms, strict=True)):
-            h = torch.relu(norm(conv(h, batch.adj)))
-            out = out + self._head(i + 1, h, batch)
-        return out
+        hs = [x]
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            hs.append(torch.relu(norm(conv(hs[-1], batch.adj))))
+        if self.pool == "max":
+            return sum((F.dropout(head(global_pool(h, batch, "max")), self.dropout,
+                                  self.training) for h, head in zip(hs, self.heads,
+                                                                    strict=True)),
+                       start=torch.zeros(()))
+        return self._linear_readout(hs, batch)
 
-    def _head(self, i: int, h: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
-        pooled = global_pool(h, batch, self.pool)
-        return F.dropout(self.heads[i](pooled), self.dropout, self.training)
+    def _linear_readout(self, hs: list[torch.Tensor], batch: GraphBatch) -> torch.Tensor:
+        """Sum and mean pooling commute with each head's linear map, so every head maps
+        its node features first and one SpMM pools them all, ``P [h_0 W_0^T | ... |
+        h_L W_L^T] + b``: one narrow product and its backward per batch instead of one
+        per layer at the hidden width."""
+        z = torch.cat([F.linear(h, head.weight) for h, head in
+                       zip(hs, self.heads, strict=True)], dim=1)
+        bias = torch.cat([head.bias for head in self.heads])
+        scores = F.dropout(global_pool(z, batch, self.pool) + bias, self.dropout,
+                           self.training)
+        return scores.view(batch.num_graphs, len(self.heads), -1).sum(1)
 
 
 class GraphGCN(nn.Module):

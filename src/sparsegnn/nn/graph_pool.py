@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 
 from sparsegnn.sparse import spmm
-from sparsegnn.sparse.graph_batch import GraphBatch, mean_assignment
+from sparsegnn.sparse.graph_batch import GraphBatch
 
 PoolKind = Literal["sum", "mean", "max"]
 POOLS: tuple[PoolKind, ...] = ("sum", "mean", "max")
@@ -27,7 +27,7 @@ def global_pool(h: torch.Tensor, batch: GraphBatch, kind: PoolKind = "sum") -> t
     if kind == "sum":
         return spmm(p, h)
     if kind == "mean":
-        return spmm(mean_assignment(p), h)
+        return spmm(batch.mean_assign(), h)
     if kind == "max":
         out = torch.zeros(batch.num_graphs, h.shape[1], dtype=h.dtype, device=h.device)
         index = batch.batch.unsqueeze(1).expand_as(h)

@@ -13,7 +13,7 @@ graphs cost microseconds instead of PyG's per-graph collate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +28,8 @@ class GraphBatch:
     ``[num_graphs, num_nodes]`` assignment matrix with its transpose cached (SpMM's
     backward needs ``P^T``, which is known without sorting), ``batch`` each node's
     position among the graphs (for max pooling), ``nodes`` the set's node ids gathered.
+    The mean-pooling operator is built on first use and kept with the batch, so a model
+    that pools every layer's features (GIN's readout) builds it once per batch.
     """
 
     adj: CSRMatrix
@@ -35,6 +37,13 @@ class GraphBatch:
     batch: torch.Tensor
     nodes: torch.Tensor
     graph_ids: torch.Tensor
+    _mean: CSRMatrix | None = field(default=None, repr=False)
+
+    def mean_assign(self) -> CSRMatrix:
+        """``P`` row-normalised (:func:`mean_assignment`), built once per batch."""
+        if self._mean is None:
+            self._mean = mean_assignment(self.assign)
+        return self._mean
 
     @property
     def num_graphs(self) -> int:
