@@ -24,6 +24,7 @@ import logging
 import os
 import pickletools
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,9 +165,15 @@ def snapshot(*roots: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    """An empty folder for one case's inputs and outputs."""
-    return tmp_path
+def workdir() -> Iterator[Path]:
+    """An empty folder for one case's inputs and outputs, with a short path: cases point
+    ``TMPDIR`` into it, and the launcher folder they look for there (which holds the fork
+    server's socket) goes elsewhere when its path would pass a socket path's limit."""
+    path = Path(tempfile.mkdtemp(prefix="case-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class _TouchMarker:

@@ -33,9 +33,9 @@ _BIG_MODEL = ("--dataset", "cora", "--epochs", "1", "--hidden", "256", "--no-pro
 
 
 @pytest.fixture
-def full_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs at ``tmp_path/full``, unmounted afterwards whatever happened."""
-    mount = tmp_path / "full"
+def full_disk(workdir: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs at ``workdir/full``, unmounted afterwards whatever happened."""
+    mount = workdir / "full"
     mount.mkdir()
     try:
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={_FULL_MIB}m", "tmpfs",

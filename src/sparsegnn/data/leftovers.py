@@ -30,6 +30,12 @@ ENV = "SPARSEGNN_LAUNCHER_TEMP"
 # Short: the fork server's socket lives in the folder, and a socket's path may not be
 # longer than 107 bytes (pymp-* is 13 characters, sg-<pid>-* 17 for a 5-digit pid).
 LAUNCHER_PREFIX = "sg-"
+# The longest socket path (sun_path less its final NUL), and the listener's name in the
+# folder (multiprocessing's ``listener-`` plus 8 random characters).
+_SOCKET_PATH_MAX = 107
+_LISTENER_NAME = len("/listener-12345678")
+# Short folders to fall back on when the temp folder's path is too long for a socket.
+_SHORT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 # mkstemp/mkdtemp's random part: 8 characters of this alphabet.
 _RANDOM = r"[a-z0-9_]{8}"
 _LAUNCHER_DIR = re.compile(rf"{LAUNCHER_PREFIX}(\d+)-{_RANDOM}")
@@ -53,18 +59,36 @@ def launcher_temp_dir() -> Path:
 
     Why: multiprocessing's own ``pymp-*`` folder is removed only at a normal exit, so
     every SIGKILLed launcher left one. A folder multiprocessing already made earlier in
-    this process is kept as it is."""
+    this process is kept as it is. Where the temp folder's path is too long for the fork
+    server's socket (a deep ``TMPDIR``), the folder goes to a short one instead."""
     config = multiprocessing.process.current_process()._config
     if config.get("tempdir"):
         return Path(config["tempdir"])
-    sweep_launcher_dirs()
-    path = tempfile.mkdtemp(prefix=f"{LAUNCHER_PREFIX}{os.getpid()}-")
+    root = launcher_root()
+    sweep_launcher_dirs(root)
+    path = tempfile.mkdtemp(prefix=f"{LAUNCHER_PREFIX}{os.getpid()}-", dir=root)
     (Path(path) / f"ns-{_pid_namespace()}").touch()
     multiprocessing.util.Finalize(None, shutil.rmtree, args=(path,),
                                   kwargs={"ignore_errors": True}, exitpriority=-100)
     config["tempdir"] = path
     os.environ[ENV] = f"{os.getpid()}:{path}"
     return Path(path)
+
+
+def launcher_root() -> Path:
+    """Where launcher folders go: the temp folder, unless a socket path in a folder made
+    there would pass the limit (then the first short, writable folder of
+    ``_SHORT_ROOTS``; the temp folder when none is, and starting ranks names the limit)."""
+    temp = Path(tempfile.gettempdir())
+    for root in (temp, *map(Path, _SHORT_ROOTS)):
+        if _fits_socket(root) and (root == temp or os.access(root, os.W_OK | os.X_OK)):
+            return root
+    return temp
+
+
+def _fits_socket(root: Path) -> bool:
+    folder = len(f"/{LAUNCHER_PREFIX}{os.getpid()}-12345678")
+    return len(os.fsencode(root)) + folder + _LISTENER_NAME <= _SOCKET_PATH_MAX
 
 
 def sweep_launcher_dirs(root: Path | None = None) -> list[Path]:
