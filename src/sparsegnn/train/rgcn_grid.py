@@ -59,6 +59,7 @@ from sparsegnn.train.rgcn_task import (
     RGCNOutcome,
     RGCNRanks,
     RGCNRequest,
+    TaskEvaluation,
     build_classifier,
     full_graph_step,
     model_input,
@@ -159,8 +160,9 @@ def train_rgcn_rank(request: RGCNRequest, shape: GridShape, graph: HeteroGraph |
     task = DistributedTask(model_input(request, rel)[rows], ops, y[rows],  # type: ignore[arg-type]
                            {s: m[rows] for s, m in masks.items()}, comm, grid.col)
     meter = EpochMeter(comm)
-    outcome = run_relational(model, task, request, typed, rel, step=full_graph_step(task),
-                             is_main=grid.rank == 0, on_epoch=meter.on_epoch)
+    outcome = run_relational(model, TaskEvaluation(task), request, typed, rel,
+                             step=full_graph_step(task), is_main=grid.rank == 0,
+                             on_epoch=meter.on_epoch)
     widths = [conv.in_channels for conv in model.convs] + [model.convs[-1].out_channels]
     calls = rgcn_schedule(widths, featureless=model.featureless,
                           block_diagonal=request.num_blocks is not None)

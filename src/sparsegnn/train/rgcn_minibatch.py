@@ -48,6 +48,7 @@ from sparsegnn.train.rgcn_task import (
     RelationalClassifier,
     RGCNOutcome,
     RGCNRequest,
+    TaskEvaluation,
     TrainStep,
     build_classifier,
     model_input,
@@ -93,8 +94,9 @@ def fit_rgcn_sampled(request: RGCNRequest, graph: HeteroGraph | None = None, *,
     ops = [op.to(device=device) for op in relation_operators(
         rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes, request.aggr,
         request.torch_dtype)]
-    evaluation = LocalTask(x.to(device), ops, y.to(device),  # type: ignore[arg-type]
-                           {s: m.to(device) for s, m in masks.items()})
+    evaluation = TaskEvaluation(LocalTask(x.to(device), ops,  # type: ignore[arg-type]
+                                          y.to(device),
+                                          {s: m.to(device) for s, m in masks.items()}))
     source = SampledSource(index, index.union(request.torch_dtype), x, None, evaluation)
     return fit_sampled(request, typed, rel, source, rank=rank, world_size=world_size,
                        sync=sync)

@@ -11,10 +11,10 @@ and answers the pairs other ranks sampled in its rows (one request/answer exchan
 split block). A featureless model's input rows are the node ids, which need no fetch.
 
 Evaluation is full-neighbourhood inference over the row blocks: every relation's rows
-of the rank's block (whole rows, so normalised exactly) multiply its own rows and the
-remote rows their columns need, fetched from the owners at each multiply (phase
-``evaluation``; the model runs unchanged on these operators). One replica of each block
-counts its labelled rows, and one all-reduce sums the counts. Each rank builds its
+of the rank's block (whole rows, so normalised exactly) multiply, layer by layer, the
+block's rows and the remote rows any relation needs, fetched from their owners once per
+layer (phase ``evaluation``; a featureless first layer needs none). One replica of each
+block counts its labelled rows, and one all-reduce sums the counts. Each rank builds its
 share from the whole graph, then keeps only its rows (a row-block folder of typed graphs
 does not exist yet).
 """
@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional as F
 
 from sparsegnn.data.hetero import HeteroGraph, RelationalGraph
 from sparsegnn.distributed import Group, RankResult, lost_peers_named, rank_session, run_on_ranks
@@ -48,8 +49,10 @@ from sparsegnn.train.rgcn_minibatch import (
     model_weights,
 )
 from sparsegnn.train.rgcn_task import (
+    RelationalClassifier,
     RGCNRequest,
     Split,
+    featureless_forward,
     model_input,
     node_labels,
     relational_problem,
@@ -66,46 +69,46 @@ class NodeIds:
         return ids.long()
 
 
-class FetchingOperator:
-    """Relation r's rows of this rank's block, taking and returning the block's rows:
-    the remote rows its columns need are fetched from their owners at every multiply
-    (evaluation only; ``local`` has the block's own columns first, then ``remote``)."""
-
-    def __init__(self, local: CSRMatrix, remote: torch.Tensor, owners: RowOwners):
-        self.local, self.remote, self.owners = local, remote, owners
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        rows = self.local.shape[0]
-        return rows, rows
-
-    def matmul(self, h: torch.Tensor) -> torch.Tensor:
-        lo = self.owners.lo
-        with self.owners.comm.phase("evaluation"):
-            fetched = self.owners.ask(self.remote, lambda req: h[req - lo])
-        return self.local.matmul(torch.cat([h, fetched.to(h.dtype)]))
-
-
 @dataclass
 class PartitionedEvaluation:
-    """The block's input rows and fetching operators, and the accuracy of its rows
-    summed over the ranks (one replica of each block counts)."""
+    """Full-neighbourhood logits of this rank's block, layer by layer: every layer's
+    input is the block's rows and the remote rows any relation needs (``remote``,
+    fetched once per layer from their owners; a featureless first layer's are its ids),
+    multiplied by each relation's rows of the block (``ops``, own columns first), the
+    rectangular form sampled blocks use. Accuracy sums the counts over the ranks (one
+    replica of each block counts)."""
 
     x: torch.Tensor
-    adj: list[FetchingOperator]
+    ids: torch.Tensor  # the block's node ids, then ``remote``
+    remote: torch.Tensor
+    ops: list[CSRMatrix]
+    owners: RowOwners
     y: torch.Tensor
     masks: dict[str, torch.Tensor]
-    comm: ExchangeCommunicator
-    group: Group
-    counts_rows: bool
+
+    def logits(self, model: RelationalClassifier) -> torch.Tensor:
+        h = self.x
+        for layer, conv in enumerate(model.convs):
+            if layer == 0 and model.featureless:
+                h = featureless_forward(conv, self.ops, self.ids)
+            else:
+                h = conv(torch.cat([h, self._fetch(h)]), self.ops)
+            if layer < len(model.convs) - 1:
+                h = F.relu(h)
+        return h
+
+    def _fetch(self, h: torch.Tensor) -> torch.Tensor:
+        lo = self.owners.lo
+        with self.owners.comm.phase("evaluation"):
+            return self.owners.ask(self.remote, lambda req: h[req - lo]).to(h.dtype)
 
     def accuracy(self, logits: torch.Tensor, split: Split) -> float:
         m = self.masks[split]
         counts = torch.stack([(logits[m].argmax(1) == self.y[m]).sum(), m.sum()]).long()
-        if not self.counts_rows:
+        if self.owners.group.me % self.owners.replication:
             counts.zero_()
-        with self.comm.phase("evaluation"):
-            counts = self.comm.all_reduce(counts, self.group)
+        with self.owners.comm.phase("evaluation"):
+            counts = self.owners.comm.all_reduce(counts, self.owners.group)
         return float(counts[0].float() / counts[1].clamp(min=1).float())
 
 
@@ -158,10 +161,9 @@ def partitioned_source(request: RGCNRequest, rel: RelationalGraph, sampling: Row
         NodeIds(rel.num_nodes) if x.dim() == 1 else PartitionedFeatures(x[lo:hi], sampling))
     mine = index.rows(lo, hi)
     y, masks = node_labels(rel)
-    evaluation = PartitionedEvaluation(
-        x[lo:hi], _block_operators(request, rel, main), y[lo:hi],
-        {s: m[lo:hi] for s, m in masks.items()}, main.comm,  # type: ignore[arg-type]
-        main.group, main.group.me % main.replication == 0)
+    remote, ops = _block_operators(request, rel, lo, hi)
+    evaluation = PartitionedEvaluation(x[lo:hi], torch.cat([own, remote]), remote, ops, main,
+                                       y[lo:hi], {s: m[lo:hi] for s, m in masks.items()})
     return SampledSource(mine, topology, features, _asking(main, mine), evaluation)
 
 
@@ -176,11 +178,10 @@ def _asking(owners: RowOwners, mine: RelationIndex
     return lookup
 
 
-def _block_operators(request: RGCNRequest, rel: RelationalGraph, owners: RowOwners
-                     ) -> list[FetchingOperator]:
-    """Every relation's rows of this rank's block, columns renumbered: the block's own
-    rows first, then the remote rows any relation needs (one list for all)."""
-    lo, hi = owners.lo, owners.hi
+def _block_operators(request: RGCNRequest, rel: RelationalGraph, lo: int, hi: int
+                     ) -> tuple[torch.Tensor, list[CSRMatrix]]:
+    """The remote rows any relation of rows ``lo .. hi`` needs, and every relation's
+    rows of the block with columns renumbered: the block's own rows first, then those."""
     own = torch.arange(lo, hi)
     rows = [op.select_rows(own) for op in relation_operators(
         rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes, request.aggr,
@@ -192,6 +193,5 @@ def _block_operators(request: RGCNRequest, rel: RelationalGraph, owners: RowOwne
     for r in rows:
         inside = (r.col >= lo) & (r.col < hi)
         local = torch.where(inside, r.col - lo, (hi - lo) + torch.searchsorted(remote, r.col))
-        mat = CSRMatrix.from_coo(r.row_indices(), local, r.val, (hi - lo, width))
-        out.append(FetchingOperator(mat, remote, owners))
-    return out
+        out.append(CSRMatrix.from_coo(r.row_indices(), local, r.val, (hi - lo, width)))
+    return remote, out

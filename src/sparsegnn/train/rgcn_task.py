@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -249,17 +249,31 @@ def fit_rgcn(request: RGCNRequest, graph: HeteroGraph | None = None
     model = build_classifier(request, rel, typed.num_classes).to(device)
     task = LocalTask(model_input(request, rel).to(device), ops, y.to(device),  # type: ignore[arg-type]
                      {s: m.to(device) for s, m in masks.items()})
-    return model, run_relational(model, task, request, typed, rel, step=full_graph_step(task))
+    return model, run_relational(model, TaskEvaluation(task), request, typed, rel,
+                                 step=full_graph_step(task))
 
 
 class Evaluation(Protocol):
-    """What the epochs evaluate on: the model's input and operators, and the accuracy of
-    its logits (a full-graph :class:`~sparsegnn.train.fullgraph.Task` is one)."""
+    """What the epochs evaluate on: the model's logits over the rows this process
+    evaluates, and their accuracy (:class:`TaskEvaluation` for a full-graph task)."""
 
-    x: torch.Tensor
-    adj: Any
+    def logits(self, model: RelationalClassifier) -> torch.Tensor: ...
 
     def accuracy(self, logits: torch.Tensor, split: Split) -> float: ...
+
+
+@dataclass
+class TaskEvaluation:
+    """A full-graph :class:`~sparsegnn.train.fullgraph.Task` (one process's or one
+    rank's) as an :class:`Evaluation`: the model on the task's input and operators."""
+
+    task: Task
+
+    def logits(self, model: RelationalClassifier) -> torch.Tensor:
+        return model(self.task.x, self.task.adj)
+
+    def accuracy(self, logits: torch.Tensor, split: Split) -> float:
+        return self.task.accuracy(logits, split)
 
 
 def run_relational(model: RelationalClassifier, task: Evaluation, request: RGCNRequest,
@@ -326,5 +340,5 @@ class _Epochs:
     @torch.no_grad()
     def accuracies(self, splits: Sequence[Split]) -> list[float]:
         self.model.eval()
-        logits = self.model(self.task.x, self.task.adj)
+        logits = self.task.logits(self.model)
         return [self.task.accuracy(logits, s) for s in splits]
