@@ -50,17 +50,19 @@ def test_train_logdir_matches_the_json(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "6", "--device", "cpu",
                    "--logdir", str(tmp_path), "--history")
-    series = scalars(tmp_path)
+    run = tmp_path / "version_0"
+    assert out["logdir"] == str(run)
+    series = scalars(run)
     assert len(out["history"]) == 6 and out["losses"] == [h["loss"] for h in out["history"]]
     assert_epochs_match(series, out["history"], {
         "loss": "loss", "train_accuracy": "train_accuracy", "val_accuracy": "val_accuracy",
-        "seconds": "epoch_time_s"})
+        "seconds": "epoch_time_s", "val_loss": "val_loss"})
     for key in ("test_accuracy", "best_val_accuracy", "epoch_time_s", "peak_memory_bytes"):
         assert series[f"final/{key}"] == [(5, pytest.approx(out[key], rel=1e-6))]
     memory = [v for _, v in series["epoch/peak_memory_bytes"]]
     assert len(memory) == 6 and memory == sorted(memory)  # a high-water mark
     assert memory[-1] <= out["peak_memory_bytes"] * (1 + 1e-6)
-    saved = json.loads((tmp_path / "run.json").read_text())
+    saved = json.loads((run / "run.json").read_text())
     assert saved["history"] == out["history"] and saved["test_accuracy"] == out["test_accuracy"]
 
 
@@ -90,9 +92,10 @@ def test_distributed_logdir_has_one_writer_and_every_rank_bytes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "3", "--nprocs", "2",
                    "--algo", "1d", "--device", "cpu", "--logdir", str(tmp_path), "--history")
-    series = scalars(tmp_path)
+    run = tmp_path / "version_0"
+    series = scalars(run)
     # rank 0 alone writes: one event file of epochs (plus the final figures), not two
-    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    assert len(list(run.glob("events.out.tfevents.*"))) == 2
     assert_epochs_match(series, out["history"], {"loss": "loss", "val_accuracy": "val_accuracy"})
     sent = [r["sent"] for r in out["comm"]["per_rank"]]
     assert [series[f"ranks/bytes_sent_per_epoch/{r}"][0][1] for r in (0, 1)] == sent
@@ -114,7 +117,7 @@ def test_track_train_logdir_matches_the_json(tmp_path: Path,
                    str(tmp_path / "in.pt"), "--hidden", "8", "--iterations", "1", "--epochs",
                    "3", "--device", "cpu", "--logdir", str(logdir), "--history")
     assert out["epochs_run"] == 3 and out["last_epoch"] == out["history"][-1]
-    assert_epochs_match(scalars(logdir), out["history"], {
+    assert_epochs_match(scalars(logdir / "version_0"), out["history"], {
         "loss": "loss", "events_used": "events_used", "seconds": "epoch_time_s"})
 
 
@@ -131,7 +134,7 @@ def test_curate_distil_logdir_matches_the_json(tmp_path: Path,
                    "--labels", str(tmp_path / "corpus.jsonl"), "--model", "text",
                    "--epochs", "3", "--out", str(tmp_path / "a.pt"), "--logdir", str(logdir),
                    "--history")
-    series = scalars(logdir)
+    series = scalars(logdir / "version_0")
     assert_epochs_match(series, out["history"], {"loss": "loss", "val_accuracy": "val_accuracy"})
     assert series["final/best_val_accuracy"][0][1] == pytest.approx(out["best_val_accuracy"])
 
@@ -243,20 +246,71 @@ def test_a_terminal_of_zero_by_zero_still_shows_the_bar() -> None:
     assert b"train:" in out
 
 
-def test_a_second_run_into_a_logdir_logs_beside_the_first(
+def hparams(run: Path) -> tuple[dict[str, Any], set[str]]:
+    """The settings and metric tags of ``run``'s HParams summaries, as TensorBoard reads them."""
+    from tensorboard.plugins.hparams import metadata
+
+    acc = event_accumulator.EventAccumulator(str(run))
+    acc.Reload()
+    content = acc.PluginTagToContent(metadata.PLUGIN_NAME)
+    start = metadata.parse_session_start_info_plugin_data(
+        content[metadata.SESSION_START_INFO_TAG])
+    experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
+    values = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+              for k, v in start.hparams.items()}
+    return values, {m.name.tag for m in experiment.metric_infos}
+
+
+def test_two_runs_into_one_logdir_are_two_tensorboard_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The second run takes ``run-2`` (saying so) instead of appending to the first run's
-    curves and replacing its run.json; a resumed run continues in its own folder."""
+    """Each run takes the next ``version_N`` (saying so) instead of appending to the first
+    run's curves and replacing its run.json; each has its own curves, validation loss and
+    hparams; a resumed run continues its own folder; ``--name`` labels a run."""
     first = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "4", "--logdir",
                      str(tmp_path), "--checkpoint", str(tmp_path / "ck.pt"), "--history")
-    assert main(["train", "--dataset", GRAPH, "--epochs", "2", "--logdir", str(tmp_path)]) == 0
-    assert f"this run logs to {tmp_path / 'run-2'}" in capsys.readouterr().err
-    assert [s for s, _ in scalars(tmp_path)["epoch/loss"]] == [0, 1, 2, 3]
-    assert len(json.loads((tmp_path / "run.json").read_text())["history"]) == 4
-    assert [s for s, _ in scalars(tmp_path / "run-2")["epoch/loss"]] == [0, 1]
-    assert first["test_accuracy"] == json.loads((tmp_path / "run.json").read_text())[
-        "test_accuracy"]
+    assert main(["train", "--dataset", GRAPH, "--epochs", "2", "--lr", "0.05", "--logdir",
+                 str(tmp_path), "--history", "--json"]) == 0
+    out, err = capsys.readouterr()
+    second = json.loads(out.strip().splitlines()[-1])
+    assert f"this run logs to {tmp_path / 'version_1'}" in err
+    runs = {tmp_path / "version_0": first, tmp_path / "version_1": second}
+    for run, out in runs.items():
+        series = scalars(run)
+        assert [s for s, _ in series["epoch/loss"]] == list(range(len(out["history"])))
+        assert [v for _, v in series["epoch/val_loss"]] == pytest.approx(
+            [h["val_loss"] for h in out["history"]], rel=1e-6)
+        assert json.loads((run / "run.json").read_text())["test_accuracy"] == \
+            out["test_accuracy"]
+        values, metrics = hparams(run)
+        assert values["lr"] == pytest.approx(out["config"]["lr"])
+        assert values["epochs"] == len(out["history"]) and values["model"] == "gcn"
+        assert {"epoch/val_loss", "final/test_accuracy"} <= metrics
+    assert scalars(tmp_path) == {}  # nothing at the top: the runs are its sub-folders
     run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "6", "--logdir", str(tmp_path),
              "--checkpoint", str(tmp_path / "ck.pt"), "--resume")
-    assert not (tmp_path / "run-3").exists()
+    assert not (tmp_path / "version_2").exists()
+    labelled = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "1", "--logdir",
+                        str(tmp_path), "--name", "cora-gcn")
+    assert labelled["logdir"] == str(tmp_path / "cora-gcn" / "version_0")
+
+
+def test_runs_of_the_older_layouts_stay_where_they_are(tmp_path: Path) -> None:
+    """A folder written before runs were numbered (its events at the top, ``run-N``
+    beside) is left as it is: a new run takes ``version_0``, a resumed one continues
+    the folder itself."""
+    from sparsegnn.train.eventlog import run_logdir
+
+    (tmp_path / "run.json").write_text("{}")
+    (tmp_path / "run-2").mkdir()
+    assert run_logdir(tmp_path, resume=False) == tmp_path / "version_0"
+    assert run_logdir(tmp_path, resume=True) == tmp_path
+    (tmp_path / "version_0").mkdir()
+    (tmp_path / "version_7").mkdir()
+    assert run_logdir(tmp_path, resume=False) == tmp_path / "version_8"
+    assert run_logdir(tmp_path, resume=True) == tmp_path / "version_7"
+
+
+def test_a_name_without_a_logdir_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--dataset", GRAPH, "--epochs", "1", "--name", "x"]) == 2
+    assert "give --logdir too" in capsys.readouterr().err

@@ -150,7 +150,7 @@ def test_link_json_logdir_and_report(capsys, tmp_path):
         assert 0.0 <= result[key] <= 1.0, key
     roc = result["test_roc"]
     assert roc["fpr"][0] == roc["tpr"][0] == 0.0 and roc["fpr"][-1] == roc["tpr"][-1] == 1.0
-    series = _scalars(tmp_path / "tb")
+    series = _scalars(tmp_path / "tb" / "version_0")
     assert series["epoch/val_auc"] == pytest.approx([h["val_auc"] for h in result["history"]])
     assert series["final/test_auc"] == pytest.approx([result["test_auc"]])
     assert series["final/test_hits_at_50"] == pytest.approx([result["test_hits_at_50"]])
@@ -168,10 +168,10 @@ def test_graph_json_logdir_and_report(capsys, tmp_path):
     assert sum(map(sum, result["test_confusion"])) == 24
     assert [h["test_accuracy"] for h in result["history"]] == \
         pytest.approx(result["mean_curve"])
-    assert _scalars(tmp_path / "tb")["final/test_accuracy"] == \
+    assert _scalars(tmp_path / "tb" / "version_0")["final/test_accuracy"] == \
         pytest.approx([result["test_accuracy"]])
     fold = result["fold_history"][1]
-    assert _scalars(tmp_path / "tb" / "fold1")["epoch/test_accuracy"] == \
+    assert _scalars(tmp_path / "tb" / "version_0" / "fold1")["epoch/test_accuracy"] == \
         pytest.approx([h["test_accuracy"] for h in fold])
     assert {"loss", "accuracy", "confusion"} <= _plot_ids(tmp_path / "graph.html")
 

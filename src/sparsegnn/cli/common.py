@@ -46,14 +46,24 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     bar.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                      help="never show the progress bar (summary lines instead)")
     group.add_argument("--logdir", type=_needs("tensorboard", output_dir), default=None,
-                       help="write TensorBoard event files here, and run.json with the "
-                       "per-epoch history")
+                       help="write TensorBoard event files (curves and hparams) and run.json "
+                       "(the result with its per-epoch history) to a new DIR/version_N "
+                       "folder of this run's own")
+    group.add_argument("--name", type=_folder_name, default=None,
+                       help="label the run: it logs to DIR/NAME/version_N")
     group.add_argument("--report", type=_needs("matplotlib", output_file), default=None,
                        metavar="HTML",
                        help="write one static HTML page of the run: configuration, "
                        "figures, plots (needs matplotlib)")
     group.add_argument("--history", action="store_true",
                        help="--json also carries the per-epoch history")
+
+
+def _folder_name(text: str) -> str:
+    """A run label: one folder name, not a path."""
+    if not text.strip() or text in (".", "..") or "/" in text or "\\" in text:
+        raise argparse.ArgumentTypeError(f"expected a folder name (no /), got {text!r}")
+    return text
 
 
 def _needs(module: str, convert: Callable[[str], Path]) -> Callable[[str], Path]:
@@ -237,6 +247,7 @@ def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],
     ``--history`` asks for it: a log reader wants the final figures, not every epoch."""
     plain = _plain(result)
     if args.logdir is not None:
+        plain["logdir"] = str(args.logdir)
         _log_final(args.logdir, plain)
     if args.report is not None:
         from sparsegnn.train.run_report import write_report
@@ -249,12 +260,14 @@ def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],
 
 
 def _log_final(logdir: Path, result: dict[str, Any]) -> None:
-    """Final scalars at the last epoch's step, and the result with its history as JSON."""
-    from sparsegnn.train.eventlog import EventLog
+    """Final scalars at the last epoch's step, the run's settings for HParams, and the
+    result with its history as JSON."""
+    from sparsegnn.train.eventlog import EventLog, hparam_metrics
 
     events = EventLog(logdir)
     try:
         events.final(result, max(len(result.get("history") or []) - 1, 0))
+        events.hparams(result.get("config") or {}, hparam_metrics(result))
     finally:
         events.close()
     (logdir / "run.json").write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import NoReturn
 
-from sparsegnn.errors import SparseGNNError
+from sparsegnn.errors import InvalidValueError, SparseGNNError
 
 # Subcommand modules, imported lazily so `sparsegnn --help` stays fast.
 _COMMAND_MODULES = (
@@ -74,15 +74,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _separate_runs(args: argparse.Namespace) -> None:
-    """A new run given a ``--logdir`` that holds an earlier one logs beside it, saying
-    so (:func:`~sparsegnn.train.eventlog.run_logdir`); a resumed run continues its own."""
+    """Each run logs to a ``version_N`` folder of its own under ``--logdir`` (under
+    ``--logdir/--name`` when labelled), named on stderr; a resumed run continues its own
+    (:func:`~sparsegnn.train.eventlog.run_logdir`)."""
     if getattr(args, "logdir", None) is None:
+        if getattr(args, "name", None) is not None:
+            raise InvalidValueError("--name labels a run's folder under --logdir; give "
+                                    "--logdir too")
         return
     from sparsegnn.train.eventlog import run_logdir
 
-    args.logdir, note = run_logdir(args.logdir, bool(getattr(args, "resume", False)))
-    if note is not None:
-        print(f"sparsegnn {args.command}: {note}", file=sys.stderr)
+    args.logdir = run_logdir(args.logdir, bool(getattr(args, "resume", False)),
+                             getattr(args, "name", None))
+    print(f"sparsegnn {args.command}: this run logs to {args.logdir}", file=sys.stderr)
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -3,7 +3,9 @@
 People read training runs in TensorBoard, so every training command writes its curves
 there: while the run goes, each epoch's numbers (loss, accuracies, epoch time, whatever
 else the mode records, and the peak memory so far) under ``epoch/``; at the end, the
-run's final figures under ``final/`` and each rank's bytes and memory under ``ranks/``.
+run's final figures under ``final/``, each rank's bytes and memory under ``ranks/``, and
+the run's settings with the tags of its figures for TensorBoard's HParams view. Each run
+has a folder of its own (:func:`run_logdir`), so runs never mix.
 Only one rank writes, so a distributed run has one set of curves, not one per rank. The
 writer is torch's :class:`~torch.utils.tensorboard.SummaryWriter`; the ``tensorboard``
 package it needs is optional (the ``tensorboard`` extra).
@@ -58,25 +60,65 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def run_logdir(logdir: Path, resume: bool) -> tuple[Path, str | None]:
-    """Where a run logs, and a note when that is not ``logdir`` itself.
+VERSION = "version_"  # each run's folder: <logdir>[/<name>]/version_<N>
 
-    A second run into a folder that already holds one would append its curves to the
-    first run's (TensorBoard draws both as one line, steps 0..199 then 0..19) and replace
-    its ``run.json``; so a new run takes the first free ``logdir/run-N`` (TensorBoard
-    shows each sub-folder as a run of its own). A resumed run continues its curves.
+
+def run_logdir(logdir: Path, resume: bool, name: str | None = None) -> Path:
+    """The folder a run logs to: a new ``version_N`` under ``logdir`` (under
+    ``logdir/name`` when the run is labelled), never one an earlier run wrote.
+
+    A second run into a run's folder would append its curves to the first one's
+    (TensorBoard draws both as one line, steps 0..199 then 0..19) and replace its
+    ``run.json``; so each run takes the next number, and TensorBoard shows each folder as
+    a run of its own. A resumed run continues the newest ``version_N``, or, in a folder
+    written before runs were numbered, the folder itself (earlier ``run-N`` folders stay
+    as they are, readable beside the new ones).
     """
-    if resume or not _holds_run(logdir):
-        return logdir, None
-    n = 2
-    while (logdir / f"run-{n}").exists():
-        n += 1
-    chosen = logdir / f"run-{n}"
-    return chosen, f"{logdir} holds an earlier run; this run logs to {chosen}"
+    parent = logdir / name if name else logdir
+    versions = _versions(parent)
+    if resume and versions:
+        return parent / f"{VERSION}{versions[-1]}"
+    if resume and _holds_run(parent):
+        return parent
+    return parent / f"{VERSION}{versions[-1] + 1 if versions else 0}"
+
+
+def _versions(folder: Path) -> list[int]:
+    """The numbers of ``folder``'s ``version_N`` sub-folders, ascending."""
+    if not folder.is_dir():
+        return []
+    found = (p.name.removeprefix(VERSION) for p in folder.iterdir()
+             if p.is_dir() and p.name.startswith(VERSION))
+    return sorted(int(n) for n in found if n.isdigit())
 
 
 def _holds_run(folder: Path) -> bool:
     return (folder / "run.json").is_file() or any(folder.glob("events.out.tfevents.*"))
+
+
+def hparam_values(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A run's configuration as TensorBoard hyperparameters: nested settings flattened to
+    dotted names, numbers, booleans and strings kept, lists as text, unset ones left out
+    (HParams has no null)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(hparam_values(value, name + "."))
+        elif isinstance(value, bool | int | float | str):
+            out[name] = value
+        elif isinstance(value, list | tuple):
+            out[name] = ",".join(map(str, value))
+    return out
+
+
+def hparam_metrics(result: Mapping[str, Any]) -> list[str]:
+    """The tags HParams shows beside each run's settings: every final figure, and the
+    last validation loss where the epochs recorded one."""
+    history = result.get("history") or []
+    val_loss = ["epoch/val_loss"] if any(_is_number(h.get("val_loss")) for h in history
+                                         if isinstance(h, Mapping)) else []
+    return [*final_scalars(result), *val_loss]
 
 
 class EventLog:
@@ -103,6 +145,17 @@ class EventLog:
         for name, values in rank_scalars(result).items():
             for rank, value in enumerate(values):
                 self._writer.add_scalar(f"ranks/{name}/{rank}", value, step)
+        self._writer.flush()
+
+    def hparams(self, config: Mapping[str, Any], metrics: list[str]) -> None:
+        """The run's settings and the tags of its ``metrics``, for TensorBoard's HParams
+        view, written into this run's own folder (``SummaryWriter.add_hparams`` would
+        start a sub-run of its own, one more run per run in TensorBoard's list)."""
+        from torch.utils.tensorboard.summary import hparams
+
+        writer = self._writer._get_file_writer()
+        for summary in hparams(hparam_values(config), dict.fromkeys(metrics, 0.0)):
+            writer.add_summary(summary)
         self._writer.flush()
 
     def close(self) -> None:

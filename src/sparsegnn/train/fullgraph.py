@@ -187,6 +187,7 @@ class EpochStats:
     train_accuracy: float
     val_accuracy: float
     seconds: float
+    val_loss: float | None = None  # one process only: on ranks it would cost a reduction
 
 
 @dataclass
@@ -274,8 +275,11 @@ def train_epoch(
     train_acc = task.accuracy(logits.detach(), "train")
     model.eval()
     with torch.no_grad():
-        val_acc = task.accuracy(model(task.x, task.adj), "val")
-    return EpochStats(epoch, float(loss.detach()), train_acc, val_acc, time.perf_counter() - start)
+        val_logits = model(task.x, task.adj)
+        val_acc = task.accuracy(val_logits, "val")
+        val_loss = float(task.loss(val_logits, "val")) if isinstance(task, LocalTask) else None
+    return EpochStats(epoch, float(loss.detach()), train_acc, val_acc,
+                      time.perf_counter() - start, val_loss)
 
 
 def _finish(
