@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -36,8 +36,8 @@ from sparsegnn.nn.graph_models import GRAPH_MODELS, GraphModelKind, build_graph_
 from sparsegnn.nn.graph_pool import POOLS, PoolKind
 from sparsegnn.sampling.streams import epoch_permutation
 from sparsegnn.sparse.graph_batch import GraphBatch, collate_graphs
-from sparsegnn.train.checkpoint import content_hash
-from sparsegnn.train.loop import LoopConfig, LoopState, run_epochs
+from sparsegnn.train.checkpoint import content_hash, rank_checkpoint
+from sparsegnn.train.loop import LoopConfig, LoopRole, LoopState, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 
 
@@ -151,11 +151,29 @@ class FoldRun:
     confusion: torch.Tensor
 
 
+class RankSync(Protocol):
+    """What data-parallel training adds to a fold (:mod:`sparsegnn.train.graph_parallel`):
+    this rank's ``shard = (rank, ranks)`` of every minibatch and of the test fold, the
+    gradient sum before each step, and sums of statistics over the ranks."""
+
+    shard: tuple[int, int]
+
+    def gradients(self, model: nn.Module) -> None: ...
+
+    def total(self, values: torch.Tensor) -> torch.Tensor: ...
+
+
 def cross_validate(data: GraphSet, request: GraphRequest,
                    device: torch.device | str = "cpu") -> GraphOutcome:
     """Train and score every fold of ``request.folds`` stratified folds of ``data``."""
     folds = stratified_folds(data.y, request.folds, request.fold_seed)
     runs = [train_fold(data, request, folds, i, device) for i in range(request.folds)]
+    return summarize_folds(data, request, runs, device)
+
+
+def summarize_folds(data: GraphSet, request: GraphRequest, runs: list[FoldRun],
+                    device: torch.device | str = "cpu") -> GraphOutcome:
+    """The GIN paper's figure and the curves of every fold's run."""
     curves = torch.tensor([[h.test_accuracy for h in r.state.history] for r in runs])
     mean_curve = curves.mean(0)
     best = int(torch.argmax(mean_curve))
@@ -173,26 +191,34 @@ def cross_validate(data: GraphSet, request: GraphRequest,
 
 
 def train_fold(data: GraphSet, request: GraphRequest, folds: list[torch.Tensor],
-               fold: int, device: torch.device | str = "cpu") -> FoldRun:
-    """Train on every fold but ``fold`` and score ``fold`` after each epoch."""
+               fold: int, device: torch.device | str = "cpu", sync: RankSync | None = None
+               ) -> FoldRun:
+    """Train on every fold but ``fold`` and score ``fold`` after each epoch; with
+    ``sync``, as one rank of a data-parallel run (its own checkpoint file per rank, as
+    each keeps its own dropout stream; progress and event files on rank 0 alone)."""
     device = torch.device(device)
     test_ids = folds[fold]
     train_ids = torch.cat([f for i, f in enumerate(folds) if i != fold])
     torch.manual_seed(request.seed + fold)
     model = build_graph_model(request.model, data.num_features, request.hidden,
                               data.num_classes, request.num_layers, request.dropout,
-                              request.pool).to(device)
+                              request.pool).to(device=device, dtype=data.x.dtype)
     optimizer = graph_optimizer(model, request)
-    loop = LoopConfig(epochs=request.epochs, checkpoint=_fold_path(request.checkpoint, fold),
+    ranks = 1 if sync is None else sync.shard[1]
+    checkpoint = _fold_path(request.checkpoint, fold)
+    if sync is not None:
+        checkpoint = rank_checkpoint(checkpoint, *sync.shard)
+    loop = LoopConfig(epochs=request.epochs, checkpoint=checkpoint,
                       checkpoint_every=request.checkpoint_every, resume=request.resume,
                       progress=request.progress, seed=request.seed + fold,
                       logdir=None if request.logdir is None else request.logdir / f"fold{fold}")
     state = run_epochs(
         model, optimizer,
         lambda epoch: graph_epoch(model, optimizer, data, train_ids, test_ids, request,
-                                  epoch, device),
-        loop, GraphEpoch, stamp=_fingerprint(data, request, folds, fold))
-    _, confusion = evaluate(model, data, test_ids, request.batch_size, device)
+                                  epoch, device, sync),
+        loop, GraphEpoch, stamp={**_fingerprint(data, request, folds, fold), "ranks": ranks},
+        role=LoopRole(reports=sync is None or sync.shard[0] == 0))
+    _, confusion = evaluate(model, data, test_ids, request.batch_size, device, sync)
     return FoldRun(model, state, confusion)
 
 
@@ -206,39 +232,55 @@ def graph_optimizer(model: nn.Module, request: GraphRequest) -> torch.optim.Opti
 
 def train_pass(model: nn.Module, optimizer: torch.optim.Optimizer, data: GraphSet,
                order: torch.Tensor, batch_size: int, device: torch.device,
+               shard: tuple[int, int] = (0, 1),
                after_backward: Callable[[], None] | None = None) -> tuple[float, int]:
     """One optimiser step per minibatch of ``batch_size`` graphs of ``order``; the summed
-    loss (per graph) and the count of correct predictions. ``after_backward`` runs
-    between backward and step (a data-parallel run averages the gradients there)."""
+    loss (per graph) and the count of correct predictions of the graphs trained here.
+
+    ``shard = (rank, ranks)``: this process trains on ``batch[rank::ranks]`` of every
+    minibatch, its loss the sum over those graphs divided by the whole minibatch's size,
+    so the gradients ``after_backward`` sums over the ranks are the one-process gradient
+    of the minibatch's mean loss (a rank with no graph of a minibatch adds zeros).
+    """
+    rank, ranks = shard
     model.train()
     total_loss, correct = 0.0, 0
     for ids in order.split(batch_size):
-        batch = graph_batch(data, ids, device)
-        labels = data.y[ids].to(device)
+        mine = ids if ranks == 1 else ids[rank::ranks]
         optimizer.zero_grad(set_to_none=True)
-        logits = model(data.x[batch.nodes.cpu()].to(device), batch)
-        loss = F.cross_entropy(logits, labels)
-        loss.backward()
+        if mine.numel():
+            batch = graph_batch(data, mine, device)
+            labels = data.y[mine].to(device)
+            logits = model(data.x[batch.nodes.cpu()].to(device), batch)
+            loss = F.cross_entropy(logits, labels) if ranks == 1 else \
+                F.cross_entropy(logits, labels, reduction="sum") / ids.numel()
+            loss.backward()
+            total_loss += float(loss.detach()) * (mine.numel() if ranks == 1 else ids.numel())
+            correct += int((logits.detach().argmax(1) == labels).sum())
         if after_backward is not None:
             after_backward()
         optimizer.step()
-        total_loss += float(loss.detach()) * ids.numel()
-        correct += int((logits.detach().argmax(1) == labels).sum())
     return total_loss, correct
 
 
 def graph_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, data: GraphSet,
                 train_ids: torch.Tensor, test_ids: torch.Tensor, request: GraphRequest,
-                epoch: int, device: torch.device) -> GraphEpoch:
-    """One pass over the training graphs in shuffled minibatches, then the test fold."""
+                epoch: int, device: torch.device, sync: RankSync | None = None
+                ) -> GraphEpoch:
+    """One pass over the training graphs in shuffled minibatches, then the test fold
+    (with ``sync``: this rank's shard of both, the figures summed over the ranks)."""
     start = time.perf_counter()
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(request, epoch)
     order = train_ids[epoch_permutation(train_ids.numel(), request.seed, epoch)]
-    total_loss, correct = train_pass(model, optimizer, data, order, request.batch_size,
-                                     device)
+    total_loss, correct = train_pass(
+        model, optimizer, data, order, request.batch_size, device,
+        *(((0, 1), None) if sync is None else (sync.shard, lambda: sync.gradients(model))))
+    if sync is not None:
+        total_loss, correct = sync.total(torch.tensor([total_loss, correct],
+                                                      dtype=torch.float64)).tolist()
     trained = time.perf_counter()
-    test_acc, _ = evaluate(model, data, test_ids, request.batch_size, device)
+    test_acc, _ = evaluate(model, data, test_ids, request.batch_size, device, sync)
     n = max(1, train_ids.numel())
     return GraphEpoch(epoch, total_loss / n, correct / n, test_acc,
                       time.perf_counter() - start, trained - start)
@@ -253,15 +295,20 @@ def learning_rate(request: GraphRequest, epoch: int) -> float:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, data: GraphSet, ids: torch.Tensor, batch_size: int,
-             device: torch.device | str = "cpu") -> tuple[float, torch.Tensor]:
-    """Accuracy on graphs ``ids`` (eval mode) and the confusion matrix (true x predicted)."""
+             device: torch.device | str = "cpu", sync: RankSync | None = None
+             ) -> tuple[float, torch.Tensor]:
+    """Accuracy on graphs ``ids`` (eval mode) and the confusion matrix (true x predicted);
+    with ``sync`` each rank scores its shard and the matrices are summed."""
     model.eval()
     confusion = torch.zeros(data.num_classes, data.num_classes, dtype=torch.long)
-    for chunk in ids.split(max(batch_size, 256)):
+    mine = ids if sync is None else ids[sync.shard[0]::sync.shard[1]]
+    for chunk in mine.split(max(batch_size, 256)):
         batch = graph_batch(data, chunk, torch.device(device))
         pred = model(data.x[batch.nodes.cpu()].to(device), batch).argmax(1).cpu()
         confusion += torch.bincount(data.y[chunk] * data.num_classes + pred,
                                     minlength=data.num_classes ** 2).view_as(confusion)
+    if sync is not None:
+        confusion = sync.total(confusion)
     return float(confusion.diagonal().sum()) / max(1, ids.numel()), confusion
 
 
