@@ -156,3 +156,25 @@ def test_data_parallel_training_resumes_bit_identically(
     a, b = load_model(tmp_path / "full.pt"), load_model(tmp_path / "res.pt")
     for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
         assert torch.equal(x, y)
+
+
+def test_help_says_the_model_brings_its_own_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every flag a model file carries says so: with --model, the global default is not
+    the one used."""
+    with pytest.raises(SystemExit):
+        main(["track", "reconstruct", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag in ("--cut", "--method", "--min-track-hits", "--precision", "--min-layers",
+                 "--bridge-misfit", "--extend-cut", "--merge-cut", "--graph", "--dphi",
+                 "--min-dr", "--window-margin", "--map-level"):
+        after = text.split(f" {flag} ", 1)[1].split(" --", 1)[0]
+        assert "default: the model's setting, else" in after, (flag, after)
+
+
+@pytest.mark.parametrize("stage", ["reconstruct", "evaluate"])
+def test_a_missing_model_is_named_a_model_file(stage: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["track", stage, "--events", str(SAMPLE), "--model", str(tmp_path / "m.pt")]
+    assert main([*argv, "--out", str(tmp_path / "t")] if stage == "reconstruct" else argv) == 2
+    err = capsys.readouterr().err
+    assert f"model file {tmp_path / 'm.pt'} does not exist" in err and "checkpoint" not in err

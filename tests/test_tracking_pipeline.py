@@ -161,6 +161,7 @@ def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
     out = _json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--model",
                 str(tmp_path / "m.pt"), "--out", str(tmp_path / "tracks"), "--device", "cpu")
     assert out["settings"] == settings.to_dict()
+    _assert_timed(out)
     scored = _json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--tracks",
                    str(tmp_path / "tracks"))
     assert {k: scored[k] for k in expected.to_dict()} == pytest.approx(expected.to_dict())
@@ -170,6 +171,7 @@ def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
     direct = _json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--model",
                    str(tmp_path / "m.pt"), "--device", "cpu")
     assert direct["tracking_efficiency"] == scored["tracking_efficiency"]
+    _assert_timed(direct)
     assert (direct["cut"], direct["min_track_hits"]) == (0.3, 4)
 
     override = _json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--model",
@@ -180,3 +182,10 @@ def test_reconstruct_uses_the_saved_settings_and_evaluate_scores_its_tracks(
     assert main(["track", "evaluate", "--events", str(SAMPLE), "--tracks",
                  str(tmp_path / "m.pt")]) == 2
     assert "manifest.json" in capsys.readouterr().err
+
+
+def _assert_timed(result: dict) -> None:
+    """Seconds per event in all and by stage (graph, score, build), the stages adding up."""
+    stages = result["stage_seconds_per_event"]
+    assert set(stages) == {"graph", "score", "build"} and min(stages.values()) > 0
+    assert sum(stages.values()) == pytest.approx(result["seconds_per_event"], rel=0.05)

@@ -60,7 +60,7 @@ def register_evaluate(stages: argparse._SubParsersAction) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from sparsegnn.tracking.pipeline import evaluate_events, plot_results
+    from sparsegnn.tracking.pipeline import evaluate_events, plot_results, timing_line
     from sparsegnn.tracking.settings import RecoConfig
 
     if args.tracks is not None:
@@ -74,12 +74,14 @@ def _evaluate(args: argparse.Namespace) -> int:
         "scores": "model" if found is not None else "oracle", "cut": building.cut,
         "method": building.method, "min_track_hits": building.min_track_hits,
         **evaluation.edges(), **pooled.to_dict(), "missed_particles": evaluation.missed(),
+        **evaluation.timing(),
     }
     if args.plots is not None:
         result["plots"] = [str(p) for p in plot_results(evaluation.results, reco.targets,
                                                         args.plots)]
     summary = (f"{len(events)} events, {result['scores']} scores, {building.method} at cut "
-               f"{building.cut}: " + _track_line(pooled) + _missed_line(result["missed_particles"]))
+               f"{building.cut}: " + _track_line(pooled) + _missed_line(result["missed_particles"])
+               + f"\nreconstruction: {timing_line(evaluation.timing())}")
     if args.report is not None:
         _evaluation_report(args, evaluation, reco, clean(result))
         summary += f"\nreport: {args.report}"

@@ -45,6 +45,12 @@ def target_flags(p: argparse.ArgumentParser) -> None:
                    help="|eta| bound (default 4)")
 
 
+def carried(what: str, otherwise: str) -> str:
+    """Help for a flag a model file carries: with ``--model``, the model's value is the
+    default, not the global one."""
+    return f"{what} (default: the model's setting, else {otherwise})"
+
+
 CUT_FLAGS = (("dphi", "rad"), ("dz", "mm"), ("deta", ""), ("phi-slope", "rad/mm"), ("z0", "mm"))
 
 
@@ -52,22 +58,24 @@ def graph_flags(p: argparse.ArgumentParser, default: str) -> None:
     """Graph settings; unset ones keep the model's (``--model``) or the defaults."""
     g = p.add_argument_group("graph construction (default: the model's settings, if any)")
     g.add_argument("--graph", choices=("module-map", "truth"), default=None,
-                   help=f"module map + cuts, or edges between consecutive hits (default {default})")
+                   help=carried("module map + cuts, or edges between consecutive hits",
+                                default))
     g.add_argument("--module-map", type=Path, default=None,
                    help="module map file (.npz); else the model's, else learnt from "
                         "--train-events (and written here)")
     g.add_argument("--map-level", choices=("module", "layer"), default=None,
-                   help="learn module pairs (default), or (volume, layer) pairs for few "
-                        "training events")
+                   help=carried("learn module pairs, or (volume, layer) pairs for few "
+                                "training events", "module"))
     g.add_argument("--train-events", type=Path, default=None,
                    help="events to learn the module map from (default: --events, which "
                         "makes graph efficiency optimistic)")
     for cut, unit in CUT_FLAGS:
         g.add_argument(f"--{cut}", type=float_range(0.0, lo_open=True), default=None,
-                       help=f"max |{cut}| {unit}".strip())
+                       help=carried(f"max |{cut}| {unit}".strip(), "the map's global cut"))
     g.add_argument("--min-dr", type=float_range(0.0), default=None,
-                   help="pairs closer than this in r (mm) skip the phi-slope and z0 cuts "
-                        "(default 1; 10 keeps overlapping-module pairs in dense events)")
+                   help=carried("pairs closer than this in r (mm) skip the phi-slope and "
+                                "z0 cuts (10 keeps overlapping-module pairs in dense events)",
+                                "1"))
     g.add_argument("--map-windows", action="store_true",
                    help="learn the module map with a cut window per module pair (min/max "
                         "of dphi, dz, deta, phi slope, z0 of its segments)")
@@ -77,42 +85,46 @@ def graph_flags(p: argparse.ArgumentParser, default: str) -> None:
     g.add_argument("--map-workers", type=int_range(1), default=1,
                    help="processes reading --train-events to learn the map (default 1)")
     g.add_argument("--window-margin", type=float_range(0.0), default=None,
-                   help="apply the map's windows, widened by this fraction of their width")
+                   help=carried("apply the map's windows, widened by this fraction of "
+                                "their width", "no windows"))
     g.add_argument("--window-count-margin", type=float_range(0.0), default=None,
-                   help="widen each window by this many widths / segments seen (default 0)")
+                   help=carried("widen each window by this many widths / segments seen",
+                                "0"))
     g.add_argument("--window-min-count", type=int_range(1), default=None,
-                   help="pairs seen fewer times get no window, only the global cuts "
-                        "(default 1)")
+                   help=carried("pairs seen fewer times get no window, only the global "
+                                "cuts", "1"))
 
 
 def reco_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scoring and track building (default: the model's settings)")
-    g.add_argument("--cut", type=float_range(0.0, 1.0), help="edge score cut (default 0.5)")
+    g.add_argument("--cut", type=float_range(0.0, 1.0),
+                   help=carried("edge score cut", "0.5"))
     g.add_argument("--method", choices=TRACK_METHODS,
-                   help="track building (default components; triplets: junctions resolved "
-                        "by edge score and helix geometry)")
-    g.add_argument("--min-track-hits", type=int_range(1), default=None, help="drop shorter "
-                   "tracks (default: keep all; 5 drops most fragments, which count as fakes)")
+                   help=carried("track building (triplets: junctions resolved by edge score "
+                                "and helix geometry)", "components"))
+    g.add_argument("--min-track-hits", type=int_range(1), default=None,
+                   help=carried("drop shorter tracks (5 drops most fragments, which count as "
+                                "fakes)", "keep all"))
     g.add_argument("--precision", choices=SCORING_PRECISIONS, default=None,
-                   help="edge scoring precision: bf16 runs the network's message passing in "
-                        "bfloat16 (faster on CPUs with AMX and on GPUs; default: the "
-                        "model's, else fp32)")
+                   help=carried("edge scoring precision: bf16 runs the network's message "
+                                "passing in bfloat16 (faster on CPUs with AMX and on GPUs)",
+                                "fp32"))
     g.add_argument("--max-sample-nodes", type=int_range(1), default=None,
-                   help="score ShaDow subgraphs of at most this many hits instead of whole "
-                        "events: bounded memory, many times slower (default: whole events)")
+                   help=carried("score ShaDow subgraphs of at most this many hits instead "
+                                "of whole events: bounded memory, many times slower",
+                                "whole events"))
     g.add_argument("--min-layers", type=int_range(1), default=None,
-                   help="drop tracks crossing fewer distinct layers (default: the model's, "
-                        "else 1)")
+                   help=carried("drop tracks crossing fewer distinct layers", "1"))
     g.add_argument("--extend-cut", type=float_range(0.0, 1.0), default=None,
-                   help="walkthrough: extend chain ends with free hits through edges down "
-                        "to this score (default: no extension)")
+                   help=carried("walkthrough: extend chain ends with free hits through "
+                                "edges down to this score", "no extension"))
     g.add_argument("--bridge-misfit", type=float_range(0.0, lo_open=True), default=None,
-                   help="triplets: join chains too short alone across a missing segment "
-                        "(no edge) where the helix fits up to this misfit (default: the "
-                        "model's, else no bridging)")
+                   help=carried("triplets: join chains too short alone across a missing "
+                                "segment (no edge) where the helix fits up to this misfit",
+                                "no bridging"))
     g.add_argument("--merge-cut", type=float_range(0.0, 1.0), default=None,
-                   help="walkthrough: merge pieces whose end and start an edge of at least "
-                        "this score joins (default: no merging)")
+                   help=carried("walkthrough: merge pieces whose end and start an edge of "
+                                "at least this score joins", "no merging"))
 
 
 def target_config(args: argparse.Namespace) -> Any:

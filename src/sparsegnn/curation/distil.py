@@ -8,9 +8,9 @@ distribution. Training is :func:`sparsegnn.train.fit` (Adam, early stopping on t
 validation accuracy over categories) with a task whose loss sums the heads.
 
 A graph student (``mixing="learnt"``) is trained next to a text-only student of the same
-size, and each category's mix of the two is then chosen on the validation documents
-(:class:`~sparsegnn.curation.student.TextFallback`), so the annotator falls back to the
-text wherever the document graph does not help.
+size, and each category's mix of the two is then chosen out of fold on every teacher
+label (:mod:`sparsegnn.curation.mix_choice`), so the annotator falls back to the text
+wherever the labels do not show that the document graph helps.
 
 The student's inputs and network are built by :mod:`sparsegnn.curation.student_build`;
 an epoch's task and loss, and the minibatch epoch, are :mod:`sparsegnn.curation.distil_task`.
@@ -32,14 +32,20 @@ from sparsegnn.curation.distil_task import DistilTask, sampled_epoch
 from sparsegnn.curation.document_store import DOCUMENTS_FILE, check_store
 from sparsegnn.curation.ingest import iter_texts
 from sparsegnn.curation.labels import CategoryLabels, LabelSet
+from sparsegnn.curation.mix_choice import (
+    MIN_DOCUMENTS,
+    MixChoice,
+    choose_mix,
+    fold_positions,
+    share_gains,
+    text_only_choice,
+)
 from sparsegnn.curation.schema import Schema
 from sparsegnn.curation.student import (
-    ALPHAS,
     DocumentGraph,
     GraphStudent,
     StudentConfig,
     TextFallback,
-    mix_log_probs,
 )
 from sparsegnn.curation.student_build import (
     Featurizer,
@@ -103,7 +109,7 @@ class Annotator:
         if not path.is_file():
             raise DataFormatError(f"{path}: no such annotator file; train one with "
                                   "`sparsegnn curate distil`")
-        saved = read_checkpoint(path)
+        saved = read_checkpoint(path, what="annotator file")
         kind = saved.fingerprint.get("kind")
         if kind != _KIND:
             raise DataFormatError(f"{path}: not an annotator saved by `curate distil` (a "
@@ -178,6 +184,7 @@ class DistilResult:
     epochs_run: int
     train_seconds: float
     history: list[EpochStats]
+    mix: dict[str, MixChoice]  # per category, a graph student's share; empty for one model
 
 
 def distil(
@@ -235,15 +242,18 @@ def distil(
                   logdir=logdir)
     if isinstance(model, TextFallback):
         text_ckpt = None if checkpoint is None else Path(f"{checkpoint}.text")
-        fit(model.text, replace(task, adj=None), None, text_config(cfg), text_ckpt)
+        text_state = fit(model.text, replace(task, adj=None), None, text_config(cfg),
+                         text_ckpt)
         state = fit(model.graph, task, raw, cfg, checkpoint)
-        best = choose_alpha(model, task)
+        mix = _cross_fit(model, task, raw, cfg,
+                         (text_state.best_epoch + 1, state.best_epoch + 1), fit)
+        best = _mixed_val_accuracy(model, task)
     else:
         state = fit(model, task, raw, cfg, checkpoint)
-        best = state.best_score
+        best, mix = state.best_score, {}
     annotator = Annotator(model.eval(), featurizer, classes, schema, cfg, labels)
     return DistilResult(annotator, best, state.epoch, time.perf_counter() - start,
-                        state.history)
+                        state.history, mix)
 
 
 def _heads(model: GraphStudent | TextFallback) -> dict[str, slice]:
@@ -271,29 +281,73 @@ def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None
                       score=lambda s: s.val_accuracy, stamp=stamp, role=LoopRole(desc="distil"))
 
 
+def _cross_fit(model: TextFallback, task: DistilTask, raw: dict[str, CSRMatrix] | None,
+               cfg: StudentConfig, epochs: tuple[int, int], fit: Any) -> dict[str, MixChoice]:
+    """Set each category's graph share from out-of-fold predictions on every teacher label
+    (:mod:`sparsegnn.curation.mix_choice`); the choices, with their measured gains."""
+    rows = torch.cat([task.rows["train"], task.rows["val"]])
+    targets = {c: torch.cat([task.targets["train"][c], task.targets["val"][c]])
+               for c in task.heads}
+    if len(rows) < MIN_DOCUMENTS:
+        choices = {c: text_only_choice(c, len(rows)) for c in task.heads}
+    else:
+        text, graph = _out_of_fold(task, raw, cfg, epochs, fit, rows, targets)
+        choices = {c: choose_mix(c, share_gains(text[:, cols], graph[:, cols],
+                                                targets[c].argmax(1)), len(rows), cfg.share_z)
+                   for c, cols in task.heads.items()}
+    for i, c in enumerate(task.heads):
+        model.alpha[i] = choices[c].graph_share
+    return choices
+
+
+def _out_of_fold(task: DistilTask, raw: dict[str, CSRMatrix] | None, cfg: StudentConfig,
+                 epochs: tuple[int, int], fit: Any, rows: torch.Tensor,
+                 targets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Text and graph logits of each labelled row from a pair trained without its fold,
+    for the epochs early stopping chose in the main run (no fold sees its own labels)."""
+    width = sum(s.stop - s.start for s in task.heads.values())
+    text, graph = torch.empty(len(rows), width), torch.empty(len(rows), width)
+    heads = {c: s.stop - s.start for c, s in task.heads.items()}
+    quiet = {"progress": False, "logdir": None, "resume": False}
+    for fold in fold_positions(len(rows), cfg.share_folds, cfg.seed):
+        keep = np.setdiff1d(np.arange(len(rows)), fold)
+        sub = replace(task, adj=_without_labels_of(task.adj, rows[fold]),
+                      rows={"train": rows[keep]},
+                      targets={"train": {c: t[keep] for c, t in targets.items()}})
+        pair = build_model(cfg, heads, cfg.seed)
+        assert isinstance(pair, TextFallback)
+        fit(pair.text, replace(sub, adj=None), None,
+            replace(text_config(cfg), epochs=epochs[0], patience=epochs[0]), None, **quiet)
+        fit(pair.graph, sub, raw, replace(cfg, epochs=epochs[1], patience=epochs[1]), None,
+            **quiet)
+        pair.eval()
+        with torch.no_grad():
+            text[fold] = pair.text(task.x, None)[rows[fold]]
+            graph[fold] = pair.graph(task.x, sub.adj)[rows[fold]]
+    return text, graph
+
+
+def _without_labels_of(graph: DocumentGraph | None, rows: torch.Tensor
+                       ) -> DocumentGraph | None:
+    """The operators with the label inputs of ``rows`` removed (a held-out fold)."""
+    if graph is None or graph.labels is None:
+        return graph
+    labels = graph.labels.clone()
+    labels[rows] = 0.0
+    return replace(graph, labels=labels)
+
+
 @torch.no_grad()
-def choose_alpha(model: TextFallback, task: DistilTask) -> float:
-    """Set each category's graph share to the :data:`ALPHAS` value with the best validation
-    accuracy (ties go to the smaller share: the text unless the graph shows it helps);
-    returns the mean validation accuracy over categories at the chosen shares."""
+def _mixed_val_accuracy(model: TextFallback, task: DistilTask) -> float:
+    """Mean validation accuracy over categories at the chosen shares."""
     model.eval()
-    rows = task.rows["val"]
-    text = model.text(task.x, None)[rows]
-    graph = model.graph(task.x, task.adj)[rows]
-    best = []
-    for i, (c, cols) in enumerate(task.heads.items()):
-        truth = task.targets["val"][c].argmax(1)
-        accs = [float((mix_log_probs(text[:, cols], graph[:, cols], a).argmax(1) == truth)
-                      .float().mean()) for a in ALPHAS]
-        pick = int(np.argmax(accs))  # the first maximum: the smallest share
-        model.alpha[i] = ALPHAS[pick]
-        best.append(accs[pick])
-    return float(np.mean(best))
+    out = model.classify(model.propagate(model.encode(task.x), task.adj))
+    return task.accuracy(torch.cat(list(out.values()), dim=1), "val")
 
 
 def _model_fields(cfg: StudentConfig) -> dict[str, Any]:
     """The student's settings a checkpoint must match (not epochs, rates or patience)."""
-    free = {"epochs", "lr", "weight_decay", "patience"}
+    free = {"epochs", "lr", "weight_decay", "patience", "share_folds", "share_z"}
     return {k: v for k, v in cfg.to_dict().items() if k not in free}
 
 

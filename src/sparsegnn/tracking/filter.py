@@ -242,7 +242,7 @@ def save_filter(path: str | Path, filt: EdgeFilter) -> None:
 
 def load_filter(path: str | Path) -> EdgeFilter:
     """A filter written by :func:`save_filter` (plain data only: no code runs on load)."""
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, what="filter file")
     if ckpt.fingerprint.get("kind") != FILTER_KIND:
         raise DataFormatError(f"{path} is not an edge filter (write one with 'track "
                               "train-filter')")

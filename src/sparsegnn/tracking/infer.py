@@ -177,7 +177,7 @@ def load_model(path: str | Path, device: torch.device | str = "cpu") -> Interact
 
 def load_track_model(path: str | Path, device: torch.device | str = "cpu") -> TrackModel:
     """A model file with everything it carries (see :class:`TrackModel`)."""
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, what="model file")
     kind = ckpt.fingerprint.get("kind")
     if kind not in (MODEL_KIND, TRAIN_KIND):
         raise DataFormatError(f"{path} is a {kind or 'untyped'} file, not an Interaction "

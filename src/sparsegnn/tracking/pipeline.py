@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -60,11 +61,18 @@ MIN_TRACK_HITS_CHOICES = (5, 6, 7)
 
 @dataclass(frozen=True)
 class EventReco:
-    """One event's reconstruction: its graph, edge scores and tracks."""
+    """One event's reconstruction: its graph, edge scores and tracks, and the seconds
+    each stage took (:data:`STAGES`; a graph given to :meth:`Reconstruction.run` took 0)."""
 
     graph: HitGraph
     scores: EdgeScores
     tracks: Tracks
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+# The timed stages of one event: graph construction (and the filter), edge scoring,
+# track building.
+STAGES = ("graph", "score", "build")
 
 
 @dataclass
@@ -139,11 +147,20 @@ class Reconstruction:
         geometry = None if event is None else HitGeometry.from_event(event)
         return build_tracks(scores, self.config.building, geometry)
 
-    def run(self, event: Event, graph: HitGraph | None = None) -> EventReco:
-        """Every stage on ``event`` (from ``graph`` when given, else building it)."""
+    def run(self, event: Event, graph: HitGraph | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> EventReco:
+        """Every stage on ``event`` (from ``graph`` when given, else building it), each
+        timed by ``clock``."""
+        marks = [clock()]
         graph = self.graph(event) if graph is None else graph
+        marks.append(clock())
         scores = self.score(graph)
-        return EventReco(graph, scores, self.build(scores, event))
+        marks.append(clock())
+        tracks = self.build(scores, event)
+        marks.append(clock())
+        return EventReco(graph, scores, tracks,
+                         {name: b - a for name, a, b in zip(STAGES, marks, marks[1:],
+                                                            strict=False)})
 
     def measure(self, event: Event, reco: EventReco) -> EventResult:
         """``reco``'s edges (at the cut) and tracks against ``event``'s truth."""
@@ -232,6 +249,7 @@ class Evaluation:
 
     results: list[EventResult]
     seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def tracks(self) -> TrackMetrics:
@@ -241,6 +259,10 @@ class Evaluation:
     @property
     def seconds_per_event(self) -> float:
         return self.seconds / max(len(self.results), 1)
+
+    def timing(self) -> dict[str, Any]:
+        """Seconds per event, in all and by stage, for ``--json``."""
+        return per_event_timing(self.seconds, self.stage_seconds, len(self.results))
 
     def edges(self) -> dict[str, float]:
         return edge_summary(self.results)
@@ -258,14 +280,31 @@ def evaluate_events(reco: Reconstruction, events: Sequence[Event],
     from tqdm.auto import tqdm
 
     results, seconds = [], 0.0
+    stages = dict.fromkeys(STAGES, 0.0)
     given = [None] * len(events) if graphs is None else list(graphs)
     for ev, graph in tqdm(list(zip(events, given, strict=True)), desc="reconstruct",
                           unit="event", disable=None if progress else True):
         start = clock()
-        out = reco.run(ev, graph)
+        out = reco.run(ev, graph, clock)
         seconds += clock() - start
+        for name, took in out.seconds.items():
+            stages[name] += took
         results.append(reco.measure(ev, out))
-    return Evaluation(results, seconds)
+    return Evaluation(results, seconds, stages)
+
+
+def per_event_timing(seconds: float, stages: dict[str, float], events: int) -> dict[str, Any]:
+    """``seconds_per_event`` and ``stage_seconds_per_event`` (graph, score, build) of a
+    reconstruction that took ``seconds`` (``stages``: by stage) on ``events`` events."""
+    n = max(events, 1)
+    return {"seconds_per_event": seconds / n,
+            "stage_seconds_per_event": {k: v / n for k, v in stages.items()}}
+
+
+def timing_line(timing: dict[str, Any]) -> str:
+    """The human form of :func:`per_event_timing`."""
+    parts = ", ".join(f"{k} {v:.3f}" for k, v in timing["stage_seconds_per_event"].items())
+    return f"{timing['seconds_per_event']:.3f} s/event ({parts})"
 
 
 def tune_and_evaluate(reco: Reconstruction, tune_events: Sequence[Event],

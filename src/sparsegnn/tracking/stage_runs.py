@@ -16,7 +16,13 @@ from typing import Any
 from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.hit_graph import HitGraph
 from sparsegnn.tracking.metrics import COUNTED_TRACK_HITS
-from sparsegnn.tracking.pipeline import Reconstruction, graph_summary
+from sparsegnn.tracking.pipeline import (
+    STAGES,
+    Reconstruction,
+    graph_summary,
+    per_event_timing,
+    timing_line,
+)
 from sparsegnn.tracking.stage_outputs import (
     GRAPHS_FORMAT,
     TRACKS_FORMAT,
@@ -55,14 +61,16 @@ class ReconstructOutcome:
     out: Path
     settings: dict[str, Any]
     events: list[EventTracks]
+    timing: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "settings": self.settings,
                 "events": [{"event": e.event, "num_tracks": e.num_tracks}
-                           for e in self.events]}
+                           for e in self.events], **self.timing}
 
     def summary(self) -> str:
-        return f"tracks of {len(self.events)} events -> {self.out}"
+        return (f"tracks of {len(self.events)} events -> {self.out}\n"
+                f"reconstruction: {timing_line(self.timing)}")
 
 
 def reconstruct(request: ReconstructRequest) -> ReconstructOutcome:
@@ -70,16 +78,20 @@ def reconstruct(request: ReconstructRequest) -> ReconstructOutcome:
     with a manifest of the settings used, which ``track evaluate --tracks`` reads."""
     reco, graphs = request.reco, request.graphs
     settings = reco.config.to_dict()
-    counts = []
+    counts, stages = [], dict.fromkeys(STAGES, 0.0)
     with output_folder(request.out, TRACKS_FORMAT) as (tmp, manifest):
         for i, ev in enumerate(request.events):
-            tracks = reco.run(ev, None if graphs is None else graphs[i]).tracks
+            done = reco.run(ev, None if graphs is None else graphs[i])
+            for name, took in done.seconds.items():
+                stages[name] += took
+            tracks = done.tracks
             write_tracks(tmp / tracks_file(ev.name), ev, tracks)
             counts.append(EventTracks(ev.name,
                                       int((tracks.sizes() >= COUNTED_TRACK_HITS).sum())))
         manifest([tracks_file(c.event) for c in counts], settings=settings,
                  model=request.model, graphs=request.graphs_source)
-    return ReconstructOutcome(request.out, settings, counts)
+    timing = per_event_timing(sum(stages.values()), stages, len(counts))
+    return ReconstructOutcome(request.out, settings, counts, timing)
 
 
 @dataclass(frozen=True)

@@ -199,40 +199,42 @@ def require_fingerprint(path: Path, found: Mapping[str, Any], expected: Fingerpr
         )
 
 
-def read_checkpoint(path: str | Path) -> Checkpoint:
+def read_checkpoint(path: str | Path, what: str = "checkpoint") -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint`, refusing anything else.
 
     Only tensors and plain data are unpickled (``weights_only=True``); a file that needs
     any other object is refused without running it. A file that is not the zip archive
     ``torch.save`` writes (truncated, or garbage) is refused before torch reads it at all:
     torch would take it for a legacy pickle and blame an "unsupported operand", which
-    reads like a crafted file rather than a broken one.
+    reads like a crafted file rather than a broken one. ``what`` names the file in
+    errors as its user knows it (``model file`` for a finished model).
     """
     path = Path(path)
     if not path.is_file():
-        raise DataFormatError(f"checkpoint {path} does not exist")
+        raise DataFormatError(f"{what} {path} does not exist")
     if not zipfile.is_zipfile(path):
-        raise DataFormatError(f"checkpoint {path}: corrupt or truncated (not the zip archive "
+        raise DataFormatError(f"{what} {path}: corrupt or truncated (not the zip archive "
                               "torch.save writes); nothing was loaded")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several unrelated types for corrupt files
-        raise DataFormatError(f"checkpoint {path}: {_load_failure(err)}") from err
+        raise DataFormatError(f"{what} {path}: {_load_failure(err)}") from err
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise DataFormatError(f"{path} is not a sparsegnn checkpoint (no '{FORMAT}' header)")
+        raise DataFormatError(f"{path} is not a sparsegnn {what} (no '{FORMAT}' header)")
     if payload.get("version") != FORMAT_VERSION:
+        redo = "start without --resume" if what == "checkpoint" else "write it again"
         raise DataFormatError(
-            f"checkpoint {path} has format version {payload.get('version')}; this sparsegnn "
-            f"reads version {FORMAT_VERSION} (start without --resume)"
+            f"{what} {path} has format version {payload.get('version')}; this sparsegnn "
+            f"reads version {FORMAT_VERSION} ({redo})"
         )
     state, fingerprint = payload.get("state"), payload.get("fingerprint")
     if not isinstance(state, dict) or not isinstance(fingerprint, dict):
-        raise DataFormatError(f"checkpoint {path} is corrupt (no state or fingerprint)")
+        raise DataFormatError(f"{what} {path} is corrupt (no state or fingerprint)")
     found = content_hash(state)
     if found != payload.get("checksum"):
         raise DataFormatError(
-            f"checkpoint {path} is corrupt: its content hashes to {found[:16]}, the file "
-            f"recorded {str(payload.get('checksum'))[:16]}; it was not resumed"
+            f"{what} {path} is corrupt: its content hashes to {found[:16]}, the file "
+            f"recorded {str(payload.get('checksum'))[:16]}; nothing was loaded"
         )
     return Checkpoint(path, fingerprint, state)
 
