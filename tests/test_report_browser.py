@@ -63,6 +63,35 @@ def test_train_report_renders_every_plot(browser: Any, tmp_path: Path) -> None:
     assert "test_accuracy" in page.read_text() and "Configuration" in page.read_text()
 
 
+def test_report_opens_on_the_curves(browser: Any, tmp_path: Path) -> None:
+    """At 1280x900 the first screen shows the loss and accuracy curves, drawn; the
+    confusion matrix names Cora's classes; memory reads in MiB; the settings table lists
+    the options typed, not every default."""
+    page = tmp_path / "cora.html"
+    assert main(["train", "--dataset", "cora", "--epochs", "4", "--lr", "0.02", "--device",
+                 "cpu", "--report", str(page)]) == 0
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        browser.get(page.as_uri())
+        shot = Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("L")
+        assert shot.size == (1280, 900)
+        for fig_id in ("plot-loss", "plot-accuracy"):
+            box = browser.execute_script(
+                "const r = document.querySelector(`#${arguments[0]} img`)"
+                ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom];", fig_id)
+            assert box[0] >= 0 and box[1] >= 0 and box[2] <= 1280 and box[3] <= 900, fig_id
+            low, high = shot.crop(tuple(round(v) for v in box)).getextrema()
+            assert high - low > 100, fig_id  # drawn, not blank
+        confusion = browser.find_element("css selector", "#plot-confusion img")
+        assert "Neural_Networks" in confusion.get_attribute("alt")
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    text = page.read_text()
+    assert "<th>--lr</th>" in text and "<th>--hidden</th>" not in text
+    assert re.search(r"<th>peak_memory_bytes</th><td>[0-9.]+ MiB</td>", text)
+
+
 def test_report_of_a_run_on_ranks_with_tracking_figures(browser: Any, tmp_path: Path) -> None:
     """Every kind of plot at once: per-rank bytes and memory, efficiency vs pT and eta."""
     history = [{"epoch": i, "loss": 1.0 / (i + 1), "val_accuracy": 0.5 + 0.05 * i,

@@ -225,6 +225,31 @@ def _check_bounds(value: float, lo: float | None, hi: float | None, text: str) -
         raise argparse.ArgumentTypeError(f"must be <= {hi}, got {text}")
 
 
+# Options about watching or printing a run, not about the run itself.
+_NOT_SETTINGS = {"help", "json", "history", "logdir", "name", "report", "progress", "verbose"}
+
+
+def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                    argv: list[str]) -> dict[str, Any]:
+    """The options the user typed for the command (by dest, with their parsed values),
+    not the ones argparse filled with defaults: what a run report lists as its settings."""
+    typed = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+    return {a.dest: getattr(args, a.dest, None) for a in _command_parser(parser, args)._actions
+            if a.dest not in _NOT_SETTINGS and typed & set(a.option_strings)}
+
+
+def _command_parser(parser: argparse.ArgumentParser,
+                    args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)sub-parser that parsed the command ``args`` holds (``track train``)."""
+    while True:
+        sub = next((a for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = None if sub is None else getattr(args, sub.dest, None)
+        if sub is None or chosen not in sub.choices:
+            return parser
+        parser = sub.choices[chosen]
+
+
 def emit(args: argparse.Namespace, result: Mapping[str, Any], summary: str) -> int:
     """Print the human summary; with --json, the result as the last stdout line."""
     print(summary)
@@ -237,6 +262,8 @@ def emit(args: argparse.Namespace, result: Mapping[str, Any], summary: str) -> i
 # Result keys holding curves (the per-epoch history, each fold's for graph classification,
 # the test ROC of link prediction): in --json only with --history; reports draw them.
 HISTORY_KEYS = ("history", "losses", "fold_history", "test_roc")
+# What the report and run.json carry beside the figures; --json leaves it out.
+_REPORT_ONLY = ("settings",)
 
 
 def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],
@@ -246,6 +273,8 @@ def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],
     ``--report`` page, then :func:`emit`, without the per-epoch history unless
     ``--history`` asks for it: a log reader wants the final figures, not every epoch."""
     plain = _plain(result)
+    if getattr(args, "settings", None) is not None:
+        plain["settings"] = _plain(args.settings)
     if args.logdir is not None:
         plain["logdir"] = str(args.logdir)
         _log_final(args.logdir, plain)
@@ -254,8 +283,8 @@ def finish_run(args: argparse.Namespace, title: str, result: Mapping[str, Any],
 
         write_report(args.report, title, plain)
         summary += f"\nreport: {args.report}"
-    shown = plain if args.history else {k: v for k, v in plain.items()
-                                        if k not in HISTORY_KEYS}
+    hidden = _REPORT_ONLY if args.history else (*HISTORY_KEYS, *_REPORT_ONLY)
+    shown = {k: v for k, v in plain.items() if k not in hidden}
     return emit(args, shown, summary)
 
 

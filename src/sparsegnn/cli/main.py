@@ -13,6 +13,7 @@ import logging
 import sys
 from typing import NoReturn
 
+from sparsegnn.cli.common import chosen_settings
 from sparsegnn.errors import InvalidValueError, SparseGNNError
 
 # Subcommand modules, imported lazily so `sparsegnn --help` stays fast.
@@ -55,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    args.settings = chosen_settings(parser, args, argv)
     _configure_logging(args.verbose)
     try:
         _separate_runs(args)

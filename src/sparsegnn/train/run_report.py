@@ -1,16 +1,20 @@
 """A training run as one static HTML page (``--report run.html``).
 
 The page is meant to be mailed, attached to a CI job or opened years later, so it holds
-everything itself: tables of the configuration and the final figures, and plots drawn by
-matplotlib as PNG images inlined in base64. It references nothing on a network, and its
-Content-Security-Policy forbids the browser from fetching anything at all (no scripts,
-no remote images, fonts or styles), so a page that renders offline renders anywhere.
+everything itself: plots drawn by matplotlib as PNG images inlined in base64, and tables of
+the final figures (sizes in KiB/MiB/GiB) and of the settings the user chose. It
+references nothing on a network, and its Content-Security-Policy forbids the browser from
+fetching anything at all (no scripts, no remote images, fonts or styles), so a page that
+renders offline renders anywhere.
 
-Which plots appear depends on what the run recorded: loss, accuracy (or AUC) curves and
+It opens on what a reader looks at first, the loss and accuracy curves, side by side on
+one screen; the tables and the other plots follow. Which plots appear depends on what the
+run recorded: loss, accuracy (or AUC) curves and
 epoch times from the per-epoch history, bytes sent and peak memory per rank for runs on
 ranks, a confusion matrix where the run computed one (node and graph classification),
-the test ROC curve and Hits@K of link prediction, tracking efficiency against pT and eta
-where a tracking command measured it.
+(its axes labelled with the data set's class names where it has them), the test ROC
+curve and Hits@K of link prediction, tracking efficiency against pT and eta where a
+tracking command measured it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from sparsegnn.optional import pyplot
 from sparsegnn.train.eventlog import rank_scalars
 
 # Result keys that are drawn or tabulated on their own, not listed as figures.
-_NOT_FIGURES = {"history", "losses", "config"}
+_NOT_FIGURES = {"history", "losses", "config", "settings", "class_names"}
+# The plots of the first screen: the curves a reader opens the page for.
+_FIRST = ("plot-loss", "plot-accuracy", "plot-auc")
 _POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; max-width: 72em; color: #222; }
@@ -52,18 +58,34 @@ def write_report(path: str | Path, title: str, result: Mapping[str, Any]) -> Pat
 
 
 def render(title: str, result: Mapping[str, Any]) -> str:
-    """The whole page as a string."""
+    """The whole page as a string: the curves first, then the tables and other plots."""
     figures = plots(result)
+    first = [f for f in figures if f[0] in _FIRST]
+    rest = [f for f in figures if f[0] not in _FIRST]
     body = [f"<h1>{html.escape(title)}</h1>",
-            "<h2>Metrics</h2>", _table(_figures(result)),
-            "<h2>Configuration</h2>", _table(_flatten(result.get("config") or {})),
-            "<h2>Plots</h2>", '<div class="plots">', *map(_figure_html, figures), "</div>"]
+            '<div class="plots">', *map(_figure_html, first), "</div>",
+            "<h2>Metrics</h2>", _table(_figures(result)), *_settings(result)]
+    if rest:
+        body += ["<h2>Plots</h2>", '<div class="plots">', *map(_figure_html, rest), "</div>"]
     if not figures:
         body.append("<p>This run recorded nothing to plot.</p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_POLICY}">'
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
             "<body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def _settings(result: Mapping[str, Any]) -> list[str]:
+    """The settings the user chose (``settings``: the options typed on the command line),
+    else the whole configuration; every setting stays in the run's JSON."""
+    chosen = result.get("settings")
+    if chosen is None:
+        return ["<h2>Configuration</h2>", _table(_flatten(result.get("config") or {}))]
+    note = ("<p>Options given on the command line; the rest kept their defaults (every "
+            "setting is under <code>config</code> in the run's JSON).</p>")
+    rows = {f"--{k.replace('_', '-')}": v for k, v in chosen.items()}
+    return ["<h2>Configuration</h2>", note,
+            _table(rows) if rows else "<p>None: every setting at its default.</p>"]
 
 
 def plots(result: Mapping[str, Any]) -> list[Figure]:
@@ -86,7 +108,8 @@ def _candidates(result: Mapping[str, Any], history: list[Mapping[str, Any]]
                 ) -> list[tuple[str, str, Callable[[Any], bool]]]:
     ranks = rank_scalars(result)
     found: list[tuple[str, str, Callable[[Any], bool]]] = [
-        ("plot-loss", "Training loss per epoch", lambda ax: _curves(ax, history, ["loss"])),
+        ("plot-loss", "Loss per epoch (training; validation where recorded)",
+         lambda ax: _curves(ax, history, ["loss", "val_loss"])),
         ("plot-accuracy", "Accuracy per epoch",
          lambda ax: _curves(ax, history, _accuracy_fields(history))),
         ("plot-auc", "Validation AUC per epoch",
@@ -101,8 +124,10 @@ def _candidates(result: Mapping[str, Any], history: list[Mapping[str, Any]]
                       lambda ax, v=values, n=name: _bars(ax, v, n)))
     confusion = result.get("test_confusion")
     if confusion:
+        names = result.get("class_names")
+        classes = f"; classes {', '.join(names)}" if names else ""
         found.append(("plot-confusion", "Confusion matrix (test split; rows true, "
-                      "columns predicted)", lambda ax: _matrix(ax, confusion)))
+                      f"columns predicted{classes})", lambda ax: _matrix(ax, confusion, names)))
     roc = result.get("test_roc")
     if roc:
         found.append(("plot-roc", f"ROC curve (test split; AUC {result.get('test_auc', 0):.4f})",
@@ -144,15 +169,25 @@ def _curves(ax: Any, history: list[Mapping[str, Any]], keys: Sequence[str],
 
 
 def _bars(ax: Any, values: Sequence[float], name: str) -> bool:
+    label = name.replace("_", " ")
+    if "bytes" in name:
+        unit = _byte_unit(max(values, default=0))
+        values = [v / 2 ** (10 * _UNITS.index(unit)) for v in values]
+        label = f"{label.replace(' bytes', '')} ({unit})"
     ax.bar(range(len(values)), values, color="#4c72b0")
     ax.set_xlabel("rank")
-    ax.set_ylabel(name.replace("_", " "))
+    ax.set_ylabel(label)
     ax.set_xticks(range(len(values)))
     return True
 
 
-def _matrix(ax: Any, counts: Sequence[Sequence[int]]) -> bool:
+def _matrix(ax: Any, counts: Sequence[Sequence[int]],
+            names: Sequence[str] | None = None) -> bool:
     image = ax.imshow(counts, cmap="Blues")
+    if names is not None and len(names) == len(counts):
+        ticks = range(len(names))
+        ax.set_xticks(ticks, names, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(ticks, names, fontsize=7)
     ax.figure.colorbar(image, ax=ax)
     if len(counts) <= _ANNOTATED_CLASSES:
         top = max(max(row) for row in counts) or 1
@@ -234,8 +269,35 @@ def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _table(rows: Mapping[str, Any]) -> str:
-    cells = "".join(f"<tr><th>{html.escape(k)}</th>{_cell(v)}</tr>" for k, v in rows.items())
+    cells = "".join(f"<tr><th>{html.escape(k)}</th>{_cell(_table_value(k, v))}</tr>"
+                    for k, v in rows.items())
     return f"<table>{cells}</table>"
+
+
+def _table_value(key: str, value: Any) -> Any:
+    """Byte counts (a name with ``bytes`` in it) in KiB/MiB/GiB, other values as they are."""
+    if "bytes" in key.rsplit(".", 1)[-1] and _finite(value):
+        return human_bytes(value)
+    return value
+
+
+_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB")
+
+
+def _byte_unit(n: float) -> str:
+    power = 0
+    while abs(n) >= 1024 and power < len(_UNITS) - 1:
+        n /= 1024
+        power += 1
+    return _UNITS[power]
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes as people read them: ``812 bytes``, ``3.4 MiB``, ``1.25 GiB``."""
+    unit = _byte_unit(n)
+    if unit == "bytes":
+        return f"{n:,.0f} bytes"
+    return f"{n / 2 ** (10 * _UNITS.index(unit)):.3g} {unit}"
 
 
 def _cell(value: Any) -> str:

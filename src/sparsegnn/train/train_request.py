@@ -178,12 +178,22 @@ def _fullgraph(request: TrainRequest) -> TrainOutcome:
         graph.x = graph.x.to(cfg.feature_dtype)
     _, result = train_single(graph, cfg, device)
     out = {"dataset": graph.name, "model": cfg.model, "device": device,
-           **result.to_dict(), "config": plain_config(cfg)}
+           **result.to_dict(), **_class_names(graph, result.test_confusion),
+           "config": plain_config(cfg)}
     ogb = _ogb_metrics(graph, result)
     if ogb is not None:
         out["ogb_evaluator"] = ogb
     return TrainOutcome(title(graph.name, cfg.model), out,
                         fullgraph_summary(graph.name, cfg.model, result) + ogb_line(out))
+
+
+def _class_names(graph: GraphData, confusion: list[list[int]] | None) -> dict[str, list[str]]:
+    """``class_names`` beside a confusion matrix, where the data set names its classes
+    (Cora's seven topics): the report labels the matrix with them."""
+    names = graph.class_names
+    if confusion is None or not names or len(names) != len(confusion):
+        return {}
+    return {"class_names": list(names)}
 
 
 def _ogb_metrics(graph: GraphData, result: TrainResult) -> dict[str, dict[str, float]] | None:
@@ -205,7 +215,7 @@ def _minibatch(request: TrainRequest, mb: MinibatchConfig) -> TrainOutcome | Non
     cfg = request.cfg
     check_minibatch_model(cfg.model)
     r, graph = request.ranks, training_graph(request)
-    name = graph.name
+    name, class_names = graph.name, graph.class_names
     world, comm, extra = 1, None, {}
     if world_size(request) > 1:
         if r.max_rank_memory_gib is not None:
@@ -232,6 +242,8 @@ def _minibatch(request: TrainRequest, mb: MinibatchConfig) -> TrainOutcome | Non
     out = {"dataset": name, "model": cfg.model, "mode": "minibatch",
            "device": request.device, "world_size": world, **extra, **summary,
            "minibatch": asdict(mb), "config": plain_config(cfg)}
+    if class_names and len(class_names) == len(summary.get("test_confusion") or []):
+        out["class_names"] = list(class_names)
     if comm is not None:
         out["comm_bytes"] = comm
     return TrainOutcome(title(name, cfg.model, f", {mb.sampler} minibatches"), out,
