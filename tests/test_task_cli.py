@@ -120,7 +120,7 @@ def test_rgcn_on_a_typed_graph(capsys):
     (["train", "--model", "rgcn", "--dataset", "cora"], "typed graph"),
     (["train", "--dataset", HSBM], "--model rgcn"),
     (["train", "--task", "link", "--dataset", HSBM], "--model rgcn"),
-    (["train", "--task", "graph", "--nprocs", "2"], "drop --nprocs"),
+    (["train", "--task", "graph", "--mode", "minibatch"], "drop --mode minibatch"),
     (["train", "--model", "rgcn", "--dataset", HSBM, "--nprocs", "2", "--topology",
       "partitioned"], "drop --topology partitioned"),
 ])

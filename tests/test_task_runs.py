@@ -181,3 +181,14 @@ def test_json_leaves_curves_to_history(capsys, tmp_path):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "fold_history" not in result and "history" not in result
     assert {"test_accuracy", "test_accuracy_std", "test_confusion"} <= result.keys()
+
+
+def test_graph_task_on_two_ranks(capsys, tmp_path):
+    argv = [*_graph(_write_tu(tmp_path / "TOY")), "--folds", "2", "--epochs", "1",
+            "--nprocs", "2"]
+    result = _run(capsys, argv)
+    assert result["ranks"] == 2 and len(result["bytes_sent_per_rank"]) == 2
+    assert all(b > 0 for b in result["bytes_sent_per_rank"])
+    assert sum(map(sum, result["test_confusion"])) == 24
+    line = _refused(capsys, [*argv, "--algo", "2d"])
+    assert "drop --algo" in line

@@ -42,7 +42,8 @@ def run_task(args: argparse.Namespace, device: str) -> TrainOutcome | None:
     _refuse_node_only(args)
     if args.task == "link":
         return run_link_task(args.dataset, link_request(args), args.data_dir, device)
-    return run_graph_task(args.dataset, graph_request(args), args.data_dir, device)
+    return run_graph_task(args.dataset, graph_request(args), args.data_dir, device,
+                          args.nprocs, args.backend, args.timeout)
 
 
 def link_request(args: argparse.Namespace) -> LinkRequest:
@@ -176,12 +177,14 @@ def _refuse_rgcn(args: argparse.Namespace) -> None:
 
 
 def _refuse_node_only(args: argparse.Namespace) -> None:
-    """These tasks train on one process, full-graph (graph batches: ``--batch-size``): the
-    flags of ranks and sampled minibatches are refused rather than ignored."""
+    """These tasks train on one process, full-graph (graph batches: ``--batch-size``;
+    graph classification also data-parallel on ``--nprocs`` ranks): the other flags of
+    ranks and sampled minibatches are refused rather than ignored."""
     from sparsegnn.errors import InvalidValueError
 
     given = [flag for flag, on in (
-        ("--nprocs", args.nprocs > 1), ("--algo", args.algo is not None),
+        ("--nprocs", args.nprocs > 1 and args.task != "graph"),
+        ("--algo", args.algo is not None),
         ("--mode minibatch", args.mode == "minibatch"), ("--restart", args.restart),
         ("--precision bf16", args.precision != "fp32")) if on]
     if given:

@@ -23,6 +23,7 @@ from pathlib import Path
 from sparsegnn.data.graph_set_io import load_graph_set
 from sparsegnn.data.hetero_io import is_hetero_source
 from sparsegnn.errors import InvalidValueError
+from sparsegnn.train.graph_parallel import cross_validate_parallel
 from sparsegnn.train.graph_task import GraphRequest, cross_validate
 from sparsegnn.train.link_task import LinkRequest, link_data, train_link
 from sparsegnn.train.rgcn_grid import train_rgcn_grid
@@ -52,13 +53,21 @@ def run_link_task(dataset: str, request: LinkRequest, data_dir: str | None = Non
 
 
 def run_graph_task(dataset: str, request: GraphRequest, data_dir: str | None = None,
-                   device: str = "cpu") -> TrainOutcome:
-    """Cross-validate ``request`` on the graph set ``dataset`` (the GIN paper's protocol)."""
+                   device: str = "cpu", nprocs: int = 1, backend: str | None = None,
+                   timeout_s: float = 60.0) -> TrainOutcome:
+    """Cross-validate ``request`` on the graph set ``dataset`` (the GIN paper's protocol);
+    ``nprocs`` > 1: each fold data-parallel on that many spawned ranks
+    (:mod:`sparsegnn.train.graph_parallel`), their bytes in ``bytes_sent_per_rank``."""
     _refuse_typed(dataset, data_dir, "graph classification")
     data = load_graph_set(dataset, data_dir)
-    outcome = cross_validate(data, request, device)
+    ranks: dict[str, object] = {}
+    if nprocs > 1:
+        outcome, counts = cross_validate_parallel(data, request, nprocs, backend, timeout_s)
+        ranks = {"ranks": nprocs, "bytes_sent_per_rank": [c.sent for c in counts]}
+    else:
+        outcome = cross_validate(data, request, device)
     out = {"dataset": data.name, "task": "graph", "model": request.model, "device": device,
-           **outcome.to_dict(), "config": plain_config(request)}
+           **ranks, **outcome.to_dict(), "config": plain_config(request)}
     return TrainOutcome(title(data.name, request.model, f", {request.folds}-fold graph "
                                                         "classification"),
                         out, f"{request.model}: {outcome.summary()}")
