@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from _harness import Row, emit, print_table
+from sparsegnn.data.paths import user_cache_dir
 
 if TYPE_CHECKING:
     from sparsegnn.tracking.events import Event
     from sparsegnn.tracking.metrics import TrackMetrics
     from sparsegnn.tracking.pipeline import Evaluation, Reconstruction
 
-TRACKING_DATA = Path(__file__).resolve().parents[1] / "out" / "bench_tracking"
+# Simulated events are a cache (made again when missing): the user's cache folder, never
+# the checkout, which may be read-only (--data chooses another place).
+TRACKING_DATA = user_cache_dir() / "bench_tracking"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from sparsegnn.data import embed
+from sparsegnn.data.paths import CACHE_ENV
 from sparsegnn.errors import MissingDependencyError
 
 pytest.importorskip("transformers")
@@ -21,7 +22,7 @@ if importlib.util.find_spec(embed.MODEL_PACKAGE) is None:
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> embed.SentenceEmbedder:
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(embed.CACHE_ENV, str(cache))
+        mp.setenv(CACHE_ENV, str(cache))
         out = embed.SentenceEmbedder(batch_size=4)
         assert (cache / "models" / embed.MODEL_NAME / "config.json").is_file()
     return out
@@ -70,7 +71,7 @@ def test_minilm_annotator_distils_annotates_and_reloads(tmp_path: Path,
     from sparsegnn.curation.student import StudentConfig
     from sparsegnn.curation.synthetic import SyntheticConfig, write_corpus
 
-    monkeypatch.setenv(embed.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     write_corpus(tmp_path / "corpus.jsonl", SyntheticConfig(num_docs=40, num_sites=4, seed=1))
     ingest(tmp_path / "corpus.jsonl", tmp_path / "store", IngestConfig(batch_rows=16))
     schema = essential_web()

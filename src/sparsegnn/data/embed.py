@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from sparsegnn.data.paths import user_cache_dir
 from sparsegnn.errors import SparseGNNError
 from sparsegnn.optional import installed, locate, require
 
 MODEL_PACKAGE = "all_minilm_l6_v2"
 MODEL_NAME = "all-MiniLM-L6-v2"
-CACHE_ENV = "SPARSEGNN_CACHE"
 
 
 class MissingModelError(SparseGNNError, ImportError):
@@ -54,9 +54,8 @@ def available() -> bool:
 
 
 def cache_dir() -> Path:
-    """``$SPARSEGNN_CACHE`` or ``~/.cache/sparsegnn``: where unpacked models live."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "sparsegnn"
+    """Where unpacked models live: the user cache folder (:func:`user_cache_dir`)."""
+    return user_cache_dir()
 
 
 def packaged_model_zip() -> Path:

@@ -21,8 +21,21 @@ from pathlib import Path
 from sparsegnn.errors import DataFormatError
 
 ENV_VAR = "SPARSEGNN_DATA"
+CACHE_ENV = "SPARSEGNN_CACHE"
 BUNDLED = Path(__file__).resolve().parent / "bundled"
 _SHARED = Path("shared") / "data"
+
+
+def user_cache_dir() -> Path:
+    """Where work that can be made again is kept (unpacked models, simulated benchmark
+    events): ``$SPARSEGNN_CACHE``, else ``$XDG_CACHE_HOME/sparsegnn``, else
+    ``~/.cache/sparsegnn``; never the checkout, which may be read-only or shared."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "sparsegnn"
 
 
 def data_root(flag: str | os.PathLike[str] | None = None) -> Path:
