@@ -47,7 +47,8 @@ def test_rgcn_trains_on_sampled_minibatches(capsys):
     (["--nprocs", "4", "--comm", "sparse"], "drop --comm sparse"),
     (["--nprocs", "2", "--overlap"], "drop --overlap"),
     (["--nprocs", "2", "--max-rank-memory", "1"], "drop --max-rank-memory"),
-    (["--nprocs", "2", "--checkpoint", "run.ckpt"], "does not checkpoint yet"),
+    (["--mode", "minibatch", "--nprocs", "2", "--checkpoint", "run.ckpt"],
+     "checkpoints on one process only"),
     (["--nprocs", "3", "--algo", "2d"], "2d needs a square number of ranks"),
     (["--nprocs", "2", "--partition", "no-such-file"], "neither a partitioner"),
 ])

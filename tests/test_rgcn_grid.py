@@ -1,7 +1,8 @@
 """R-GCN on process grids: 3 epochs of Adam on 1D, 1.5D, 2D and 3D grids end with the
 one-process weights (float64, 1e-10), with features or featureless, full, basis or
 block-diagonal relation weights, dropout and a relabelling partitioner; every rank's bytes
-per phase equal the analytic model (one SpMM per relation, composed) in every epoch.
+per phase equal the analytic model (one SpMM per relation, composed) in every epoch; a
+grid run resumed from its checkpoint ends bit-identical to an uninterrupted one.
 
 One job of 8 gloo ranks runs every case on a sub-grid (starting processes dominates on a
 small machine); the typed graph is a typed SBM of 48 nodes, 3 node types, 8 relations.
@@ -10,9 +11,11 @@ small machine); the typed graph is a typed SBM of 48 nodes, 3 node types, 8 rela
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from sparsegnn.data.typed_sbm import typed_sbm
 from sparsegnn.distributed import (
@@ -122,3 +125,37 @@ def test_measured_bytes_equal_the_model(rank_outputs, case):
         assert report.epoch_bytes.totals().phases == predicted, rank
         assert report.matches_model(), rank
         assert predicted["forward_spmm"]["recv"] > 0 and predicted["backward_spmm"]["recv"] > 0
+
+
+def _resume_runs(folder: str) -> dict[str, Any]:
+    """Rank body: 4 epochs straight, and 2 epochs then a resume to 4, on a 1D grid of 2."""
+    init_session("gloo", timeout_s=120)
+    out = {}
+    try:
+        base = replace(_request("1d", 2, 1, {"dropout": 0.5}), epochs=4)
+        shape = grid_shape("1d", 2)
+        straight = train_rgcn_rank(replace(base, checkpoint=Path(folder) / "a.pt"), shape,
+                                   _graph())
+        half = replace(base, epochs=2, checkpoint=Path(folder) / "b.pt")
+        first = train_rgcn_rank(half, shape, _graph())
+        resumed = train_rgcn_rank(replace(half, epochs=4, resume=True), shape, _graph())
+        assert straight is not None and first is not None and resumed is not None
+        out = {"straight": dict(straight.model.state_dict()),
+               "resumed": dict(resumed.model.state_dict()),
+               "epochs": [h.epoch for h in resumed.outcome.history],
+               "first_s": [h.seconds for h in first.outcome.history],
+               "restored_s": [h.seconds for h in resumed.outcome.history[:2]]}
+    finally:
+        close_session()
+    return out
+
+
+def test_a_resumed_grid_run_is_bit_identical(tmp_path):
+    """One checkpoint file, written by rank 0, resumes every rank (with dropout drawn)."""
+    outs = spawn(_resume_runs, 2, (str(tmp_path),), wall_timeout_s=200)
+    for out in outs:
+        # every rank resumed rank 0's saved epochs, timings included
+        assert out["epochs"] == [0, 1, 2, 3] and out["restored_s"] == outs[0]["first_s"]
+        for key, w in out["straight"].items():
+            assert torch.equal(out["resumed"][key], w), key
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".pt") == ["a.pt", "b.pt"]

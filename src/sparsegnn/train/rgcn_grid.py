@@ -14,9 +14,13 @@ so the weights are one process's up to the order of floating-point sums.
 
 Bytes per phase are measured epoch by epoch and set beside the analytic model
 (:mod:`sparsegnn.distributed.planning.relational_model`: one SpMM per relation,
-composed). What this does not do yet: sparsity-aware communication (``--comm sparse``),
-overlap, the 2D/3D column-sliced input features (every rank holds its rows' whole
-feature width), checkpoints, torchrun and partitioned folders.
+composed). Checkpoints are one file, written by rank 0 and read by every rank on
+resume: every rank holds the same weights, optimiser state and random streams (the
+dropout draws are the whole graph's on every rank), so rank 0's state is each rank's
+and a resumed run continues bit-identically (on another grid, or one process, it
+continues from the same state). What this does not do yet: sparsity-aware
+communication (``--comm sparse``), overlap, the 2D/3D column-sliced input features
+(every rank holds its rows' whole feature width), torchrun and partitioned folders.
 """
 
 from __future__ import annotations
@@ -113,9 +117,6 @@ def train_rgcn_grid(request: RGCNRequest) -> RGCNGridRun:
 
 def check_grid_request(request: RGCNRequest, ranks: RGCNRanks) -> GridShape:
     """The grid of ``ranks``, or a one-line refusal of what R-GCN on ranks lacks."""
-    if request.checkpoint is not None or request.resume:
-        raise InvalidValueError("R-GCN on a grid does not checkpoint yet; drop --checkpoint "
-                                "and --resume, or train on one process")
     if request.device != "cpu":
         raise InvalidValueError(f"R-GCN on a grid runs on CPU ranks (gloo), not "
                                 f"{request.device}; drop --algo/--nprocs to train there")
