@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "sparsegnn.cli.plan_cmd",
     "sparsegnn.cli.calibrate_cmd",
     "sparsegnn.cli.launch_cmd",
+    "sparsegnn.cli.runs_cmd",
 )
 
 

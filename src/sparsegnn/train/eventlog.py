@@ -96,6 +96,10 @@ def _holds_run(folder: Path) -> bool:
     return (folder / "run.json").is_file() or any(folder.glob("events.out.tfevents.*"))
 
 
+# Settings about where a run writes and how it shows progress: not hyperparameters.
+_NOT_HPARAMS = {"logdir", "checkpoint", "resume", "progress"}
+
+
 def hparam_values(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """A run's configuration as TensorBoard hyperparameters: nested settings flattened to
     dotted names, numbers, booleans and strings kept, lists as text, unset ones left out
@@ -103,6 +107,8 @@ def hparam_values(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]
     out: dict[str, Any] = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
+        if key in _NOT_HPARAMS:
+            continue
         if isinstance(value, Mapping):
             out.update(hparam_values(value, name + "."))
         elif isinstance(value, bool | int | float | str):
