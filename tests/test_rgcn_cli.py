@@ -15,12 +15,14 @@ HSBM = "hsbm:nodes=120,blocks=3,degree=4,features=8"
 
 def test_rgcn_trains_on_a_grid(capsys):
     code = main(["train", "--dataset", HSBM, "--model", "rgcn", "--nprocs", "2",
-                 "--epochs", "3", "--num-bases", "2", "--json"])
+                 "--epochs", "3", "--num-bases", "2", "--comm", "sparse", "--overlap",
+                 "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["model"] == "rgcn" and result["algo"] == "1d"
     assert result["grid"] == [2, 1, 1] and result["world_size"] == 2
     assert result["epochs_run"] == 3 and result["config"]["ranks"]["nprocs"] == 2
+    assert result["config"]["ranks"]["comm"] == "sparse" and result["config"]["ranks"]["overlap"]
     comm = result["comm"]
     assert comm["matches_model"] and comm["total_bytes_per_epoch"] > 0
     assert all(r["phases"]["forward_spmm"]["sent"] > 0 for r in comm["per_rank"])
@@ -44,8 +46,9 @@ def test_rgcn_trains_on_sampled_minibatches(capsys):
     (["--mode", "minibatch", "--nprocs", "2", "--algo", "1d"], "drop --algo"),
     (["--mode", "minibatch", "--fanouts", "5,5", "--layers", "3"], "2 fan-outs for a 3-layer"),
     (["--algo", "auto"], "drop --algo auto"),
-    (["--nprocs", "4", "--comm", "sparse"], "drop --comm sparse"),
-    (["--nprocs", "2", "--overlap"], "drop --overlap"),
+    (["--nprocs", "4", "--algo", "2d", "--comm", "sparse"], "apply to --algo 1d and 1.5d"),
+    (["--nprocs", "2", "--overlap", "auto"], "drop --overlap auto"),
+    (["--mode", "minibatch", "--nprocs", "2", "--comm", "sparse"], "drop --comm sparse"),
     (["--nprocs", "2", "--max-rank-memory", "1"], "drop --max-rank-memory"),
     (["--mode", "minibatch", "--nprocs", "2", "--checkpoint", "run.ckpt"],
      "checkpoints on one process only"),

@@ -1,6 +1,7 @@
 """R-GCN on process grids: 3 epochs of Adam on 1D, 1.5D, 2D and 3D grids end with the
 one-process weights (float64, 1e-10), with features or featureless, full, basis or
-block-diagonal relation weights, dropout and a relabelling partitioner; every rank's bytes
+block-diagonal relation weights, dropout, a relabelling partitioner, sparsity-aware
+communication and overlapped transfers; every rank's bytes
 per phase equal the analytic model (one SpMM per relation, composed) in every epoch; a
 grid run resumed from its checkpoint ends bit-identical to an uninterrupted one.
 
@@ -27,6 +28,7 @@ from sparsegnn.distributed import (
     tile_nnz,
 )
 from sparsegnn.distributed.layout.partitioned import partition_for
+from sparsegnn.distributed.planning.plan import phase_pairs
 from sparsegnn.distributed.planning.relational_model import rgcn_predict, rgcn_schedule
 from sparsegnn.nn.rgcn import relation_operators
 from sparsegnn.train.rgcn_grid import train_rgcn_rank
@@ -43,6 +45,9 @@ CASES: list[tuple[str, str, int, int, dict[str, Any]]] = [
     ("3d", "3d", 8, 1, {}),
     ("2d-featureless", "2d", 4, 1, {"featureless": True, "num_bases": 2}),
     ("1d-random-featureless", "1d", 4, 1, {"featureless": True, "partition": "random"}),
+    ("1d-sparse", "1d", 4, 1, {"comm": "sparse", "partition": "random", "num_bases": 2}),
+    ("1.5d-sparse-overlap", "1.5d", 4, 2, {"comm": "sparse", "overlap": True}),
+    ("1d-overlap-featureless", "1d", 4, 1, {"overlap": True, "featureless": True}),
 ]
 
 
@@ -53,7 +58,8 @@ def _graph():
 def _request(algo: str, p: int, c: int, change: dict[str, Any]) -> RGCNRequest:
     change = dict(change)
     ranks = RGCNRanks(algo=algo, nprocs=p, replication=c,  # type: ignore[arg-type]
-                      partition=change.pop("partition", "block"))
+                      partition=change.pop("partition", "block"),
+                      comm=change.pop("comm", "dense"), overlap=change.pop("overlap", False))
     return replace(BASE, ranks=ranks, **change)
 
 
@@ -99,18 +105,21 @@ def _predicted(request: RGCNRequest, algo: str, p: int, c: int, rank: int,
     assert request.ranks is not None
     part = partition_for(rel.num_nodes, shape, request.ranks.partition, rel.edge_index,
                          request.seed)
-    nnz = None
+    nnz = pairs = None
+    originals = relation_operators(rel.edge_index, rel.edge_type, rel.num_relations,
+                                   rel.num_nodes)
     if not shape.row_wise:
-        mats = [m if part.order is None else m.permute(part.order) for m in relation_operators(
-            rel.edge_index, rel.edge_type, rel.num_relations, rel.num_nodes)]
+        mats = [m if part.order is None else m.permute(part.order) for m in originals]
         nnz = [{"forward_spmm": tile_nnz(m, part, shape),
                 "backward_spmm": tile_nnz(m.t(), part, shape)} for m in mats]
+    if request.ranks.comm == "sparse":
+        pairs = [phase_pairs(m, part) for m in originals]
     first = rel.num_nodes if request.featureless else 6
     calls = rgcn_schedule([first, 8, 4], featureless=request.featureless,
                           block_diagonal=request.num_blocks is not None)
     assert isinstance(part, BlockPartition)
     return rgcn_predict(shape, part, rank, calls, relations=rel.num_relations,
-                        value_bytes=8, num_params=model_params, nnz=nnz)
+                        value_bytes=8, num_params=model_params, nnz=nnz, pairs=pairs)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -140,7 +140,8 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
         ranks = RGCNRanks(algo=args.algo or "1d", nprocs=args.nprocs,
                           replication=args.replication, partition=args.partition,
                           backend=args.backend, timeout_s=args.timeout,
-                          topology=args.topology)
+                          topology=args.topology, comm=args.comm,
+                          overlap=args.overlap == "on")
     return RGCNRequest(**_given(
         source=args.dataset,
         data_dir=None if args.data_dir is None else Path(args.data_dir),
@@ -153,15 +154,16 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
 
 def _refuse_rgcn(args: argparse.Namespace) -> None:
     """The flags R-GCN does not take, refused rather than ignored: full-graph on ranks it
-    trains on a given grid, spawned, with dense communication and no overlap; sampled, on
-    spawned ranks with a replicated or partitioned topology, without a feature cache."""
+    trains on a given grid, spawned (``--comm`` and ``--overlap on`` on 1D/1.5D); sampled,
+    on spawned ranks with a replicated or partitioned topology, without a feature cache."""
     from sparsegnn.distributed import in_torchrun
     from sparsegnn.errors import InvalidValueError
 
     sampled = args.mode == "minibatch"
     given = [flag for flag, on in (
-        ("--algo auto", args.algo == "auto"), ("--comm sparse", args.comm == "sparse"),
-        ("--overlap", args.overlap != "off"),
+        ("--algo auto", args.algo == "auto"), ("--overlap auto", args.overlap == "auto"),
+        ("--comm sparse", sampled and args.comm == "sparse"),
+        ("--overlap", sampled and args.overlap != "off"),
         ("--max-rank-memory", args.max_rank_memory is not None),
         ("--topology partitioned", not sampled and args.topology == "partitioned"),
         ("--feature-cache-mb", args.feature_cache_mb > 0),
@@ -172,7 +174,7 @@ def _refuse_rgcn(args: argparse.Namespace) -> None:
     if given:
         raise InvalidValueError(
             "--model rgcn trains on one process, full-graph on a given grid of spawned "
-            "ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d, dense) or on sampled minibatches "
+            "ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d) or on sampled minibatches "
             f"(--mode minibatch, --nprocs, --topology); drop {', '.join(given)}")
 
 

@@ -14,13 +14,14 @@ so the weights are one process's up to the order of floating-point sums.
 
 Bytes per phase are measured epoch by epoch and set beside the analytic model
 (:mod:`sparsegnn.distributed.planning.relational_model`: one SpMM per relation,
-composed). Checkpoints are one file, written by rank 0 and read by every rank on
+composed; ``--comm sparse`` on 1D/1.5D: each relation's operator fetches only the rows its
+tiles use). Checkpoints are one file, written by rank 0 and read by every rank on
 resume: every rank holds the same weights, optimiser state and random streams (the
 dropout draws are the whole graph's on every rank), so rank 0's state is each rank's
 and a resumed run continues bit-identically (on another grid, or one process, it
-continues from the same state). What this does not do yet: sparsity-aware
-communication (``--comm sparse``), overlap, the 2D/3D column-sliced input features
-(every rank holds its rows' whole feature width), torchrun and partitioned folders.
+continues from the same state). What this does not do yet: the 2D/3D column-sliced
+input features (every rank holds its rows' whole feature width), torchrun and
+partitioned folders.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from sparsegnn.data.hetero import HeteroGraph, RelationalGraph
 from sparsegnn.distributed import (
     ByteCounts,
-    Communicator,
     DistributedOperator,
     DistributedTask,
     GridShape,
@@ -52,10 +53,13 @@ from sparsegnn.distributed import (
 )
 from sparsegnn.distributed.layout.block_partition import BlockPartition
 from sparsegnn.distributed.layout.partitioned import partition_for
+from sparsegnn.distributed.ops.sparse_comm import SparseCommunicator, SparseRowOperator
+from sparsegnn.distributed.ops.spmm import col_lanes
 from sparsegnn.distributed.planning.comm_model import NnzTable
+from sparsegnn.distributed.planning.plan import phase_pairs
 from sparsegnn.distributed.planning.relational_model import rgcn_predict, rgcn_schedule
 from sparsegnn.errors import InvalidValueError
-from sparsegnn.names import PARTITIONERS
+from sparsegnn.names import PARTITIONERS, row_wise
 from sparsegnn.nn.rgcn import relation_operators
 from sparsegnn.train.rank_report import EpochMeter, RankReport, comm_summary
 from sparsegnn.train.rgcn_task import (
@@ -120,6 +124,9 @@ def check_grid_request(request: RGCNRequest, ranks: RGCNRanks) -> GridShape:
     if request.device != "cpu":
         raise InvalidValueError(f"R-GCN on a grid runs on CPU ranks (gloo), not "
                                 f"{request.device}; drop --algo/--nprocs to train there")
+    if (ranks.comm == "sparse" or ranks.overlap) and not row_wise(ranks.algo):
+        raise InvalidValueError(f"--comm sparse and --overlap apply to --algo 1d and 1.5d, "
+                                f"not {ranks.algo}")
     named = ranks.partition in PARTITIONERS
     if not named and not Path(ranks.partition).is_file():
         raise InvalidValueError(f"--partition {ranks.partition}: neither a partitioner "
@@ -146,14 +153,15 @@ def train_rgcn_rank(request: RGCNRequest, shape: GridShape, graph: HeteroGraph |
     ``members``: the global ranks forming the grid (default: all); ranks outside it only
     take part in creating the groups and get ``None``. ``graph``: the typed graph (else
     each rank loads ``request.source``, deterministically)."""
-    grid = ProcessGrid.create(shape, members)
+    ranks = request.ranks or RGCNRanks(algo=shape.algo)
+    grid = ProcessGrid.create(shape, members,
+                              col_lanes=col_lanes(shape.algo, ranks.comm, ranks.overlap))
     if grid is None:
         return None
     typed, rel = relational_problem(request, graph)
-    partition = request.ranks.partition if request.ranks is not None else "block"
-    part = partition_for(rel.num_nodes, shape, partition, rel.edge_index, request.seed)
-    comm = Communicator()
-    ops, nnz = _relation_operators(request, rel, part, grid, comm)
+    part = partition_for(rel.num_nodes, shape, ranks.partition, rel.edge_index, request.seed)
+    comm = SparseCommunicator()
+    ops, nnz, pairs = _relation_operators(request, rel, part, grid, comm, ranks)
     rows = _original_rows(part, grid.coords[0])
     y, masks = node_labels(rel)
     model = build_classifier(request, rel, typed.num_classes)
@@ -169,7 +177,7 @@ def train_rgcn_rank(request: RGCNRequest, shape: GridShape, graph: HeteroGraph |
                           block_diagonal=request.num_blocks is not None)
     value_bytes = torch.empty(0, dtype=request.torch_dtype).element_size()
     predicted = rgcn_predict(shape, part, grid.rank, calls, relations=rel.num_relations,
-                             value_bytes=value_bytes, nnz=nnz,
+                             value_bytes=value_bytes, nnz=nnz, pairs=pairs,
                              num_params=sum(p.numel() for p in model.parameters()))
     report = RankReport(grid.rank, grid.coords, meter.last, meter.constant,
                         ByteCounts(predicted))
@@ -177,21 +185,28 @@ def train_rgcn_rank(request: RGCNRequest, shape: GridShape, graph: HeteroGraph |
 
 
 def _relation_operators(request: RGCNRequest, rel: RelationalGraph, part: BlockPartition,
-                        grid: ProcessGrid, comm: Communicator
-                        ) -> tuple[list[DistributedOperator], list[dict[str, NnzTable]] | None]:
+                        grid: ProcessGrid, comm: SparseCommunicator, ranks: RGCNRanks
+                        ) -> tuple[list[DistributedOperator], list[dict[str, NnzTable]] | None,
+                                   list[dict[str, np.ndarray]] | None]:
     """Each relation's distributed operator over this rank's tiles (relabelled by the
-    blocks), and on 2D/3D each relation's tile nonzero tables for the byte model."""
-    shape = grid.shape
-    ops, tables = [], []
+    blocks); for the byte model, on 2D/3D each relation's tile nonzero tables, with
+    sparse communication each relation's block pairs (rows one block needs of another)."""
+    shape, sparse = grid.shape, ranks.comm == "sparse"
+    ops: list[DistributedOperator] = []
+    tables, pairs = [], []
     for mat in relation_operators(rel.edge_index, rel.edge_type, rel.num_relations,
                                   rel.num_nodes, request.aggr, request.torch_dtype):
+        if sparse:
+            pairs.append(phase_pairs(mat, part))  # the original order, as it asks
         if part.order is not None:
             mat = mat.permute(part.order)
-        ops.append(build_operator(grid, comm, part, local_blocks(mat, part, shape, grid.rank)))
+        blocks = local_blocks(mat, part, shape, grid.rank)
+        ops.append(SparseRowOperator(grid, comm, part, blocks, ranks.overlap) if sparse
+                   else build_operator(grid, comm, part, blocks, ranks.overlap))
         if not shape.row_wise:
             tables.append({"forward_spmm": tile_nnz(mat, part, shape),
                            "backward_spmm": tile_nnz(mat.t(), part, shape)})
-    return ops, None if shape.row_wise else tables
+    return ops, None if shape.row_wise else tables, pairs if sparse else None
 
 
 def _original_rows(part: BlockPartition, block: int) -> torch.Tensor:

@@ -85,7 +85,7 @@ class RGCNRequest:
 class RGCNRanks:
     """Ranks for R-GCN: ``nprocs`` spawned local ranks. Full-graph, they run ``algo``
     (``replication`` c for 1.5D) on vertex blocks from ``partition`` (a partitioner of
-    the union of the relations, or a vector file), dense SpMM communication; on sampled
+    the union of the relations, or a vector file), with ``comm`` and ``overlap``; on sampled
     minibatches, ``topology`` says what each rank holds (``replication`` ranks per row
     block when partitioned)."""
 
@@ -95,6 +95,10 @@ class RGCNRanks:
     partition: str = "block"
     backend: str | None = None
     timeout_s: float = 60.0
+    # Full-graph 1D/1.5D: sparsity-aware rows instead of whole blocks, and transfers
+    # overlapped with the multiplies (the same bits either way).
+    comm: Literal["dense", "sparse"] = "dense"
+    overlap: bool = False
     # Sampled minibatches: every rank holds the whole graph, or its rows only (1.5D
     # blocks of ``replication`` ranks each).
     topology: Literal["replicated", "partitioned"] = "replicated"
