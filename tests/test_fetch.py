@@ -94,6 +94,9 @@ def test_cli_offline_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     err = capsys.readouterr().err
     assert "\n  https://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip\n" in err
     assert f"move the contents of its arxiv/ folder into {tmp_path / 'ogbn_arxiv'}" in err
+    assert "Already downloaded with ogb's NodePropPredDataset or PyG's " \
+           "PygNodePropPredDataset(root=R)? That folder works as it is" in err
+    assert "--dataset R/ogbn_arxiv" in err
 
 
 def test_unknown_name_lists_the_catalogue(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                        help="write TensorBoard event files (curves and hparams) and run.json "
                        "(the result with its per-epoch history) to a new DIR/version_N "
                        "folder of this run's own")
-    group.add_argument("--name", type=_folder_name, default=None,
+    group.add_argument("--name", dest="run_name", type=_folder_name, default=None,
                        help="label the run: it logs to DIR/NAME/version_N")
     group.add_argument("--report", type=_needs("matplotlib", output_file), default=None,
                        metavar="HTML",
@@ -226,7 +226,8 @@ def _check_bounds(value: float, lo: float | None, hi: float | None, text: str) -
 
 
 # Options about watching or printing a run, not about the run itself.
-_NOT_SETTINGS = {"help", "json", "history", "logdir", "name", "report", "progress", "verbose"}
+_NOT_SETTINGS = {"help", "json", "history", "logdir", "run_name", "report", "progress",
+                 "verbose"}
 
 
 def chosen_settings(parser: argparse.ArgumentParser, args: argparse.Namespace,

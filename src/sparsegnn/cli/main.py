@@ -82,14 +82,14 @@ def _separate_runs(args: argparse.Namespace) -> None:
     ``--logdir/--name`` when labelled), named on stderr; a resumed run continues its own
     (:func:`~sparsegnn.train.eventlog.run_logdir`)."""
     if getattr(args, "logdir", None) is None:
-        if getattr(args, "name", None) is not None:
+        if getattr(args, "run_name", None) is not None:
             raise InvalidValueError("--name labels a run's folder under --logdir; give "
                                     "--logdir too")
         return
     from sparsegnn.train.eventlog import run_logdir
 
     args.logdir = run_logdir(args.logdir, bool(getattr(args, "resume", False)),
-                             getattr(args, "name", None))
+                             getattr(args, "run_name", None))
     print(f"sparsegnn {args.command}: this run logs to {args.logdir}", file=sys.stderr)
 
 

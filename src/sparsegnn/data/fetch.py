@@ -53,6 +53,8 @@ class Remote:
 class Dataset:
     folder: str  # under the data root
     files: tuple[Remote, ...]
+    # Other tools whose download of this dataset is read as it is (no fetch needed).
+    read_as_is: str | None = None
 
 
 def _files(base: str, names_and_sums: dict[str, str]) -> tuple[Remote, ...]:
@@ -86,7 +88,8 @@ CATALOGUE: dict[str, Dataset] = {
     "ogbn-arxiv": Dataset("ogbn_arxiv", (Remote(
         "https://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip",
         "49f85c801589ecdcc52cfaca99693aaea7b8af16a9ac3f41dd85a5f3193fe276",
-        "arxiv.zip", unpack="arxiv"),)),
+        "arxiv.zip", unpack="arxiv"),),
+        read_as_is="ogb's NodePropPredDataset or PyG's PygNodePropPredDataset"),
 }
 CATALOGUE["citeseer"] = CATALOGUE["citeseer_text"]
 
@@ -164,4 +167,8 @@ def _by_hand(dataset: Dataset, dest: Path, err: BaseException) -> str:
         where = (f"unzip it and move the contents of its {remote.unpack}/ folder into {dest}/"
                  if remote.unpack else f"put it at {dest / remote.name}")
         lines.append(f"  {remote.url}\n    sha256 {remote.sha256}\n    {where}")
+    if dataset.read_as_is is not None:
+        lines.append(f"Already downloaded with {dataset.read_as_is}(root=R)? That folder "
+                     f"works as it is, nothing to fetch: --data-dir R (the folder holding "
+                     f"{dataset.folder}/), or --dataset R/{dataset.folder}")
     return "\n".join(lines)
