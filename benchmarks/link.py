@@ -25,7 +25,8 @@ validation AUC, for every side. Each (graph, seed, side) runs in a fresh process
 sides interleaved seed by seed, so a drifting load touches all alike; training peak memory
 is the resident-set high-water mark of the whole run over the resident set once the graph
 and split are loaded (``_harness.PeakMemory``). Reported: median test AUC over the seeds,
-median epoch time, highest peak; ``speedups`` are PyG's epoch time over ours. Acceptance
+median epoch time, fastest epoch (what a shared machine's load disturbs least), highest
+peak; ``speedups`` are PyG's epoch time over ours (median and fastest). Acceptance
 (issue 47): median test AUC within 1 point of PyG's on Cora and CiteSeer and at least 0.90
 on Cora; the epoch at least 1.5x PyG's (both PyG sides) at no more than its peak memory.
 
@@ -67,7 +68,8 @@ def run_ours(graph: GraphData, split: LinkSplit, seed: int, epochs: int,
     _, out = train_link(graph, LinkRequest(seed=seed, epochs=epochs,
                                            sparse_features=sparse_features), split)
     return {"test_auc": out.test["auc"], "val_auc": out.val["auc"],
-            "epoch_s": out.epoch_time_s, "best_epoch": out.best_epoch}
+            "epoch_s": out.epoch_time_s, "epoch_min_s": min(h.seconds for h in out.history),
+            "best_epoch": out.best_epoch}
 
 
 def run_pyg(graph: GraphData, split: LinkSplit, seed: int, epochs: int,
@@ -125,8 +127,8 @@ def run_pyg(graph: GraphData, split: LinkSplit, seed: int, epochs: int,
         if val > best_val:  # the example's choice: the test AUC of the best validation
             best_val, best_epoch = val, epoch
             test_at_best = auc(model, split.test_message, split.test.pos, split.test.neg)
-    return {"test_auc": test_at_best, "val_auc": best_val,
-            "epoch_s": statistics.median(times), "best_epoch": best_epoch}
+    return {"test_auc": test_at_best, "val_auc": best_val, "epoch_s": statistics.median(times),
+            "epoch_min_s": min(times), "best_epoch": best_epoch}
 
 
 def load_graph(name: str) -> GraphData:
@@ -189,7 +191,7 @@ def main() -> None:
                       flush=True)
         results += [summary_row(name, impl, r, epochs) for impl, r in runs.items()]
     print_table(results, ["graph", "impl", "test_auc_median", "epoch_median_s",
-                          "train_peak_gib", "seeds"])
+                          "epoch_fastest_s", "train_peak_gib", "seeds"])
     speedups, metrics = summarize(results, accept_speed=not args.quick,
                                   accept_auc=not args.quick and seeds == 5)
     emit(results, speedups, metrics, args.json)
@@ -201,6 +203,7 @@ def summary_row(graph: str, impl: str, runs: list[dict[str, Any]], epochs: int) 
             "epochs": epochs, "test_auc_median": statistics.median(aucs), "test_aucs": aucs,
             "val_aucs": [r["val_auc"] for r in runs],
             "epoch_median_s": statistics.median(r["epoch_s"] for r in runs),
+            "epoch_fastest_s": min(r["epoch_min_s"] for r in runs),
             "train_peak_gib": max(r["train_peak_gib"] for r in runs),
             "memory_method": runs[0]["memory_method"]}
 
@@ -224,6 +227,8 @@ def summarize(results: list[Row], accept_speed: bool, accept_auc: bool
             speedup = rows[peer]["epoch_median_s"] / ours["epoch_median_s"]
             peak = ours["train_peak_gib"] / rows[peer]["train_peak_gib"]
             speedups[f"{graph}/ours_vs_{peer}_epoch"] = speedup
+            speedups[f"{graph}/ours_vs_{peer}_fastest_epoch"] = (
+                rows[peer]["epoch_fastest_s"] / ours["epoch_fastest_s"])
             metrics[f"{graph}/peak_ours_over_{peer}"] = peak
             if accept_speed:
                 metrics[f"accept/{graph}_epoch_ge_1.5x_{peer}_at_le_peak"] = bool(
