@@ -30,10 +30,11 @@ from sparsegnn.nn.operator import graph_operator
 from sparsegnn.train.fullgraph import TrainConfig, build_model
 
 SPEC = "sbm:nodes=300,blocks=3,degree=6"
-RATES = {k: (1e-9, 3e-9) for k in ATTENTION_KERNELS}
+RATES = {k: [(1000.0, 1e-9, 3e-9)] for k in ATTENTION_KERNELS}
 
 
-def profile(edge_rates: dict[str, tuple[float, float]] | None = None) -> Profile:
+def profile(edge_rates: dict[str, list[tuple[float, float, float]]] | None = None
+            ) -> Profile:
     links = {k: LinkCost(1e-5, 1e-9)
              for k in ("broadcast", "all_reduce", "all_gather", "all_to_all")}
     return Profile("gloo", 4, {8: 2e-9, 128: 1e-9}, 1e-9, 1e-10, 1e-9, links,
@@ -132,10 +133,21 @@ def test_a_profile_without_attention_rates_loads_and_falls_back(tmp_path: Path) 
     assert not old.attention_rates_measured
     assert old.kernel_time("sddmm_add", 100, False) == pytest.approx(100 * 2e-9)
     assert old.kernel_time("sddmm_add", 100, True) == pytest.approx(3 * 100 * 2e-9)
-    for bad in ({"sddmm": [1e-9, 1e-9]}, {"sddmm_add": [1e-9]}, {"edge_softmax": [-1, 0]}):
+    for bad in ({"sddmm": [[1, 1e-9, 1e-9]]}, {"sddmm_add": [[1e-9, 1e-9]]},
+                {"edge_softmax": [[1, -1, 0]]}, {"elu": []}):
         (tmp_path / "bad.json").write_text(json.dumps({**raw, "attention_s": bad}))
         with pytest.raises(DataFormatError, match=r"bad\.json"):
             Profile.load(tmp_path / "bad.json")
+
+
+def test_kernel_rates_follow_the_rows_they_gather_from() -> None:
+    """Measured at two graph sizes: between them linear in log(rows), beyond them the
+    nearest (a graph whose rows fit the caches costs less per value)."""
+    prof = profile({"heads_spmm": [(1000.0, 1e-9, 2e-9), (100000.0, 3e-9, 6e-9)]})
+    assert prof.kernel_time("heads_spmm", 10, False, 100) == pytest.approx(1e-8)
+    assert prof.kernel_time("heads_spmm", 10, False, 10000) == pytest.approx(2e-8)
+    assert prof.kernel_time("heads_spmm", 10, True, 10**7) == pytest.approx(6e-8)
+    assert not prof.attention_rates_measured  # the other kernels fall back
 
 
 @pytest.mark.parametrize("model", ["gat", "gatv2"])

@@ -67,9 +67,11 @@ def dense_macs(model: str, widths: list[int]) -> int:
     return macs
 
 
-def edge_seconds(calls: list[EdgeCall], nnz: float, profile: Profile) -> float:
-    """A rank's attention kernels on its ``nnz`` stored edges for the epoch's ``calls``
-    (a call that needs gradients priced forward and backward); each softmax brings the
+def edge_seconds(calls: list[EdgeCall], nnz: float, profile: Profile,
+                 columns: float = 0.0) -> float:
+    """A rank's attention kernels on its ``nnz`` stored edges, whose sources are among
+    ``columns`` rows, for the epoch's ``calls`` (a call that needs gradients priced
+    forward and backward); each softmax brings the
     passes over its scores around it: the edge counts' logarithm added and GAT's
     LeakyReLU (GATv2's is inside its SDDMM), forward and, in training, backward, and in
     training the attention dropout of its output."""
@@ -78,11 +80,11 @@ def edge_seconds(calls: list[EdgeCall], nnz: float, profile: Profile) -> float:
     for call in calls:
         kernel, per_head = _KERNEL[call.kind]
         values = nnz * call.heads * (1 if per_head else call.channels)
-        seconds += profile.kernel_time(kernel, values, call.grad)
+        seconds += profile.kernel_time(kernel, values, call.grad, columns)
         if call.kind == "edge_softmax":
             seconds += values * passes * (2 if call.grad else 1) * profile.elementwise_s
             if call.grad:
-                seconds += profile.kernel_time("edge_dropout", values, True)
+                seconds += profile.kernel_time("edge_dropout", values, True, columns)
     return seconds
 
 
@@ -93,7 +95,8 @@ def activation_seconds(model: str, rows: int, widths: list[int], profile: Profil
     if model not in ATTENTION_MODELS:
         return 0.0
     values = rows * sum(widths[1:-1])
-    return profile.kernel_time("elu", values, True) + profile.kernel_time("elu", values, False)
+    return (profile.kernel_time("elu", values, True, rows)
+            + profile.kernel_time("elu", values, False, rows))
 
 
 def attention_call_counts(shape: GridShape, calls: list[EdgeCall]) -> dict[str, dict[str, int]]:

@@ -119,10 +119,24 @@ def measure_spmm(n: int, repeats: int, sync: Callable[[], None]) -> tuple[dict[i
     return per_nnz, float(np.mean(per_row))
 
 
-def measure_attention(n: int, repeats: int, sync: Callable[[], None]
-                      ) -> dict[str, tuple[float, float]]:
-    """Seconds per value of each attention kernel on a uniform random graph of degree 16
-    (the gathers of a graph that misses the caches), ``(forward, forward and
+def measure_attention(sizes: tuple[int, ...], repeats: int, sync: Callable[[], None]
+                      ) -> dict[str, list[tuple[float, float, float]]]:
+    """:func:`attention_rates` at every size of ``sizes`` (vertices): ``(rows, forward,
+    forward and backward)`` points per kernel. One size is not enough: at 64k vertices
+    (16 MiB of gathered rows) the kernels took 2-3x their time per value at 8k, whose
+    rows fit the caches, and priced with it every GAT epoch of an 8k-vertex graph came
+    out 1.6-2.8x its measured time (docs/results/autoconfig.md)."""
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for n in sorted(set(sizes)):
+        for name, (forward, train) in attention_rates(n, repeats, sync).items():
+            out.setdefault(name, []).append((float(n), forward, train))
+    return out
+
+
+def attention_rates(n: int, repeats: int, sync: Callable[[], None]
+                    ) -> dict[str, tuple[float, float]]:
+    """Seconds per value of each attention kernel on a uniform random graph of ``n``
+    vertices and degree 16 (random gathers), ``(forward, forward and
     backward)``: the additive SDDMM, the edge softmax and the attention dropout (the
     Bernoulli mask a grid's ranks draw, :meth:`~sparsegnn.distributed.ops.edge_exchange.
     EdgeExchange.edge_dropout`; ~20x an activation's pass) per edge and head, the
@@ -320,7 +334,9 @@ def measure_profile(session: Session, quick: bool = False,
     repeats = 2 if quick else 3
     per_nnz, per_row = measure_spmm(n, repeats, barrier)
     gemm, drop, elem = measure_dense(n, repeats, barrier, mask)
-    kernels = measure_attention(n, repeats, barrier)
+    # The fastest of five: a kernel takes milliseconds, and two runs on a shared host
+    # let another process's burst set the rate (3x apart between quick calibrations).
+    kernels = measure_attention((1 << 13, n), max(repeats, 5), barrier)
     sharing = measure_core_sharing(session.rank, repeats, barrier)
     group = Group(tuple(range(session.world_size)), session.rank)
     sizes = [1 << k for k in ((10, 16, 20) if quick else (10, 14, 18, 20, 22, 24))]

@@ -323,12 +323,12 @@ def compute_seconds(
 ) -> float:
     """Compute time of an epoch (:func:`host_compute_seconds` of every rank's): a rank's
     SpMMs (the nonzeros of the tiles it multiplies, exact, and each tile product's
-    output rows), an attention model's ``edge_calls`` on the same nonzeros, dense maps
+    output rows) or an attention model's ``edge_calls`` on the edges it holds, dense maps
     (:func:`~sparsegnn.distributed.planning.attention_cost.dense_macs` of ``model``) and
     elementwise passes (the first layer's on the rank's feature columns only, on
     2D/3D)."""
-    nnz = rank_nonzeros(shape, part, operator)
-    edges = rank_nonzeros(shape, part, operator, own=True) if edge_calls else nnz
+    # An attention model runs no SpMM: its kernels on the edges each rank holds.
+    nnz = rank_nonzeros(shape, part, operator, own=bool(edge_calls))
     per_rank: list[float] = []
     for rank in range(shape.size):
         i, j, _ = shape.coords(rank)
@@ -339,7 +339,8 @@ def compute_seconds(
             width = call.width if shape.row_wise \
                 else split_sizes(call.width, shape.cols)[j]
             seconds += profile.spmm_time(float(nnz[rank]), rows, width, products)
-        seconds += edge_seconds(edge_calls or [], float(edges[rank]), profile)
+        seconds += edge_seconds(edge_calls or [], float(nnz[rank]), profile,
+                                source_rows(shape, part, rank))
         mine = [feature_column_count(shape, j, widths[0]), *widths[1:]]
         macs = dense_macs(model, mine)
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
@@ -348,6 +349,16 @@ def compute_seconds(
         seconds += activation_seconds(model, rows, mine, profile)
         per_rank.append(seconds)
     return host_compute_seconds(per_rank, profile.core_sharing)
+
+
+def source_rows(shape: GridShape, part: Any, rank: int) -> int:
+    """The rows a rank's tiles can gather from: its stage blocks' (1D/1.5D), its column
+    sub-range's (2D/3D)."""
+    _, j, m = shape.coords(rank)
+    if shape.row_wise:
+        return sum(part.size(b) for b in stage_blocks(shape, j))
+    lo, hi = part.inner(j, m, shape.layers)
+    return hi - lo
 
 
 def host_compute_seconds(per_rank: list[float], sharing: float) -> float:

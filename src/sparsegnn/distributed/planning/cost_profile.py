@@ -95,10 +95,12 @@ class Profile:
     # protocol (kernels between autograd functions, the fetches' gathers and sums),
     # fitted on real GAT epochs (0 in profiles written before it was).
     edge_call_overhead_s: float = 0.0
-    # Seconds per value of each attention kernel (:data:`ATTENTION_KERNELS`): ``(forward,
-    # forward and backward)``, measured by `calibrate`; empty in profiles written before
-    # it measured them (then :meth:`kernel_time` falls back on the other rates).
-    attention_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Seconds per value of each attention kernel (:data:`ATTENTION_KERNELS`): points
+    # ``(rows, forward, forward and backward)``, measured by `calibrate` on graphs of
+    # ``rows`` vertices (a kernel gathering from rows that fit the caches costs a third
+    # of one that misses them); empty in profiles written before it measured them (then
+    # :meth:`kernel_time` falls back on the other rates).
+    attention_s: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
 
     @property
     def attention_rates_measured(self) -> bool:
@@ -112,16 +114,21 @@ class Profile:
         return ("estimated from the SpMM rate: this profile has no attention kernel rates "
                 "(calibrated before `sparsegnn calibrate` measured them); run it again")
 
-    def kernel_time(self, kernel: str, values: float, backward: bool) -> float:
+    def kernel_time(self, kernel: str, values: float, backward: bool,
+                    rows: float = 0.0) -> float:
         """Seconds of attention kernel ``kernel`` over ``values`` values, its backward
-        included where ``backward``; from the other rates where the profile has no
-        measured one (:data:`FALLBACK_TRAIN_FACTOR`)."""
-        rates = self.attention_s.get(kernel)
-        if rates is None:
+        included where ``backward``, gathering from ``rows`` rows: the rate measured
+        nearest, linear in log(rows) between measured sizes; from the other rates where
+        the profile has no measured one (:data:`FALLBACK_TRAIN_FACTOR`)."""
+        points = sorted(self.attention_s.get(kernel) or [])
+        column = 2 if backward else 1
+        if not points:
             forward = {"edge_dropout": self.dropout_s,
                        "elu": self.elementwise_s}.get(kernel, self._per_nnz(1))
-            rates = (forward, FALLBACK_TRAIN_FACTOR * forward)
-        return values * rates[1 if backward else 0]
+            return values * forward * (FALLBACK_TRAIN_FACTOR if backward else 1.0)
+        sizes = [math.log(max(p[0], 1.0)) for p in points]
+        rate = np.interp(math.log(max(rows, 1.0)), sizes, [p[column] for p in points])
+        return values * float(rate)
 
     def overhead(self, calls: int, row_values: int, edge_calls: int = 0) -> float:
         return (self.epoch_overhead_s + calls * self.call_overhead_s
@@ -228,13 +235,16 @@ class Profile:
                               seconds(t, f"broadcast_rounds[{key}] seconds"))
                              for b, t in pts]
         kernels = {}
-        for key, pair in (raw.get("attention_s") or {}).items():
-            if key not in ATTENTION_KERNELS or len(pair) != 2:
+        for key, points in (raw.get("attention_s") or {}).items():
+            if key not in ATTENTION_KERNELS or not points \
+                    or any(len(point) != 3 for point in points):
                 raise ValueError(f"attention_s[{key!r:.40}]: one of "
-                                 f"{', '.join(ATTENTION_KERNELS)} with [forward, forward "
-                                 "and backward] seconds per value")
-            kernels[key] = (seconds(pair[0], f"attention_s[{key}]"),
-                            seconds(pair[1], f"attention_s[{key}]"))
+                                 f"{', '.join(ATTENTION_KERNELS)} with [rows, forward, "
+                                 "forward and backward seconds per value] points")
+            kernels[key] = [(seconds(rows, f"attention_s[{key}]"),
+                             seconds(forward, f"attention_s[{key}]"),
+                             seconds(train, f"attention_s[{key}]"))
+                            for rows, forward, train in points]
         return cls(str(raw["backend"]), world, spmm, seconds(raw["spmm_row_s"], "spmm_row_s"),
                    seconds(raw["gemm_s"], "gemm_s"),
                    seconds(raw["elementwise_s"], "elementwise_s"), links,
