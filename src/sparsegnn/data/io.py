@@ -458,7 +458,20 @@ def load_any(
         return read_pyg(path, undirected=undirected)
     if path.is_dir() and is_dgl_dir(path):
         return read_dgl_csv(path, undirected=undirected)
+    if path.is_dir():
+        raise DataFormatError(_not_a_graph_folder(path))
     return read_graph(path, undirected=undirected)
+
+
+def _not_a_graph_folder(path: Path) -> str:
+    """Why a folder is read as no graph: a partition folder holds per-rank blocks of one
+    (its operator already normalised), not the graph itself."""
+    if (path / "manifest.json").is_file():
+        return (f"{path}: a partition folder written by `sparsegnn data partition` (per-rank "
+                "blocks, not the graph): train on it with `train --dataset`, or convert or "
+                "partition the graph it was made from")
+    return (f"{path}: a folder of no layout sparsegnn reads (an OGB dataset folder, a PyG "
+            "dataset folder with processed/*.pt, a DGL CSVDataset with edges.csv or meta.yaml)")
 
 
 def convert(
