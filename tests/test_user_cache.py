@@ -32,5 +32,5 @@ def test_tracking_benchmarks_simulate_outside_the_checkout(monkeypatch: pytest.M
     monkeypatch.delitem(sys.modules, "_tracking", raising=False)
     import _tracking
 
-    assert _tracking.TRACKING_DATA == tmp_path / "cache" / "bench_tracking"
+    assert tmp_path / "cache" / "bench_tracking" == _tracking.TRACKING_DATA
     monkeypatch.delitem(sys.modules, "_tracking")
