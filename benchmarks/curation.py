@@ -13,23 +13,25 @@ ground truth of the first ``--labelled`` documents (a corpus of their own, the f
 chunk of the big one), annotates every document and reports documents per second and
 the process's peak resident memory. With ``--json`` the last stdout line is one JSON object.
 ``--quick`` skips CiteSeer, runs part 2 on 4,000 documents (1,000 labelled, 3 epochs)
-over one process and 2 ranks, and the sweep on 2,000 documents (400 labelled, 10 epochs):
+over one process and 2 ranks, and the sweep on 600 documents (levels 0 and 0.8, two
+splits of 150 labels, 10 epochs; 25 labels for the few-labels part):
 a smoke test of every code path, not a measurement.
 
 Part 3 (``--sweep``) is the homophily sweep: for each level in ``--levels``, a generated
 corpus of ``--sweep-docs`` documents whose links join documents of the same topic with
-that probability (sites independent of topic), teacher labels (the generated codes) on
-``--sweep-labelled`` documents for training and validation and as many held out, and the
-topic kappa on the held-out documents of the student, the text-only student (the
-student's own text half, ``alpha = 0``: the text-only preset's model, trained the same
-way) and the previous design (``propagate``: links and sites pooled, no fallback). It
-also reports the student-vs-teacher agreement on every category of the schema (primary
-and overlap kappa, bootstrap intervals) on the held-out documents of the level 0.8
-corpus, and plots kappa against homophily (``--plot``, PNG).
+that probability (sites independent of topic), and ``--splits`` random splits of it,
+each with teacher labels (the generated codes) on ``--sweep-labelled`` random documents
+and the topic kappa on all the others, of the student and of its own text half
+(``alpha = 0``: the text-only preset's model, trained the same way); per level the mean
+gain, its 95% interval and the worst split, and the acceptance checks of issue 48. Then
+the few-labels sweep: the same at ``--few-level`` with ``--few-labels`` teacher labels.
+``--propagate`` adds the previous design (links and sites pooled, no fallback); ``--plot``
+draws kappa against homophily. The sweep's code is ``_curation_sweep.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -39,20 +41,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _curation_sweep import few_labels_sweep, homophily_sweep, sweep_checks, sweep_table
 from _harness import Row, Stopwatch, emit, make_parser
-from sparsegnn.curation import cohen_kappa, essential_web, read_labels
-from sparsegnn.curation.agreement_report import agreement_report
+from sparsegnn.curation import essential_web, read_labels
 from sparsegnn.curation.annotate import annotate, annotate_job
 from sparsegnn.curation.citeseer_corpus import run_citeseer
 from sparsegnn.curation.curate_demo import CONFIGS
 from sparsegnn.curation.distil import distil
 from sparsegnn.curation.ingest import IngestConfig, ingest
 from sparsegnn.curation.student import PROPAGATE, StudentConfig
-from sparsegnn.curation.synthetic import FDC, SyntheticConfig, measured_homophily, write_corpus
-from sparsegnn.optional import pyplot, require
+from sparsegnn.curation.synthetic import SyntheticConfig, write_corpus
+from sparsegnn.optional import pyplot
 from sparsegnn.train.memory import peak_memory_bytes
-
-pq = require("pyarrow.parquet")
 
 
 def citeseer(data_dir: str | None, work: Path, n_boot: int, seed: int, teacher: bool = True
@@ -121,64 +121,18 @@ def scale(num_docs: int, labelled: int, work: Path, epochs: int, ranks: int) -> 
     }
 
 
-def _kappa_on(store: Path, annotator: Any, held_out: Any, out: Path) -> float:
-    """Topic kappa (primary labels) of ``annotator`` on the held-out teacher labels."""
-    schema = essential_web()
-    annotate(store, annotator, out, progress=False)
-    got = read_labels(out, schema).subset(held_out.ids).categories[FDC].primary
-    return cohen_kappa(held_out.categories[FDC].primary, got).kappa
-
-
-def sweep_level(level: float, num_docs: int, labelled: int, work: Path, epochs: int,
-                seed: int, n_boot: int, agreement: bool) -> dict[str, Any]:
-    """One homophily level: generate, ingest, distil the student and the previous design
-    on ``labelled`` teacher-labelled documents (a fifth for validation), score the topic
-    kappa of both and of the student's text half on the next ``labelled`` documents."""
-    schema = essential_web()
-    gen = SyntheticConfig(num_docs=num_docs, chunk=num_docs, seed=seed).with_homophily(
-        FDC, level)
-    corpus = work / f"corpus_{level}.parquet"
-    write_corpus(corpus, gen)
-    store = work / f"store_{level}"
-    ingest(corpus, store, IngestConfig(batch_rows=16384))
-    rows = pq.read_table(corpus, columns=["id", "links", FDC]).to_pylist()
-    truth = read_labels(corpus, schema)
-    teacher = truth.subset(truth.ids[:labelled])
-    held_out = truth.subset(truth.ids[labelled:2 * labelled])
-    val = teacher.ids[:labelled // 5]
-    cfg = StudentConfig(epochs=epochs, seed=seed)
-    student = distil(store, teacher, schema, cfg, val_ids=val)
-    out: dict[str, Any] = {"homophily": level, "measured_homophily":
-                           measured_homophily(rows, FDC), "num_docs": num_docs,
-                           "labelled_docs": labelled, "held_out_docs": len(held_out.ids)}
-    model = student.annotator.model
-    out["alpha"] = dict(zip(student.annotator.classes, model.alpha.tolist(), strict=True))
-    out["channel_weights"] = model.weights_report()[FDC]
-    out["student"] = _kappa_on(store, student.annotator, held_out, work / "student.parquet")
-    if agreement:
-        report = agreement_report(held_out, read_labels(work / "student.parquet", schema),
-                                  schema, n_boot=n_boot)
-        out["agreement"] = report.to_dict()
-        out["agreement_table"] = report.table()
-    alpha = model.alpha.clone()
-    model.alpha.zero_()
-    out["text_only"] = _kappa_on(store, student.annotator, held_out, work / "text.parquet")
-    model.alpha.copy_(alpha)
-    old = distil(store, teacher, schema, replace(PROPAGATE, epochs=epochs, seed=seed),
-                 val_ids=val)
-    out["propagate"] = _kappa_on(store, old.annotator, held_out, work / "old.parquet")
-    for name in ("student.parquet", "text.parquet", "old.parquet"):
-        (work / name).unlink()
-    return out
-
-
 def plot_sweep(levels: list[dict[str, Any]], path: Path) -> Path:
-    """Topic kappa of the three annotators against link homophily, as a PNG."""
+    """Mean topic kappa of the student and of text-only against link homophily, with
+    the student's worst and best split, as a PNG."""
     plt = pyplot("for the homophily plot")
     fig, ax = plt.subplots(figsize=(5.5, 4))
     x = [lv["homophily"] for lv in levels]
-    for name, style in (("student", "o-"), ("text_only", "s--"), ("propagate", "^:")):
-        ax.plot(x, [lv[name] for lv in levels], style, label=name)
+    student = [[r["student"] for r in lv["runs"]] for lv in levels]
+    mean = [sum(k) / len(k) for k in student]
+    ax.errorbar(x, mean, yerr=[[m - min(k) for m, k in zip(mean, student, strict=True)],
+                               [max(k) - m for m, k in zip(mean, student, strict=True)]],
+                fmt="o-", capsize=3, label="student (mean; worst and best split)")
+    ax.plot(x, [lv["summary"]["text_only"] for lv in levels], "s--", label="text-only (mean)")
     ax.set_xlabel("link homophily of the topic (generated corpus)")
     ax.set_ylabel("topic kappa on held-out documents")
     ax.legend()
@@ -190,24 +144,20 @@ def plot_sweep(levels: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def sweep_table(levels: list[dict[str, Any]]) -> str:
-    lines = [f"{'homophily':>9} {'measured':>8} {'student':>8} {'text':>8} {'propagate':>9} "
-             f"{'alpha':>6}"]
-    lines += [f"{lv['homophily']:>9.1f} {lv['measured_homophily']:>8.3f} {lv['student']:>8.3f} "
-              f"{lv['text_only']:>8.3f} {lv['propagate']:>9.3f} {lv['alpha'][FDC]:>6.2f}"
-              for lv in levels]
-    return "\n".join(lines)
-
-
-def sweep_checks(levels: list[dict[str, Any]]) -> dict[str, bool]:
-    """The acceptance checks of the sweep."""
-    return {
-        "student_at_least_text_minus_0.01_everywhere": all(
-            lv["student"] >= lv["text_only"] - 0.01 for lv in levels),
-        "student_at_least_text_plus_0.05_from_0.6": all(
-            lv["student"] >= lv["text_only"] + 0.05 for lv in levels
-            if lv["homophily"] >= 0.6),
-    }
+def sweep(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Part 3: the homophily sweep and the few-labels sweep, each over ``--splits``."""
+    work.mkdir()
+    levels = homophily_sweep(args.levels, args.sweep_docs, args.sweep_labelled, args.splits,
+                             args.sweep_epochs, work, args.propagate)
+    print(sweep_table(levels, "homophily"), file=sys.stderr)
+    out = {"levels": levels, "checks": sweep_checks(levels),
+           "plot": str(plot_sweep(levels, args.plot))}
+    if args.few_labels:
+        few = few_labels_sweep(args.few_level, args.few_labels, args.sweep_docs, args.splits,
+                               args.sweep_epochs, work)
+        print(sweep_table(few, "labelled_docs"), file=sys.stderr)
+        out["few_labels"] = few
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,16 +176,24 @@ def main(argv: list[str] | None = None) -> int:
                    help="CiteSeer without the teacher-side model (minutes of embedding)")
     p.add_argument("--sweep", action="store_true", help="run the homophily sweep (part 3)")
     p.add_argument("--levels", type=float, nargs="+", default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    p.add_argument("--sweep-docs", type=int, default=50_000)
-    p.add_argument("--sweep-labelled", type=int, default=5000)
-    p.add_argument("--sweep-epochs", type=int, default=100)
+    p.add_argument("--sweep-docs", type=int, default=1000)
+    p.add_argument("--sweep-labelled", type=int, default=200)
+    p.add_argument("--sweep-epochs", type=int, default=40)
+    p.add_argument("--splits", type=int, default=10, help="random splits per graph")
+    p.add_argument("--few-labels", type=int, nargs="*", default=[25, 50, 100, 200],
+                   help="teacher-label counts of the few-labels sweep (none: skip it)")
+    p.add_argument("--few-level", type=float, default=0.8,
+                   help="topic homophily of the few-labels sweep's graph")
+    p.add_argument("--propagate", action="store_true",
+                   help="also score the previous design (links and sites pooled) per split")
     p.add_argument("--plot", type=Path, default=Path("curation_homophily.png"),
                    help="where the sweep's plot goes")
     args = p.parse_args(argv)
     if args.quick:
         args.skip_citeseer, args.skip_scale = True, False
         args.docs, args.labelled, args.epochs, args.ranks = 4000, 1000, 3, 2
-        args.sweep, args.sweep_docs, args.sweep_labelled, args.sweep_epochs = True, 2000, 400, 10
+        args.sweep, args.sweep_docs, args.sweep_labelled, args.sweep_epochs = True, 600, 150, 10
+        args.levels, args.splits, args.few_labels = [0.0, 0.8], 2, [25]
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="sparsegnn-bench-") as tmp:
         if not args.skip_citeseer:
@@ -247,16 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             out["scale"] = scale(args.docs, min(args.labelled, args.docs), Path(tmp) / "scale",
                                  args.epochs, args.ranks)
         if args.sweep:
-            (Path(tmp) / "sweep").mkdir()
-            levels = [sweep_level(h, args.sweep_docs, args.sweep_labelled, Path(tmp) / "sweep",
-                                  args.sweep_epochs, args.seed, args.bootstrap, h == 0.8)
-                      for h in args.levels]
-            out["sweep"] = {"levels": levels, "checks": sweep_checks(levels),
-                            "plot": str(plot_sweep(levels, args.plot))}
-            print(sweep_table(levels), file=sys.stderr)
-            for lv in levels:
-                if "agreement_table" in lv:
-                    print(lv.pop("agreement_table"), file=sys.stderr)
+            out["sweep"] = sweep(args, Path(tmp) / "sweep")
     for part, result in out.items():
         print(f"{part}: {json.dumps(result, default=str)[:2000]}")
     emit(*as_summary(out), args.json)
@@ -289,11 +238,11 @@ def as_summary(out: dict[str, Any]) -> tuple[list[Row], dict[str, float], dict[s
             speedups["annotate_ranks_vs_one_process"] = (sc["annotate_seconds"]
                                                          / sc["annotate_seconds_ranks"])
     if "sweep" in out:
-        for lv in out["sweep"]["levels"]:
-            rows.append({"what": "homophily_sweep", "ours": True,
-                         **{k: v for k, v in lv.items() if k != "agreement"}})
-            for name in ("student", "text_only", "propagate"):
-                metrics[f"sweep_{lv['homophily']}_{name}_kappa"] = lv[name]
+        for part, key in (("levels", "homophily"), ("few_labels", "labelled_docs")):
+            for lv in out["sweep"].get(part, []):
+                rows.append({"what": f"sweep_{part}", "ours": True, **lv})
+                for name in ("student", "text_only", "mean_gain", "gain_low", "worst_gain"):
+                    metrics[f"{part}_{lv[key]}_{name}"] = lv["summary"][name]
         metrics.update(out["sweep"]["checks"])
     return rows, speedups, metrics
 

@@ -176,10 +176,12 @@ def test_demo_leaves_out_the_teacher_without_the_embedding_model(
     from sparsegnn.curation import curate_demo as demo
 
     monkeypatch.setattr(demo.embed, "available", lambda: False)
-    configs, notes = demo.demo_configs()
+    configs, notes = demo.demo_configs(teacher=True)
     assert set(configs) == {"student", "text_only"} and "sparsegnn[embed]" in notes[0]
     monkeypatch.setattr(demo.embed, "available", lambda: True)
-    assert demo.demo_configs() == (demo.CONFIGS, [])
+    assert demo.demo_configs(teacher=True) == (demo.CONFIGS, [])
+    configs, notes = demo.demo_configs()  # by default: minutes saved, and said so
+    assert set(configs) == {"student", "text_only"} and "--teacher" in notes[0]
 
 
 def test_knn_edges_get_their_own_operator(corpus: Path, tmp_path: Path):

@@ -127,7 +127,7 @@ def _distil(args: argparse.Namespace) -> int:
         cfg = replace(cfg, epochs=args.epochs)
     if args.batch_size is not None:
         cfg = replace(cfg, batch_size=args.batch_size, fanouts=tuple(args.fanouts))
-    result = distil(args.corpus, read_labels(args.labels, schema), schema, cfg,
+    result = distil(args.corpus, read_labels(args.labels, schema, strict=True), schema, cfg,
                     progress=args.progress, checkpoint=args.checkpoint, resume=args.resume,
                     logdir=args.logdir)
     result.annotator.save(args.out)
@@ -135,21 +135,30 @@ def _distil(args: argparse.Namespace) -> int:
            "epochs_run": result.epochs_run, "train_seconds": result.train_seconds,
            "config": cfg.to_dict(), "history": [_finite_fields(asdict(h))
                                                 for h in result.history],
-           "channel_weights": result.annotator.model.weights_report()}
+           "channel_weights": result.annotator.model.weights_report(),
+           "mix": {c: m.to_dict() for c, m in result.mix.items()}}
     summary = (f"{args.model}: best validation accuracy {result.best_val_accuracy:.3f} after "
                f"{result.epochs_run} epochs ({result.train_seconds:.1f} s); saved {args.out}\n"
-               + _weights_table(out["channel_weights"]))
+               + _weights_table(out["channel_weights"]) + _mix_lines(result.mix))
     return finish_run(args, f"sparsegnn curate distil: {args.model} on {args.corpus}", out,
                       summary)
 
 
 def _weights_table(weights: dict[str, dict[str, float]]) -> str:
     """Each category's share per channel (``graph_share``: the graph student's share of
-    the mix with the text-only student, chosen on validation)."""
+    the mix with the text-only student, chosen out of fold)."""
     lines = ["channel weights per category:"]
     lines += [f"  {cat:<28} " + "  ".join(f"{k} {v:.2f}" for k, v in shares.items())
               for cat, shares in weights.items()]
     return "\n".join(lines)
+
+
+def _mix_lines(mix: dict[str, Any]) -> str:
+    """Why each category uses the share it does (a graph student's text fallback)."""
+    if not mix:
+        return ""
+    lines = ["", "graph share per category (chosen out of fold on every teacher label):"]
+    return "\n".join(lines + [f"  {c:<28} {m.describe()}" for c, m in mix.items()])
 
 
 def _finite_fields(record: dict[str, Any]) -> dict[str, Any]:
@@ -297,12 +306,14 @@ def _agreement(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- demo
 def _register_demo(cmds: argparse._SubParsersAction) -> None:
-    p = cmds.add_parser("demo", help="the whole recipe on CiteSeer (a few minutes)")
+    p = cmds.add_parser("demo", help="the whole recipe on CiteSeer (about three minutes)")
     p.add_argument("--data-dir", default=None, help="data root holding citeseer_text/")
     p.add_argument("--out", default=None, type=output_dir,
-                   help="working folder (default: a temporary one)")
+                   help="working folder, kept (default: a new one under the temporary folder)")
     p.add_argument("--seed", type=int_range(0), default=0, help="seed of the 60/20/20 split")
     p.add_argument("--bootstrap", type=int_range(0), default=1000)
+    p.add_argument("--teacher", action="store_true",
+                   help="also distil the teacher-side model (MiniLM embeddings: minutes)")
     add_json_flag(p)
     p.set_defaults(func=_demo)
 
@@ -310,12 +321,8 @@ def _register_demo(cmds: argparse._SubParsersAction) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from sparsegnn.curation.curate_demo import run_demo
 
-    if args.out:
-        return _finish_demo(args, run_demo(args.data_dir, args.out, args.seed,
-                                           args.bootstrap))
-    with tempfile.TemporaryDirectory(prefix="sparsegnn-curate-") as tmp:
-        return _finish_demo(args, run_demo(args.data_dir, Path(tmp), args.seed, args.bootstrap))
-
-
-def _finish_demo(args: argparse.Namespace, result: Any) -> int:
+    # Without --out the work is kept in a new folder (the summary names it), so its store
+    # can be served and queried afterwards.
+    out = args.out or Path(tempfile.mkdtemp(prefix="sparsegnn-curate-demo-"))
+    result = run_demo(args.data_dir, out, args.seed, args.bootstrap, args.teacher)
     return emit(args, result.to_dict(), result.summary())

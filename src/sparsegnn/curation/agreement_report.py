@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -34,12 +35,14 @@ class AgreementReport:
     num_documents: int = 0
     primary: dict[str, Kappa] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    undefined: dict[str, str] = field(default_factory=dict)  # category -> why no kappa
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_documents": self.num_documents,
                 "kappa": {k: v.to_dict() for k, v in self.kappa.items()},
                 "primary_kappa": {k: v.to_dict() for k, v in self.primary.items()},
-                "missing_categories": self.missing, "nmi": self.nmi, "plots": self.plots}
+                "missing_categories": self.missing, "nmi": self.nmi, "plots": self.plots,
+                "undefined": self.undefined}
 
     def table(self) -> str:
         lines = [f"{'category':<40} {'kappa':>7} {'95% CI':>17} {'primary':>8} "
@@ -48,6 +51,8 @@ class AgreementReport:
             p = self.primary[name]
             lines.append(f"{name:<40} {k.kappa:>7.3f} [{k.low:>6.3f}, {k.high:>6.3f}] "
                          f"{p.kappa:>8.3f} [{p.low:>6.3f}, {p.high:>6.3f}] {k.n:>7}")
+        lines += [f"{name}: kappa undefined (nan): {why}"
+                  for name, why in self.undefined.items()]
         if self.missing:
             lines.append(f"not in both files: {', '.join(self.missing)}")
         if self.nmi:
@@ -80,6 +85,7 @@ def agreement_report(
     kappas: dict[str, Kappa] = {}
     primary: dict[str, Kappa] = {}
     written: list[str] = []
+    undefined: dict[str, str] = {}
     for cat in shared:
         ref_levels = _levels(cat.name, reference.categories[cat.name], cat.kind == "fdc")
         oth_levels = _levels(cat.name, other.categories[cat.name], cat.kind == "fdc")
@@ -93,13 +99,25 @@ def agreement_report(
             primary[name] = cohen_kappa(ref.primary, oth.primary,
                                         weights=weights if order else "none", order=order,
                                         n_boot=n_boot)
+            if math.isnan(primary[name].kappa):
+                undefined[name] = _why_undefined(ref, oth)
             if plots is not None:
                 written.append(str(_plot(ref, oth, name, Path(plots))))
     nmi = {f"{a}~{b}": normalized_mutual_info(reference.categories[a].primary,
                                               reference.categories[b].primary)
            for a, b in combinations(reference.categories, 2)}
     missing = [c.name for c in schema.categories if c not in shared]
-    return AgreementReport(kappas, nmi, written, len(reference.ids), primary, missing)
+    return AgreementReport(kappas, nmi, written, len(reference.ids), primary, missing,
+                           undefined)
+
+
+def _why_undefined(ref: CategoryLabels, oth: CategoryLabels) -> str:
+    """Kappa divides by one minus chance agreement, which is zero when both sides give
+    every document the same single code (as FDC level 1 on CiteSeer: every code is 0xx)."""
+    codes = sorted(set(ref.primary) | set(oth.primary))
+    return (f"every document has the code {', '.join(map(repr, codes))} on both sides, so "
+            "chance agreement is 1 and kappa divides by zero; this level cannot tell the "
+            "annotators apart")
 
 
 def _plot(ref: CategoryLabels, oth: CategoryLabels, name: str, folder: Path) -> Path:

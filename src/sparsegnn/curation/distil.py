@@ -266,7 +266,8 @@ def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None
          resume: bool, logdir: str | Path | None) -> Any:
     """Train one student with early stopping and restore its best weights; the loop's
     final state."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                 fused=True)  # one kernel per step: the steps are tiny
     epoch_fn = (sampled_epoch(model, task, features, raw, cfg, optimizer) if cfg.batch_size
                 else partial(train_epoch, model, task, optimizer))
     # Every student reseeds after its model is built (as full-graph training does), so

@@ -79,11 +79,18 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_labels(path: str | Path, schema: Schema) -> LabelSet:
+# Columns a label file may carry beside its categories (a corpus file with its codes).
+DOCUMENT_COLUMNS = frozenset({"id", "text", "url", "links", "site"})
+
+
+def read_labels(path: str | Path, schema: Schema, strict: bool = False) -> LabelSet:
     """Labels from a teacher label file or from an annotation file of ours.
 
     Every code is checked against ``schema``; a row without an id, a repeated id or an
-    unknown code is an error naming the file and row, never a silently dropped row.
+    unknown code is an error naming the file and row, never a silently dropped row. With
+    ``strict`` (teacher labels to train on), a column that is neither a category of the
+    schema, its ``_secondary``, nor a document column is an error naming it: a misspelt
+    or foreign category would otherwise be ignored in silence.
     """
     path = Path(path)
     if not path.is_file():
@@ -91,12 +98,23 @@ def read_labels(path: str | Path, schema: Schema) -> LabelSet:
     rows = _read_rows(path)
     if rows and TAXONOMY_COLUMN in rows[0]:
         rows = [_flatten_annotation(r) for r in rows]
+    if strict:
+        _refuse_unknown_columns(rows, schema, path)
     ids = _check_ids(rows, path)
     present = [c for c in schema.categories if any(c.name in r for r in rows)]
     if not present:
         raise SchemaError(f"{path}: no column matches a category of schema {schema.name!r} "
                           f"({', '.join(schema.names)})")
     return LabelSet(ids, {c.name: _category_labels(rows, c, path) for c in present})
+
+
+def _refuse_unknown_columns(rows: list[dict[str, Any]], schema: Schema, path: Path) -> None:
+    known = set(DOCUMENT_COLUMNS)
+    known.update(n + suffix for n in schema.names for suffix in ("", _SECONDARY))
+    unknown = sorted({k for r in rows for k in r} - known)
+    if unknown:
+        raise SchemaError(f"{path}: label columns not in schema {schema.name!r}: "
+                          f"{', '.join(unknown)} (its categories: {', '.join(schema.names)})")
 
 
 def _check_ids(rows: list[dict[str, Any]], path: Path) -> list[str]:

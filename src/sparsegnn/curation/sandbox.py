@@ -198,11 +198,15 @@ class Sandbox:
         relation = self._relation(sql, params, deadline)
         reader = self._run(lambda: _method(relation, "to_arrow_reader", "fetch_arrow_reader")(
             rows), deadline)
+        empty = True
         while True:
             try:
                 batch = self._run(reader.read_next_batch, deadline)
             except StopIteration:
+                if empty:  # no row matched: one empty batch, so exports keep the columns
+                    yield _empty_batch(reader.schema)
                 return
+            empty = False
             yield batch
 
     def _start(self, sql: str) -> float:
@@ -331,6 +335,13 @@ def _cte_names(node: Any) -> Iterator[str]:
         cte_map = item.get("cte_map")
         if isinstance(cte_map, dict):
             yield from (str(entry["key"]).lower() for entry in cte_map.get("map", []))
+
+
+def _empty_batch(schema: Any) -> Any:
+    """A zero-row ``pyarrow.RecordBatch`` of ``schema``."""
+    pa = require("pyarrow")
+    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema],
+                                      schema=schema)
 
 
 def _method(obj: Any, name: str, older: str) -> Callable[..., Any]:

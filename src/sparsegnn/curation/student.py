@@ -26,8 +26,9 @@ Learnt weights alone cannot promise to do no worse than text: they are fitted on
 training documents, where neighbours can look more useful than they are.
 :class:`TextFallback` therefore pairs the graph student with a text-only student (the
 same model with no hops, trained on its own), and mixes their probabilities per category,
-``p_c = (1 - alpha_c) p_text + alpha_c p_graph``, with ``alpha_c`` chosen on the
-validation documents; ``alpha_c = 0`` is the text-only student itself.
+``p_c = (1 - alpha_c) p_text + alpha_c p_graph``, with ``alpha_c`` chosen out of fold on
+every teacher label (:mod:`~sparsegnn.curation.mix_choice`); ``alpha_c = 0`` is the
+text-only student itself.
 
 ``L`` (``label_inputs``) uses the teacher labels the annotator was given: ``Y`` holds each
 labelled document's label distribution (zeros elsewhere), and the adjacency has no self
@@ -60,7 +61,7 @@ from sparsegnn.sparse import CSRMatrix, spmm
 Mixing = Literal["learnt", "none"]
 # The operator of the previous design: links and same-site edges pooled.
 POOLED = "graph"
-ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # graph student's share, chosen on validation
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)  # graph student's shares, chosen out of fold
 
 
 @dataclass
@@ -85,6 +86,8 @@ class StudentConfig:
     seed: int = 0
     mixing: Mixing = "learnt"  # "none": the previous design (see the module docstring)
     edge_kinds: tuple[str, ...] | None = None  # None: the link/site kinds the corpus has
+    share_folds: int = 5  # folds of the teacher labels the graph share is chosen on
+    share_z: float = 2.0  # a share's gain must exceed this many standard errors
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -226,8 +229,8 @@ class GraphStudent(nn.Module):
 
 class TextFallback(nn.Module):
     """A graph student and a text-only student whose probabilities are mixed per category,
-    ``(1 - alpha_c) p_text + alpha_c p_graph``, with ``alpha_c`` chosen on the validation
-    documents (:data:`ALPHAS`; ``0`` is the text-only student exactly).
+    ``(1 - alpha_c) p_text + alpha_c p_graph``, with ``alpha_c`` chosen out of fold
+    (:data:`ALPHAS`; ``0`` is the text-only student exactly).
 
     It has the annotation interface of :class:`GraphStudent` (``encode``, ``propagate``,
     ``classify``): the encoding is both students' ``H0`` side by side, and only the graph
