@@ -87,6 +87,18 @@ def test_test_confusion_agrees_with_test_accuracy(
         out["test_accuracy"], rel=1e-6)
 
 
+def test_minibatch_logdir_has_the_validation_loss(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Sampled training on one process evaluates the whole graph each epoch: its
+    cross-entropy on the validation split is a curve too."""
+    out = run_json(capsys, "train", "--dataset", GRAPH, "--epochs", "3", "--mode", "minibatch",
+                   "--fanouts", "3,3", "--layers", "2", "--batch-size", "64", "--logdir",
+                   str(tmp_path), "--history")
+    assert all(h["val_loss"] > 0 for h in out["history"])
+    assert_epochs_match(scalars(tmp_path / "version_0"), out["history"],
+                        {"val_loss": "val_loss", "val_accuracy": "val_accuracy"})
+
+
 @pytest.mark.distributed
 def test_distributed_logdir_has_one_writer_and_every_rank_bytes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

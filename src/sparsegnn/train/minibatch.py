@@ -79,6 +79,7 @@ class MinibatchEpoch:
     val_accuracy: float
     seconds: float
     seeds: int
+    val_loss: float | None = None  # full-graph evaluation on this process only
 
 
 @dataclass
@@ -141,10 +142,16 @@ class _Evaluator:
 
     @torch.no_grad()
     def accuracy(self, model: nn.Module, split: str) -> float:
+        return self.scores(model, split)[0]
+
+    @torch.no_grad()
+    def scores(self, model: nn.Module, split: str) -> tuple[float, float]:
+        """Accuracy and cross-entropy on ``split``, from one full-neighbourhood pass."""
         model.eval()
         logits = model(self.x, self.op)
         m = self.masks[split]
-        return float((logits[m].argmax(1) == self.y[m]).float().mean())
+        return (float((logits[m].argmax(1) == self.y[m]).float().mean()),
+                float(F.cross_entropy(logits[m], self.y[m])))
 
     @torch.no_grad()
     def confusion(self, model: nn.Module, split: str) -> list[list[int]]:
@@ -198,7 +205,10 @@ def fit_minibatch(
 
     def epoch_fn(epoch: int) -> MinibatchEpoch:
         stats = _train_epoch(model, optimizer, loader, epoch, cfg, sync)
-        stats.val_accuracy = accuracy(model, "val")
+        if local is None:
+            stats.val_accuracy = accuracy(model, "val")
+        else:
+            stats.val_accuracy, stats.val_loss = local.scores(model, "val")
         return stats
 
     stamp = {**fingerprint(cfg, kind="minibatch", world_size=world_size, rank=rank),
