@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import NoReturn
 
@@ -90,7 +91,8 @@ def _separate_runs(args: argparse.Namespace) -> None:
 
     args.logdir = run_logdir(args.logdir, bool(getattr(args, "resume", False)),
                              getattr(args, "run_name", None))
-    print(f"sparsegnn {args.command}: this run logs to {args.logdir}", file=sys.stderr)
+    if os.environ.get("RANK", "0") == "0":  # one line per job, not one per torchrun rank
+        print(f"sparsegnn {args.command}: this run logs to {args.logdir}", file=sys.stderr)
 
 
 def _configure_logging(verbose: bool) -> None:
