@@ -3,8 +3,10 @@
 A :class:`Profile` says what this machine (or a cluster one plans for) costs: a local
 SpMM per stored nonzero and feature column and per output row and column, a dense
 matmul per multiply-add, an elementwise pass per value, per collective a latency and a
-time per byte at the busiest rank (:class:`LinkCost`), the overheads the calibration
-fits on real epochs, and a rank's base memory (``sparsegnn calibrate`` measures them; a
+time per byte at the busiest rank (:class:`LinkCost`), the attention models' kernels
+per value (:data:`ATTENTION_KERNELS`; a profile without them falls back on the SpMM
+rate and says so), the overheads the calibration fits on real epochs, and a rank's base
+memory (``sparsegnn calibrate`` measures them; a
 profile can also be written by hand). It is apart from :mod:`sparsegnn.distributed.planning.cost`,
 which prices an epoch at these rates, because it is the record both sides share: the
 calibration writes it, the cost and memory models and the automatic choice read it, and
