@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 from typing import NoReturn
 
@@ -87,11 +86,12 @@ def _separate_runs(args: argparse.Namespace) -> None:
             raise InvalidValueError("--name labels a run's folder under --logdir; give "
                                     "--logdir too")
         return
+    from sparsegnn.distributed.runtime.session import job_rank
     from sparsegnn.train.eventlog import run_logdir
 
     args.logdir = run_logdir(args.logdir, bool(getattr(args, "resume", False)),
                              getattr(args, "run_name", None))
-    if os.environ.get("RANK", "0") == "0":  # one line per job, not one per torchrun rank
+    if job_rank() == 0:  # one line per job, not one per torchrun rank
         print(f"sparsegnn {args.command}: this run logs to {args.logdir}", file=sys.stderr)
 
 
