@@ -146,7 +146,9 @@ def test_recipe_runs_with_rows_codes_and_distributions(server: CurationServer):
     assert topic["code"] == "513.2" and topic["secondary"] == "510"
     assert 0.5 <= topic["confidence"] <= 1
     bars = result["distributions"]["free_decimal_correspondence"]
-    assert bars == [{"code": "5", "label": "Science", "count": 4}]
+    assert bars == [{"code": "5", "label": "Science", "count": 4, "filter": {
+        "field": "eai_taxonomy.free_decimal_correspondence.primary.code", "op": "prefix",
+        "value": "5"}}]  # the bar stands for FDC main class 5: codes starting with 5
     assert result["distributions"]["document_type_v2"][0]["label"] == "Knowledge Article"
 
 
@@ -275,7 +277,7 @@ def _cells(driver: Any) -> list[str]:
 
 def test_page_in_headless_chromium(browser: Any, server: CurationServer, tmp_path: Path):
     """Load, browse (the hostile document shown as text), run a recipe and see rows and
-    charts, get the COPY TO refusal, a non-blank screenshot, no console errors, no alert,
+    facets, get the COPY TO refusal, a non-blank screenshot, no console errors, no alert,
     and no request but to the server."""
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.support.ui import Select
@@ -291,9 +293,9 @@ def test_page_in_headless_chromium(browser: Any, server: CurationServer, tmp_pat
     browser.find_element("id", "run").click()
     _wait(browser, lambda d: set(_cells(d)) == MATH_IDS)
     assert browser.find_element("id", "status").text.startswith("4 rows")
-    charts = browser.find_elements("css selector", "figure.chart")
-    assert "free_decimal_correspondence" in {c.get_attribute("data-category") for c in charts}
-    assert len(browser.find_elements("css selector", "figure.chart svg rect")) >= len(charts)
+    facets = browser.find_elements("css selector", "section.facet-group")
+    assert "free_decimal_correspondence" in {f.get_attribute("data-category") for f in facets}
+    assert len(browser.find_elements("css selector", ".facet .bar")) >= len(facets)
 
     out = tmp_path / "leak.csv"
     sql = browser.find_element("id", "sql")

@@ -79,6 +79,7 @@ _SBM = "sbm:nodes=64,blocks=2,degree=4"
 MISSING_EXTRA = {
     "curate-query": ("duckdb", "curation",
                      ["curate", "query", "SELECT 1", "--corpus", "{t}/corpus"]),
+    "curate-serve": ("starlette", "curation", ["curate", "serve", "--corpus", "{t}/corpus"]),
     "plan-plot": ("matplotlib", "plot",
                   ["plan", "--graph", "rmat:6", "--parts", "2", "--plot", "{t}/plan.png"]),
     "data-partition-metis": ("pymetis", "partition",

@@ -32,6 +32,7 @@ from sparsegnn.errors import MissingDependencyError
 # Top-level module -> the extra of pyproject.toml that installs it.
 EXTRA_OF: dict[str, str] = {
     "duckdb": "curation", "pyarrow": "curation", "yaml": "curation",
+    "starlette": "curation", "uvicorn": "curation", "anyio": "curation",
     "matplotlib": "plot", "tensorboard": "tensorboard",
     "pymetis": "partition", "kahip": "partition",
     "acts": "tracking", "pythia8mc": "tracking", "pyhepmc": "tracking",

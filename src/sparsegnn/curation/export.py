@@ -49,7 +49,7 @@ def _parquet(batches: Iterable[Any], f: BinaryIO) -> int:
     writer, rows = None, 0
     try:
         for batch in batches:
-            writer = writer or pq.ParquetWriter(f, batch.schema)
+            writer = writer or pq.ParquetWriter(f, _parquet_schema(batch.schema))
             writer.write_batch(batch)
             rows += batch.num_rows
     finally:
@@ -60,6 +60,22 @@ def _parquet(batches: Iterable[Any], f: BinaryIO) -> int:
     if writer is None:
         raise QueryError("the query returned no batches; nothing to export")
     return rows
+
+
+def _parquet_schema(schema: Any) -> Any:
+    """``schema``, or a QueryError naming its UNION columns, which Parquet has no type for
+    (pyarrow would stop with an error of its own, mid-export)."""
+    pa = require("pyarrow")
+
+    def has_union(kind: Any) -> bool:
+        return pa.types.is_union(kind) or any(has_union(kind.field(i).type)
+                                              for i in range(kind.num_fields))
+
+    unions = [f.name for f in schema if has_union(f.type)]
+    if unions:
+        raise QueryError(f"{', '.join(unions)}: a UNION column, which Parquet cannot hold; "
+                         f"export CSV or JSON, or CAST({unions[0]} AS VARCHAR) in the query")
+    return schema
 
 
 def _jsonl(batches: Iterable[Any], f: BinaryIO) -> int:

@@ -1,238 +1,90 @@
-"""``curate serve``: a local web page over one corpus store, for people rather than scripts.
+"""``curate serve``: a local corpus browser over one store, for people rather than scripts.
 
-It browses the annotated documents with their codes and confidences, runs a shipped
-recipe or the user's SQL, draws per-category code distributions and exports the
-selection. Every query goes through the same :class:`Sandbox` as ``curate query``, so the
-page can do nothing the CLI cannot, and every refusal reaches the page as a message.
+It pages through the documents with their codes and confidences, sorts by a column,
+narrows by facets, filters and a text search (written as SQL by
+:mod:`~sparsegnn.curation.serve_view` and shown), runs a shipped recipe (those the
+store's categories allow) or the user's SQL with ``?`` values, shows one row whole, and
+exports any result as CSV, Parquet or JSON Lines. Every query goes through the same
+:class:`Sandbox` as ``curate query``, so the page can do nothing the CLI cannot, and
+every refusal or failure reaches the page as a message.
 
-The server (:class:`~sparsegnn.curation.serve_http.GuardedHTTPServer`) trusts nothing:
+The app is Starlette on uvicorn (:mod:`~sparsegnn.curation.serve_http`), and trusts nothing:
 
-- it listens on 127.0.0.1 only, and answers only requests naming that host (a page on
-  another site cannot reach it by rebinding a DNS name to 127.0.0.1);
+- it listens on 127.0.0.1 only, and answers only requests naming that host and port (a
+  page on another site cannot reach it by rebinding a DNS name to 127.0.0.1);
 - every request must carry the random token printed at start (403 otherwise), so other
   local users and other sites' pages cannot run queries through it;
 - query text, document text and codes are data: the page is static, fetches JSON and
   writes it with ``textContent``, under a Content-Security-Policy that allows only its
   own nonce-marked inline script and style and requests to itself;
 - there is no file-serving route (no path from a request ever reaches the disk), request
-  bodies, rows per page, characters per cell and bars per chart are bounded, and at most
-  ``MAX_QUERIES`` queries run at once;
-- a connection costs no thread until its whole request head has arrived (within
-  ``timeout_s`` of connecting), a fixed pool of ``workers`` threads serves requests, every
-  read and write times out, and a client that goes away is one debug line, not a traceback.
+  bodies, rows per page and characters per cell are bounded, at most ``MAX_QUERIES``
+  queries run at once, and every error, a bug included, is answered with a JSON message.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import tempfile
-import threading
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
 
 from sparsegnn.curation.curation_errors import QueryError, SandboxError, SchemaError
 from sparsegnn.curation.document_store import ANNOTATIONS_FILE, DOCUMENTS_FILE, GRAPH_FILE
 from sparsegnn.curation.export import export
-from sparsegnn.curation.recipes import list_recipes, recipe_sql
 from sparsegnn.curation.sandbox import CorpusFiles, Limits, Sandbox
-from sparsegnn.curation.serve_http import (
-    CONNECTION_TIMEOUT_S,
-    WORKERS,
-    GuardedHandler,
-    GuardedHTTPServer,
-)
+from sparsegnn.curation.serve_http import CONNECTION_TIMEOUT_S, WORKERS, GuardedServer
 from sparsegnn.curation.serve_page import page_html
+from sparsegnn.curation.serve_results import MAX_PAGE_ROWS, row_detail, run_page
+from sparsegnn.curation.serve_view import Recipes, View, ViewError
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.optional import require
 
+_anyio = require("anyio", "for curate serve")
+_apps = require("starlette.applications", "for curate serve")
+_background = require("starlette.background", "for curate serve")
+_exceptions = require("starlette.exceptions", "for curate serve")
+_middleware = require("starlette.middleware", "for curate serve")
+_requests = require("starlette.requests", "for curate serve")
+_responses = require("starlette.responses", "for curate serve")
+_routing = require("starlette.routing", "for curate serve")
+
 HOST = "127.0.0.1"
-MAX_PAGE_ROWS = 200
-MAX_CELL_CHARS = 400
 MAX_BODY_BYTES = 64 * 1024
-MAX_BARS = 20
 MAX_QUERIES = 2
-EXPORTS = {"parquet": "application/vnd.apache.parquet", "csv": "text/csv; charset=utf-8"}
-TAXONOMY = "eai_taxonomy"
-_SECURITY_HEADERS = {
+# format -> (file suffix, media type)
+EXPORTS = {"csv": (".csv", "text/csv; charset=utf-8"),
+           "parquet": (".parquet", "application/vnd.apache.parquet"),
+           "json": (".jsonl", "application/x-ndjson")}
+_SECURITY_HEADERS = [(k.encode(), v.encode()) for k, v in {
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store", "X-Frame-Options": "DENY",
-    "Cross-Origin-Resource-Policy": "same-origin",
-}
+    "Cross-Origin-Resource-Policy": "same-origin"}.items()]
+T = TypeVar("T")
 
 
 class RequestError(Exception):
     """A request the server answers with ``status`` and a JSON ``{"error", "kind"}``."""
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    def __init__(self, status: int, kind: str, message: str,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.kind = status, kind
+        self.status, self.kind, self.headers = status, kind, headers
 
 
-@dataclass(frozen=True)
-class Selection:
-    """What to run: a recipe's or the user's SQL, and its ``?`` values."""
-
-    sql: str
-    params: tuple[str, ...] = ()
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Selection:
-        recipe, sql, params = body.get("recipe"), body.get("sql"), body.get("params", [])
-        if (recipe is None) == (sql is None):
-            raise RequestError(400, "error", "give either 'sql' or 'recipe', not both or neither")
-        if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
-            raise RequestError(400, "error", "'params' must be a list of strings")
-        if recipe is not None:
-            if not isinstance(recipe, str):
-                raise RequestError(400, "error", "'recipe' must be a recipe name")
-            return cls(recipe_sql(recipe), tuple(params))
-        if not isinstance(sql, str) or not sql.strip():
-            raise RequestError(400, "error", "'sql' must be a non-empty SELECT")
-        return cls(sql, tuple(params))
+def _json(payload: dict[str, Any], status: int = 200,
+          headers: dict[str, str] | None = None) -> Any:
+    return _responses.Response(json.dumps(payload, default=str).encode(), status, headers,
+                               media_type="application/json; charset=utf-8")
 
 
-# --------------------------------------------------------------------------- results
-def run_page(box: Sandbox, selection: Selection, offset: int, limit: int) -> dict[str, Any]:
-    """Rows ``offset .. offset + limit`` of the selection, its row count and the
-    distribution of every category's primary codes over all of it.
-
-    The result is streamed batch by batch, so a selection of any size costs the memory of
-    one batch plus the page, not of the whole result."""
-    rows: list[dict[str, Any]] = []
-    columns: list[str] = []
-    counts: dict[str, Counter[str]] = {}
-    labels: dict[str, dict[str, str]] = {}
-    total = 0
-    for batch in box.batches(selection.sql, selection.params, rows=4096):
-        columns = columns or [n for n in batch.schema.names if n != TAXONOMY]
-        if TAXONOMY in batch.schema.names:
-            _count_codes(batch.column(TAXONOMY), counts, labels)
-        start, stop = max(offset - total, 0), min(offset + limit - total, batch.num_rows)
-        if start < stop:
-            rows += [_display(r, columns) for r in batch.slice(start, stop - start).to_pylist()]
-        total += batch.num_rows
-    return {"columns": columns, "rows": rows, "total": total, "offset": offset,
-            "distributions": {cat: _bars(c, labels[cat]) for cat, c in counts.items() if c}}
-
-
-def _display(row: dict[str, Any], columns: list[str]) -> dict[str, Any]:
-    """One row as the page shows it: short text cells, and each category's codes."""
-    codes = _codes(row.get(TAXONOMY))
-    return {"cells": [_cell(row[c]) for c in columns], "codes": codes}
-
-
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else (
-        "" if value is None else json.dumps(value, default=str, ensure_ascii=False))
-    return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS] + "…"
-
-
-def _codes(taxonomy: Any) -> dict[str, dict[str, Any]]:
-    """``{category: {code, label, secondary, confidence}}`` from an ``eai_taxonomy`` value
-    (empty where the column is absent or shaped otherwise: a user's SQL may name any
-    column so)."""
-    if not isinstance(taxonomy, dict):
-        return {}
-    out = {}
-    for cat, value in taxonomy.items():
-        if isinstance(value, dict) and isinstance(value.get("primary"), dict):
-            primary, secondary = value["primary"], value.get("secondary") or {}
-            confidence = value.get("confidence")
-            out[cat] = {"code": _cell(primary.get("code")), "label": _cell(_label(primary)),
-                        "secondary": _cell(secondary.get("code")),
-                        "confidence": confidence if isinstance(confidence, float) else None}
-    return out
-
-
-def _label(code: dict[str, Any]) -> str:
-    """A flat code's label, or an FDC code's deepest level label."""
-    if "labels" in code and isinstance(code["labels"], dict):
-        return next((v for v in reversed(list(code["labels"].values())) if v), "")
-    return str(code.get("label") or "")
-
-
-def _count_codes(taxonomy: Any, counts: dict[str, Counter[str]],
-                 labels: dict[str, dict[str, str]]) -> None:
-    """Add one batch's primary codes per category (FDC at level 1, its ten main classes)."""
-    pa = require("pyarrow")
-    if not pa.types.is_struct(taxonomy.type):
-        return
-    for field in taxonomy.type:
-        columns = _code_columns(taxonomy, field)
-        if columns is None:
-            continue
-        groups = pa.table(dict(zip(("code", "label"), columns, strict=True))).group_by(
-            ["code", "label"]).aggregate([("code", "count")])
-        seen, names = counts.setdefault(field.name, Counter()), labels.setdefault(field.name, {})
-        for c, lab, n in zip(*(groups.column(k).to_pylist()
-                               for k in ("code", "label", "code_count")), strict=True):
-            if c is not None:
-                seen[c] += n
-                names.setdefault(c, str(lab or ""))
-
-
-def _code_columns(taxonomy: Any, field: Any) -> tuple[Any, Any] | None:
-    """The primary code and label arrays of one category, FDC codes cut to level 1; None
-    where the column is not shaped like our annotations (a user's SQL can name anything
-    ``eai_taxonomy``)."""
-    pa, pc = require("pyarrow"), require("pyarrow.compute")
-    primary_type = _child(field.type, "primary")
-    code_type = _child(primary_type, "code")
-    if code_type is None or not pa.types.is_string(code_type):
-        return None
-    primary = pc.struct_field(taxonomy, [field.name, "primary"])
-    code = pc.struct_field(primary, ["code"])
-    level_1 = _child(_child(primary_type, "labels"), "level_1")
-    if level_1 is not None and pa.types.is_string(level_1):
-        return (pc.utf8_slice_codeunits(code, 0, 1),
-                pc.struct_field(primary, ["labels", "level_1"]))
-    label = _child(primary_type, "label")
-    if label is not None and pa.types.is_string(label):
-        return code, pc.struct_field(primary, ["label"])
-    return code, code
-
-
-def _child(struct_type: Any, name: str) -> Any:
-    """The type of field ``name`` of a struct type (None if either is missing)."""
-    pa = require("pyarrow")
-    if struct_type is None or not pa.types.is_struct(struct_type):
-        return None
-    index = struct_type.get_field_index(name)
-    return None if index < 0 else struct_type.field(index).type
-
-
-def _bars(counts: Counter[str], labels: dict[str, str]) -> list[dict[str, Any]]:
-    """The ``MAX_BARS - 1`` most frequent codes and, past them, one bar for the rest."""
-    common = counts.most_common()
-    bars = [{"code": _cell(c), "label": _cell(labels.get(c, "")), "count": n}
-            for c, n in common[:MAX_BARS - 1]]
-    rest = sum(n for _, n in common[MAX_BARS - 1:])
-    if rest:
-        bars.append({"code": "other", "label": f"{len(common) - MAX_BARS + 1} more codes",
-                     "count": rest})
-    return bars
-
-
-def export_selection(box: Sandbox, selection: Selection, fmt: str, protected: Iterable[Path],
-                 send: Callable[[Path], None]) -> None:
-    """Export the selection through ``curate query --output``'s path (to a private
-    temporary folder) and hand the finished file to ``send``."""
-    with tempfile.TemporaryDirectory(prefix="sparsegnn-serve-") as tmp:
-        path = Path(tmp) / f"selection.{fmt}"
-        export(box.batches(selection.sql, selection.params), path, protected)
-        send(path)
-
-
-# --------------------------------------------------------------------------- the server
-class CurationServer(GuardedHTTPServer):
+class CurationServer(GuardedServer):
     """The page and its JSON API over one store, on 127.0.0.1 with a random token;
-    ``timeout_s`` and ``workers`` as in :class:`GuardedHTTPServer`."""
+    ``timeout_s`` and ``workers`` as in :class:`GuardedServer`."""
 
     def __init__(self, corpus: str | Path, port: int = 0, limits: Limits | None = None, *,
                  timeout_s: float = CONNECTION_TIMEOUT_S, workers: int = WORKERS) -> None:
@@ -241,9 +93,10 @@ class CurationServer(GuardedHTTPServer):
         self.files.check()
         self.limits = limits or Limits()
         self.token = secrets.token_urlsafe(24)
-        self.queries = threading.BoundedSemaphore(MAX_QUERIES)
+        self.recipes = Recipes.for_store(self.files)
+        self.running = 0  # queries running now (read and written on the event loop only)
         try:
-            super().__init__((HOST, port), _Handler, timeout_s=timeout_s, workers=workers)
+            super().__init__(_app(self), HOST, port, timeout_s=timeout_s, workers=workers)
         except OSError as err:  # a port in use or reserved: the user's choice, one line
             raise InvalidValueError(f"cannot listen on {HOST}:{port} ({err.strerror or err}); "
                                     "choose another --port, or 0 for any free one") from None
@@ -257,130 +110,189 @@ class CurationServer(GuardedHTTPServer):
         """The store's own files, which an export must never replace."""
         return [self.corpus / n for n in (DOCUMENTS_FILE, GRAPH_FILE, ANNOTATIONS_FILE)]
 
-    @contextmanager
-    def sandbox(self) -> Iterator[Sandbox]:
-        """A fresh sandbox for one request, counted against ``MAX_QUERIES``."""
-        if not self.queries.acquire(blocking=False):
+    def refusal(self, scope: dict[str, Any]) -> str | None:
+        """Why a request may not be answered (wrong host or token), or None."""
+        headers = dict(scope["headers"])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if host not in (f"{HOST}:{self.server_port}", f"localhost:{self.server_port}"):
+            return "this server answers only 127.0.0.1"
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        token = query.get("token", [""])[0]
+        if not secrets.compare_digest(token.encode(), self.token.encode()):
+            return "open the URL with the token that `sparsegnn curate serve` printed"
+        return None
+
+    async def run(self, work: Callable[[Sandbox], T]) -> T:
+        """``work`` on a fresh sandbox, on a worker thread, counted against
+        ``MAX_QUERIES``."""
+        if self.running >= MAX_QUERIES:
             raise RequestError(503, "busy", f"{MAX_QUERIES} queries are already running; "
                                             "try again when one has finished")
-        try:
+        self.running += 1
+
+        def job() -> T:
             with Sandbox(self.files, self.limits) as box:
-                yield box
-        finally:
-            self.queries.release()
+                return work(box)
 
-
-class _Handler(GuardedHandler):
-    server: CurationServer
-    server_version = "sparsegnn-curate"
-    sys_version = ""
-
-    def do_GET(self) -> None:
-        self._respond({"/": self._page, "/api/recipes": self._recipes})
-
-    def do_POST(self) -> None:
-        self._respond({"/api/query": self._query, "/api/export": self._export})
-
-    def _respond(self, routes: dict[str, Callable[[], None]]) -> None:
-        """Check host and token, then route; errors become JSON messages."""
         try:
-            self._check_origin()
-            route = routes.get(urlsplit(self.path).path)
-            if route is None:
-                raise RequestError(404, "error", "no such page")
-            route()
-        except RequestError as err:
-            self._json({"error": str(err), "kind": err.kind}, err.status)
-        except SandboxError as err:  # a well-formed request whose SQL the sandbox refuses
-            self._json({"error": str(err), "kind": "refused"}, 422)
-        except (QueryError, SchemaError) as err:
-            self._json({"error": str(err), "kind": "error"}, 422)
+            return await _anyio.to_thread.run_sync(job, limiter=self.threads)
+        finally:
+            self.running -= 1
 
-    def _check_origin(self) -> None:
-        host = self.headers.get("Host", "")
-        port = self.server.server_port
-        if host not in (f"{HOST}:{port}", f"localhost:{port}"):
-            raise RequestError(403, "forbidden", "this server answers only 127.0.0.1")
-        token = parse_qs(urlsplit(self.path).query).get("token", [""])[0]
-        if not secrets.compare_digest(token.encode(), self.server.token.encode()):
-            raise RequestError(403, "forbidden", "open the URL with the token that "
-                                                 "`sparsegnn curate serve` printed")
-
-    # ------------------------------------------------------------------ routes
-    def _page(self) -> None:
-        nonce = secrets.token_urlsafe(16)
-        csp = (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
-               "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
-               "frame-ancestors 'none'")
-        self._send(200, page_html(nonce).encode(), "text/html; charset=utf-8",
-                   {"Content-Security-Policy": csp})
-
-    def _recipes(self) -> None:
-        self._json({"recipes": {name: recipe_sql(name) for name in list_recipes()}})
-
-    def _query(self) -> None:
-        body = self._body()
-        offset, limit = body.get("offset", 0), body.get("limit", 50)
-        if not isinstance(offset, int) or offset < 0:
-            raise RequestError(400, "error", "'offset' must be a whole number >= 0")
-        if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_ROWS:
-            raise RequestError(400, "error", f"'limit' must be 1 to {MAX_PAGE_ROWS}")
-        selection = Selection.from_body(body)
-        with self.server.sandbox() as box:
-            self._json(run_page(box, selection, offset, limit))
-
-    def _export(self) -> None:
-        body = self._body()
-        fmt = body.get("format")
-        if fmt not in EXPORTS:
-            raise RequestError(400, "error", f"'format' must be one of {', '.join(EXPORTS)}")
-        selection = Selection.from_body(body)
-        with self.server.sandbox() as box:
-            export_selection(box, selection, fmt, self.server.store_files,
-                         lambda path: self._send_file(path, EXPORTS[fmt]))
-
-    # ------------------------------------------------------------------ plumbing
-    def _body(self) -> dict[str, Any]:
-        """The request's JSON object (bounded in size; JSON only, which a cross-site form
-        cannot send)."""
-        if self.headers.get_content_type() != "application/json":
+    async def body(self, request: Any) -> dict[str, Any]:
+        """The request's JSON object: JSON only (which a cross-site form cannot send),
+        bounded in size, arriving within the connection timeout."""
+        content_type = request.headers.get("content-type", "").partition(";")[0].strip()
+        if content_type != "application/json":
             raise RequestError(415, "error", "send the request as application/json")
         try:
-            length = int(self.headers.get("Content-Length", ""))
+            length = int(request.headers.get("content-length", ""))
         except ValueError:
             raise RequestError(411, "error", "the request needs a Content-Length") from None
         if not 0 <= length <= MAX_BODY_BYTES:
             raise RequestError(413, "error", f"request body over {MAX_BODY_BYTES} bytes")
         try:
-            body = json.loads(self.rfile.read(length))
+            with _anyio.fail_after(self.connection_timeout):
+                data = await request.body()
+        except TimeoutError:
+            raise RequestError(408, "error", f"the request body did not arrive within "
+                               f"{self.connection_timeout:g} s",
+                               {"Connection": "close"}) from None
+        try:
+            body = json.loads(data)
         except (ValueError, UnicodeDecodeError):
             raise RequestError(400, "error", "the request body is not JSON") from None
         if not isinstance(body, dict):
             raise RequestError(400, "error", "the request body must be a JSON object")
         return body
 
-    def _json(self, payload: dict[str, Any], status: int = 200) -> None:
-        self._send(status, json.dumps(payload, default=str).encode(),
-                   "application/json; charset=utf-8")
 
-    def _send(self, status: int, data: bytes, content_type: str,
-              extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        for key, value in {**_SECURITY_HEADERS, **(extra or {}),
-                           "Content-Type": content_type,
-                           "Content-Length": str(len(data))}.items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+# --------------------------------------------------------------------------- routes
+async def _page(request: Any) -> Any:
+    nonce = secrets.token_urlsafe(16)
+    csp = (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+           "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+           "frame-ancestors 'none'")
+    return _responses.Response(page_html(nonce), media_type="text/html; charset=utf-8",
+                               headers={"Content-Security-Policy": csp})
 
-    def _send_file(self, path: Path, content_type: str) -> None:
-        self.send_response(200)
-        headers = {**_SECURITY_HEADERS, "Content-Type": content_type,
-                   "Content-Length": str(path.stat().st_size),
-                   "Content-Disposition": f'attachment; filename="{path.name}"'}
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.end_headers()
-        with path.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                self.wfile.write(chunk)
+
+async def _recipes(request: Any) -> Any:
+    recipes = request.app.state.server.recipes
+    return _json({"recipes": recipes.offered, "unavailable": recipes.unavailable})
+
+
+async def _query(request: Any) -> Any:
+    server = request.app.state.server
+    body = await server.body(request)
+    offset = _whole(body, "offset", 0, 0, None)
+    limit = _whole(body, "limit", 50, 1, MAX_PAGE_ROWS)
+    view = View.from_body(body, server.recipes)
+
+    def work(box: Sandbox) -> dict[str, Any]:
+        sql, params = view.statement(box)
+        return {**run_page(box, sql, params, offset, limit), "sql": sql,
+                "params": list(params)}
+
+    return _json(await server.run(work))
+
+
+async def _row(request: Any) -> Any:
+    server = request.app.state.server
+    body = await server.body(request)
+    index = _whole(body, "index", None, 0, None)
+    view = View.from_body(body, server.recipes)
+    return _json(await server.run(lambda box: row_detail(box, *view.statement(box), index)))
+
+
+async def _export(request: Any) -> Any:
+    server = request.app.state.server
+    body = await server.body(request)
+    if body.get("format") not in EXPORTS:
+        raise RequestError(400, "error", f"'format' must be one of {', '.join(EXPORTS)}")
+    suffix, media_type = EXPORTS[body["format"]]
+    view = View.from_body(body, server.recipes)
+    folder = tempfile.mkdtemp(prefix="sparsegnn-serve-")
+    path = Path(folder) / f"selection{suffix}"
+    try:  # written whole through `curate query --output`'s path, then sent
+        await server.run(lambda box: export(box.batches(*view.statement(box)), path,
+                                            server.store_files))
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return _responses.FileResponse(path, media_type=media_type, filename=path.name,
+                                   background=_background.BackgroundTask(
+                                       shutil.rmtree, folder, ignore_errors=True))
+
+
+def _whole(body: dict[str, Any], key: str, default: int | None, low: int,
+           high: int | None) -> int:
+    """``body[key]``, a whole number in ``low .. high``."""
+    value = body.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low \
+            or (high is not None and value > high):
+        bound = f"{low} to {high}" if high is not None else f">= {low}"
+        raise RequestError(400, "error", f"'{key}' must be a whole number {bound}")
+    return value
+
+
+# --------------------------------------------------------------------------- the app
+class _Guard:
+    """ASGI middleware: the host and token check before anything else, and the security
+    headers on every response."""
+
+    def __init__(self, app: Any, server: CurationServer) -> None:
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_SECURITY_HEADERS]
+            await send(message)
+
+        refusal = self.server.refusal(scope)
+        if refusal is not None:
+            await _json({"error": refusal, "kind": "forbidden"}, 403)(scope, receive, secured)
+            return
+        await self.app(scope, receive, secured)
+
+
+def _error_handlers() -> dict[Any, Callable[[Any, Any], Any]]:
+    """Every error as a JSON ``{"error", "kind"}``: 422 for a refused or failed query, the
+    request's own status for a malformed one, 500 (its traceback logged) for a bug. All
+    are coroutines: Starlette would run plain functions on a thread of their own."""
+    def answer(status: int, kind: str) -> Callable[[Any, Exception], Any]:
+        async def handle(request: Any, err: Exception) -> Any:
+            return _json({"error": str(err), "kind": kind}, status)
+        return handle
+
+    async def refused(request: Any, err: RequestError) -> Any:
+        return _json({"error": str(err), "kind": err.kind}, err.status, err.headers)
+
+    async def http_error(request: Any, err: Any) -> Any:
+        message = "no such page" if err.status_code == 404 else err.detail
+        return _json({"error": message, "kind": "error"}, err.status_code)
+
+    async def bug(request: Any, err: Exception) -> Any:
+        return _json({"error": f"internal error: {type(err).__name__}: {err}",
+                      "kind": "bug"}, 500)
+
+    return {RequestError: refused, ViewError: answer(400, "error"),
+            SandboxError: answer(422, "refused"), QueryError: answer(422, "error"),
+            SchemaError: answer(422, "error"), _exceptions.HTTPException: http_error,
+            _requests.ClientDisconnect: answer(499, "gone"),  # never delivered
+            Exception: bug}
+
+
+def _app(server: CurationServer) -> Any:
+    routes = [_routing.Route("/", _page), _routing.Route("/api/recipes", _recipes),
+              *(_routing.Route(f"/api/{name}", route, methods=["POST"])
+                for name, route in (("query", _query), ("row", _row), ("export", _export)))]
+    app = _apps.Starlette(routes=routes, exception_handlers=_error_handlers(),
+                          middleware=[_middleware.Middleware(_Guard, server=server)])
+    app.state.server = server
+    return app

@@ -1,307 +1,196 @@
-"""The HTTP layer under ``curate serve``: a server that idle, slow or vanishing clients can
-neither starve nor fill with tracebacks.
+"""The HTTP layer under ``curate serve``: uvicorn, with the guards a server facing idle, slow
+or vanishing clients needs and uvicorn leaves to a proxy in front of it.
 
-The standard library's ``ThreadingHTTPServer`` gives every connection a thread of its own,
-which waits for the request as long as the client likes, and prints a traceback when the
-client resets. :class:`GuardedHTTPServer` instead:
+uvicorn serves every connection on one event loop, so a client that connects and sends
+nothing costs a socket, not a thread. On top of it:
 
-- holds every new connection in one thread (:class:`_HeadReader`, a selector) until its
-  request head (request line and headers, up to the blank line) has arrived, so a client
-  that connects and sends nothing, or part of a head, costs a socket and no thread. The
-  whole head must arrive within ``timeout_s`` of connecting (dribbling bytes gains
-  nothing) and within ``MAX_HEAD_BYTES`` (else a 431); at most ``max_pending``
-  connections wait so, the oldest dropped to make room for a new one;
-- serves complete requests with a fixed pool of ``workers`` threads, started with the
-  server: the thread count never grows, whatever clients do. At most ``WAITING_PER_WORKER``
-  requests per worker wait their turn; past that a request gets an immediate 503;
-- gives a worker's socket the same ``timeout_s`` for every read and write that makes no
-  progress (a request body that stops coming, a client that stops reading);
-- logs a client that goes away (reset, broken pipe, timeout) as one debug line; any other
-  error in a handler is a bug and still prints its traceback.
+- :class:`GuardedProtocol` (uvicorn's h11 protocol) gives every request head ``timeout_s``
+  from the connection (or from the previous response) to arrive whole, dribbling bytes
+  gaining nothing, and answers 431 to a head over ``MAX_HEAD_BYTES``; a client that goes
+  away (reset, closed early, timed out) is one debug line, never a traceback;
+- :class:`RequestBound` (ASGI middleware) lets at most ``workers * (1 +
+  WAITING_PER_WORKER)`` requests be in flight and answers 503 at once past that;
+- :class:`GuardedServer` binds 127.0.0.1 itself (a taken port fails at once), runs the
+  blocking work of requests on at most ``workers`` threads (:attr:`threads`) and has the
+  ``serve_forever`` / ``shutdown`` / ``server_close`` life cycle of the standard library's
+  servers, so a caller can run it on a thread of its own.
 """
 
 from __future__ import annotations
 
-import io
+import asyncio
 import json
 import logging
-import queue
-import re
-import selectors
 import socket
-import sys
 import threading
-import time
-from collections.abc import Callable
-from contextlib import suppress
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from sparsegnn.optional import require
+
 log = logging.getLogger(__name__)
+_h11_impl = require("uvicorn.protocols.http.h11_impl", "for curate serve")
+_uvicorn = require("uvicorn", "for curate serve")
+_anyio = require("anyio", "for curate serve")
 
 CONNECTION_TIMEOUT_S = 20.0
 WORKERS = 8
 WAITING_PER_WORKER = 4
-MAX_PENDING = 256
 MAX_HEAD_BYTES = 64 * 1024
-_READ_CHUNK = 16 * 1024
-_QUERY = re.compile(r"\?\S*")  # query strings hold the token: never logged
+_SHUTDOWN_GRACE_S = 2.0  # requests still running when the server stops get this long
 
 
 def _answer(status: str, kind: str, message: str) -> bytes:
-    """A whole HTTP/1.0 response with a JSON error, for the two sent without a handler."""
+    """A whole HTTP/1.0 response with a JSON error, for what is refused below the app."""
     body = json.dumps({"error": message, "kind": kind}).encode()
     return (f"HTTP/1.0 {status}\r\nContent-Type: application/json; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\nX-Content-Type-Options: nosniff\r\n"
-            "Cache-Control: no-store\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-            ).encode() + body
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n").encode() + body
 
 
-_BUSY = _answer("503 Service Unavailable", "busy", "the server is busy; try again in a moment")
 _TOO_LARGE = _answer("431 Request Header Fields Too Large", "error",
                      f"request head over {MAX_HEAD_BYTES} bytes")
 
 
-def _peer(address: Any) -> str:
-    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+def peer(address: Any) -> str:
+    """``host:port`` of a client, as every log line here starts."""
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple | list) else str(address)
 
 
-class _Replay(io.RawIOBase):
-    """The bytes the head reader already took off a socket, then the socket itself."""
+class GuardedProtocol(_h11_impl.H11Protocol):
+    """uvicorn's h11 protocol with a deadline and a size bound for each request head, and
+    one debug line for a connection that ends without its answer."""
 
-    def __init__(self, taken: bytes, sock: socket.socket) -> None:
-        super().__init__()
-        self._taken, self._sock = memoryview(taken), sock
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timer: asyncio.TimerHandle | None = None
+        self._ended = False  # this connection's end has been logged
 
-    def readable(self) -> bool:
-        return True
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        # the address accept() gave: a client that reset meanwhile has no peer name left
+        self.client = self.client or transport.get_extra_info("peername")
+        self._arm()
 
-    def readinto(self, buffer: Any) -> int:
-        if not self._taken:
-            return self._sock.recv_into(buffer)
-        n = min(len(buffer), len(self._taken))
-        buffer[:n], self._taken = self._taken[:n], self._taken[n:]
-        return n
+    def data_received(self, data: bytes) -> None:
+        if self._head_too_long(data):
+            self._drop(f"request head over {MAX_HEAD_BYTES} bytes", _TOO_LARGE)
+            return
+        super().data_received(data)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()  # the next head on this connection gets its own deadline
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.cycle is None or not self.cycle.response_complete:
+            self._note(f"went away ({type(exc).__name__})" if exc else
+                       "closed before its answer")
+        super().connection_lost(exc)
+
+    def _head_too_long(self, data: bytes) -> bool:
+        """Whether the head now waiting, with ``data``, is over ``MAX_HEAD_BYTES`` without
+        its end (bytes after the end are the body's)."""
+        if not self._waiting_for_head():
+            return False
+        buffered = self.conn.trailing_data[0] + data
+        if len(buffered) <= MAX_HEAD_BYTES:
+            return False
+        head = buffered[:MAX_HEAD_BYTES + 4]
+        return b"\r\n\r\n" not in head and b"\n\n" not in head
+
+    def _waiting_for_head(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        timeout = self.config.timeout_keep_alive
+        self._timer = self.loop.call_later(timeout, self._expire, timeout)
+
+    def _expire(self, timeout: float) -> None:
+        if self._waiting_for_head() and not self.transport.is_closing():
+            self._drop(f"no whole request within {timeout:g} s")
+
+    def _drop(self, why: str, answer: bytes = b"") -> None:
+        self._note(why)
+        if answer:
+            self.transport.write(answer)
+        self.transport.close()
+
+    def _note(self, why: str) -> None:
+        if not self._ended:
+            self._ended = True
+            log.debug("%s: %s", peer(self.client), why)
 
 
-class GuardedHandler(BaseHTTPRequestHandler):
-    """A handler for :class:`GuardedHTTPServer`: it reads the head the server already
-    received, then the socket, under the server's timeout."""
+class RequestBound:
+    """ASGI middleware: at most ``limit`` requests in flight, a 503 ``busy`` past that (one
+    event loop runs every request, so a plain counter is exact)."""
 
-    server: GuardedHTTPServer
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit, self.in_flight = app, limit, 0
 
-    def __init__(self, request: socket.socket, client_address: Any,
-                 server: GuardedHTTPServer, head: bytes = b"") -> None:
-        self.head = head
-        super().__init__(request, client_address, server)
-
-    def setup(self) -> None:
-        self.timeout = self.server.connection_timeout  # applied to the socket by setup()
-        super().setup()
-        self.rfile.close()
-        self.rfile = io.BufferedReader(_Replay(self.head, self.connection))
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """To the debug log, without query strings: they hold the token."""
-        log.debug("%s: %s", _peer(self.client_address), _QUERY.sub("?…", format % args))
-
-
-@dataclass(eq=False)
-class _Pending:
-    """A connection whose request head has not fully arrived."""
-
-    sock: socket.socket
-    address: Any
-    deadline: float
-    head: bytearray = field(default_factory=bytearray)
-
-
-def _ends_head(head: bytearray, start: int) -> bool:
-    """Whether ``head`` holds the blank line that ends a request head (CRLF or bare LF
-    line ends, as ``http.server`` accepts), looking from ``start`` on."""
-    return head.find(b"\n\n", start) >= 0 or head.find(b"\n\r\n", start) >= 0
-
-
-class _HeadReader:
-    """One thread with a selector holding every connection until its head is complete,
-    then handing it to ``dispatch``; connections that take too long are closed."""
-
-    def __init__(self, dispatch: Callable[[socket.socket, Any, bytes], None],
-                 timeout_s: float, max_pending: int) -> None:
-        self._dispatch, self._timeout_s, self._max_pending = dispatch, timeout_s, max_pending
-        self._selector = selectors.DefaultSelector()
-        self._wake_out, self._wake_in = socket.socketpair()
-        self._wake_in.setblocking(False)
-        self._wake_out.setblocking(False)
-        self._selector.register(self._wake_out, selectors.EVENT_READ, None)
-        self._arrivals: queue.SimpleQueue[tuple[socket.socket, Any] | None] = \
-            queue.SimpleQueue()
-        self._pending: dict[socket.socket, _Pending] = {}  # oldest first
-        self._thread = threading.Thread(target=self._run, name="serve-heads", daemon=True)
-        self._thread.start()
-
-    def add(self, sock: socket.socket, address: Any) -> None:
-        self._arrivals.put((sock, address))
-        self._wake()
-
-    def close(self) -> None:
-        """Stop the thread and close every connection still waiting."""
-        self._arrivals.put(None)
-        self._wake()
-        self._thread.join()
-
-    def _wake(self) -> None:
-        with suppress(BlockingIOError):  # a full wake-up buffer wakes the thread as well
-            self._wake_in.send(b"\0")
-
-    def _run(self) -> None:
-        running = True
-        while running:
-            for key, _ in self._selector.select(self._wait()):
-                if key.data is None:
-                    running = self._admit()
-                else:
-                    self._read(key.data)
-            self._expire()
-        for pending in list(self._pending.values()):
-            self._drop(pending, "the server is closing")
-        self._selector.close()
-        self._wake_out.close()
-        self._wake_in.close()
-
-    def _wait(self) -> float | None:
-        """Seconds until the oldest connection's deadline; None (no limit) if none waits."""
-        if not self._pending:
-            return None
-        return max(next(iter(self._pending.values())).deadline - time.monotonic(), 0.0)
-
-    def _admit(self) -> bool:
-        """Take the new connections; False once :meth:`close` was called."""
-        with suppress(BlockingIOError):
-            while self._wake_out.recv(4096):
-                pass
-        while True:
-            try:
-                arrival = self._arrivals.get_nowait()
-            except queue.Empty:
-                return True
-            if arrival is None:
-                return False
-            self._hold(*arrival)
-
-    def _hold(self, sock: socket.socket, address: Any) -> None:
-        if len(self._pending) >= self._max_pending:
-            self._drop(next(iter(self._pending.values())),
-                       f"dropped: {self._max_pending} connections were waiting")
-        sock.setblocking(False)
-        pending = _Pending(sock, address, time.monotonic() + self._timeout_s)
-        self._pending[sock] = pending
-        self._selector.register(sock, selectors.EVENT_READ, pending)
-
-    def _read(self, pending: _Pending) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            log.debug("%s: busy, answered 503", peer(scope.get("client")))
+            body = json.dumps({"error": "the server is busy; try again in a moment",
+                               "kind": "busy"}).encode()
+            await send({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"application/json; charset=utf-8"),
+                (b"retry-after", b"1"), (b"cache-control", b"no-store")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        self.in_flight += 1
         try:
-            data = pending.sock.recv(_READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError as err:
-            self._drop(pending, f"went away ({type(err).__name__})")
-            return
-        if not data:
-            self._drop(pending, "closed before sending a whole request")
-            return
-        start = max(len(pending.head) - 2, 0)
-        pending.head += data
-        if _ends_head(pending.head, start):
-            self._release(pending)
-            self._dispatch(pending.sock, pending.address, bytes(pending.head))
-        elif len(pending.head) > MAX_HEAD_BYTES:
-            self._drop(pending, f"request head over {MAX_HEAD_BYTES} bytes", _TOO_LARGE)
-
-    def _expire(self) -> None:
-        """Close the connections past their deadline (the oldest are first)."""
-        now = time.monotonic()
-        while self._pending:
-            oldest = next(iter(self._pending.values()))
-            if oldest.deadline > now:
-                return
-            self._drop(oldest, f"no whole request within {self._timeout_s:g} s")
-
-    def _release(self, pending: _Pending) -> None:
-        self._selector.unregister(pending.sock)
-        del self._pending[pending.sock]
-
-    def _drop(self, pending: _Pending, why: str, answer: bytes = b"") -> None:
-        self._release(pending)
-        log.debug("%s: %s", _peer(pending.address), why)
-        with suppress(OSError):
-            if answer:
-                pending.sock.send(answer)
-        pending.sock.close()
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
 
 
-class GuardedHTTPServer(HTTPServer):
-    """An HTTP server with per-connection timeouts and a fixed number of worker threads
-    (see the module's docstring); its threads start with it and stop at
-    :meth:`server_close`."""
+class GuardedServer:
+    """An ASGI ``app`` on ``host:port`` (bound here) under uvicorn with the guards above."""
 
-    request_queue_size = 128  # a burst of connections waits in the kernel, not refused
-
-    def __init__(self, address: tuple[str, int], handler: type[GuardedHandler], *,
-                 timeout_s: float = CONNECTION_TIMEOUT_S, workers: int = WORKERS,
-                 max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, app: Any, host: str, port: int, *,
+                 timeout_s: float = CONNECTION_TIMEOUT_S, workers: int = WORKERS) -> None:
         self.connection_timeout = timeout_s
-        self._max_waiting = WAITING_PER_WORKER * workers
-        self._jobs: queue.Queue[tuple[socket.socket, Any, bytes] | None] = queue.Queue()
-        self._heads: _HeadReader | None = None
-        self._workers: list[threading.Thread] = []
-        super().__init__(address, handler)  # binds first: a taken port starts no thread
-        self._heads = _HeadReader(self._dispatch, timeout_s, max_pending)
-        self._workers = [threading.Thread(target=self._work, name=f"serve-worker-{i}",
-                                          daemon=True) for i in range(workers)]
-        for worker in self._workers:
-            worker.start()
+        self.threads = _anyio.CapacityLimiter(workers)
+        self.socket = socket.create_server((host, port), backlog=128)
+        self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
+        self.server_port = self.server_address[1]
+        config = _uvicorn.Config(
+            RequestBound(app, workers * (1 + WAITING_PER_WORKER)), http=GuardedProtocol,
+            lifespan="off", log_config=None, access_log=False, server_header=False,
+            timeout_keep_alive=timeout_s, h11_max_incomplete_event_size=2 * MAX_HEAD_BYTES,
+            timeout_graceful_shutdown=_SHUTDOWN_GRACE_S)
+        self._server = _uvicorn.Server(config)
+        self._stopped = threading.Event()
+        self._stopped.set()  # not serving yet
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """Wait for the head in the head reader, not in a thread of its own."""
-        self._heads.add(request, client_address)
+    def __enter__(self) -> GuardedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server_close()
+
+    def serve_forever(self) -> None:
+        """Serve until :meth:`shutdown` (or, on the main thread, Ctrl-C: uvicorn stops and
+        raises the ``KeyboardInterrupt`` again once it has)."""
+        self._stopped.clear()
+        try:
+            self._server.run(sockets=[self.socket])
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` and wait for it (a moment, plus the grace that
+        running requests get)."""
+        self._server.should_exit = True
+        self._stopped.wait()
 
     def server_close(self) -> None:
-        """Close the socket and the waiting connections; workers end after their request
-        (they are daemons: a long query does not hold up the process's exit)."""
-        super().server_close()
-        if self._heads is not None:  # None where binding failed, or once closed
-            self._heads.close()
-            self._heads = None
-            for _ in self._workers:
-                self._jobs.put(None)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away is one debug line; anything else is a bug and keeps
-        its traceback."""
-        err = sys.exception()
-        if isinstance(err, ConnectionError | TimeoutError):
-            log.debug("%s: went away (%s)", _peer(client_address), type(err).__name__)
-        else:
-            super().handle_error(request, client_address)
-
-    def _dispatch(self, sock: socket.socket, address: Any, head: bytes) -> None:
-        """Queue a complete request for the workers (only the head reader calls this, so
-        the bound holds), or answer 503 at once when too many wait."""
-        if self._jobs.qsize() >= self._max_waiting:
-            log.debug("%s: busy, answered 503", _peer(address))
-            with suppress(OSError):
-                sock.send(_BUSY)
-            sock.close()
-            return
-        self._jobs.put((sock, address, head))
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            sock, address, head = job
-            try:
-                self.RequestHandlerClass(sock, address, self, head)
-            except Exception:
-                self.handle_error(sock, address)
-            finally:
-                self.shutdown_request(sock)
+        self.socket.close()
