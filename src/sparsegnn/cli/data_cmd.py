@@ -129,7 +129,7 @@ def _run_partition(args: argparse.Namespace) -> int:
     if args.algo is None:
         raise InvalidValueError("data partition --mode fullgraph needs --algo")
     grid_shape(args.algo, args.nprocs, args.replication)  # an impossible grid: before loading
-    _refuse_typed(args.source, args.data_dir, "partition")
+    refuse_typed(args.source, args.data_dir, "partition")
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = write_partitioned(
         g, Path(args.out), args.algo, args.nprocs, args.replication, args.model,
@@ -155,7 +155,7 @@ def _partition_minibatch(args: argparse.Namespace) -> int:
         raise InvalidValueError(
             f"--replication {args.replication} does not divide --nprocs {args.nprocs}")
     blocks = args.nprocs // args.replication
-    _refuse_typed(args.source, args.data_dir, "partition")
+    refuse_typed(args.source, args.data_dir, "partition")
     g = load_any(args.source, args.data_dir, seed=args.seed, progress=True)
     result = write_row_blocks(
         g, Path(args.out), blocks, _partition(args),
@@ -307,7 +307,7 @@ def _partition_info(args: argparse.Namespace) -> int:
 def _run_convert(args: argparse.Namespace) -> int:
     from sparsegnn.data import load_any, save_graph
 
-    _refuse_typed(args.source, args.data_dir, "convert")
+    refuse_typed(args.source, args.data_dir, "convert")
     g = load_any(args.source, args.data_dir, seed=args.seed, undirected=not args.directed,
                  progress=True)
     out = save_graph(g, args.out, compress=args.compress)
@@ -316,7 +316,7 @@ def _run_convert(args: argparse.Namespace) -> int:
     return emit(args, result, f"wrote {out} ({_mib(out)}): {_counts(g)}")
 
 
-def _refuse_typed(source: str, data_dir: str | None, action: str) -> None:
+def refuse_typed(source: str, data_dir: str | None, action: str) -> None:
     """``data convert`` and ``partition`` write one untyped graph: a typed one is refused
     naming what trains it as it is (R-GCN, on a grid with ``--nprocs`` too)."""
     from sparsegnn.data import is_hetero_source

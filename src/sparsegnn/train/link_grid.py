@@ -62,20 +62,20 @@ from sparsegnn.train.link_task import (
     LinkEpoch,
     LinkOutcome,
     LinkRequest,
-    _pair_relations,
-    _relations,
-    _require_labels,
-    _setup,
-    _split_seed,
     build_link_model,
     epoch_negatives,
     link_data,
     link_epoch,
+    link_setup,
+    pair_relations,
+    relation_count,
+    require_labels,
+    split_seed,
 )
 from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
 from sparsegnn.train.memory import peak_memory_bytes
 from sparsegnn.train.rank_train import use_global_dropout
-from sparsegnn.train.task_runs import _key, _refuse_typed
+from sparsegnn.train.task_runs import flat_link_metrics, refuse_typed
 from sparsegnn.train.train_request import TrainOutcome, plain_config
 from sparsegnn.train.train_summary import title
 
@@ -194,10 +194,10 @@ def one_process_weights(graph: GraphData, split: LinkSplit, link: LinkRequest,
     (:func:`~sparsegnn.train.link_task.link_epoch`, seeded as
     :func:`~sparsegnn.train.link_task.train_link` seeds it) in ``dtype``, what a grid run
     of the same request ends with (:attr:`LinkGridOutcome.weights`), and its epochs."""
-    setup = _setup(graph, split, link, torch.device("cpu"))
+    setup = link_setup(graph, split, link, torch.device("cpu"))
     setup = replace(setup, x=setup.x.to(dtype), train_op=setup.train_op.to(dtype=dtype),
                     test_op=setup.test_op.to(dtype=dtype))
-    model = build_link_model(link, graph.num_features, _relations(split)).to(dtype)
+    model = build_link_model(link, graph.num_features, relation_count(split)).to(dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=link.lr,
                                  weight_decay=link.weight_decay)
     seed_everything(link.seed)
@@ -211,12 +211,12 @@ def run_link_grid_task(dataset: str, request: LinkGridRequest,
     one-process run's JSON keys plus ``algo``, ``grid`` and ``comm`` (measured bytes per
     rank, the model's, and whether they are equal); ``None`` on the other ranks of a
     torchrun job."""
-    _refuse_typed(dataset, data_dir, "link prediction")
+    refuse_typed(dataset, data_dir, "link prediction")
     outcome = train_link_grid(dataset, request, data_dir=data_dir)
     if outcome is None:
         return None
     link, result = request.link, outcome.to_dict()
-    flat = {f"{part}_{_key(k)}": v for part in ("test", "val") for k, v in result[part].items()}
+    flat = flat_link_metrics(result)
     out = {"dataset": dataset, "task": "link", "model": link.model, "decoder": link.decoder,
            "device": "cpu", **flat, **result, "config": plain_config(link)}
     heading = title(dataset, link.model, f", link prediction ({link.decoder}) on "
@@ -250,8 +250,8 @@ def load_link_graph(source: GraphData | str, split: LinkSplit | None, data_dir: 
                                 "graph has none")
     split = split or random_link_split(graph.edge_index, graph.num_nodes, val=link.val,
                                        test=link.test, neg_ratio=link.neg_ratio,
-                                       seed=_split_seed(link))
-    _require_labels(split)
+                                       seed=split_seed(link))
+    require_labels(split)
     return graph, split
 
 
@@ -263,7 +263,7 @@ class _GridRank:
         link = request.link
         self.request, self.split = request, split
         self.dtype = getattr(torch, request.dtype)
-        self.setup = _setup(graph, split, link, torch.device("cpu"))
+        self.setup = link_setup(graph, split, link, torch.device("cpu"))
         self.shape = grid_shape(request.algo, world, request.replication)
         grid = ProcessGrid.create(self.shape)
         assert grid is not None  # the grid spans the whole job
@@ -279,7 +279,7 @@ class _GridRank:
         op = build_operator(grid, self.comm, self.part, self.shard.blocks)
         test_op = build_operator(grid, self.comm, self.part,
                                  local_blocks(test_adj, self.part, self.shape, grid.rank))
-        self.model = build_link_model(link, self.shard.num_features, _relations(split))
+        self.model = build_link_model(link, self.shard.num_features, relation_count(split))
         self.model = self.model.to(self.dtype)
         self.sliced = self.shape.feature_slices > 1
         self.row_sliced: list[nn.Parameter] = []
@@ -328,7 +328,7 @@ class _GridRank:
         optimizer.zero_grad(set_to_none=True)
         neg = epoch_negatives(self.setup, link, batch_generator(link.seed, epoch, 0))
         pairs = torch.cat([train.pos, neg], dim=1)
-        relation = _pair_relations(train, neg.shape[1])
+        relation = pair_relations(train, neg.shape[1])
         labels = torch.cat([torch.ones(train.num_pos), torch.zeros(neg.shape[1])])
         plan = self.scorer.plan(pairs)
         z = model.encode(self.shard.x, self.train_adj)

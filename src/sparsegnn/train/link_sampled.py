@@ -53,7 +53,7 @@ from sparsegnn.train.link_grid import load_link_graph
 from sparsegnn.train.link_metrics import link_metrics, roc_auc
 from sparsegnn.train.link_task import LinkEpoch, LinkRequest, build_link_model
 from sparsegnn.train.loop import LoopConfig, LoopRole, run_epochs
-from sparsegnn.train.task_runs import _key, _refuse_typed
+from sparsegnn.train.task_runs import flat_link_metrics, refuse_typed
 from sparsegnn.train.train_request import TrainOutcome, plain_config
 from sparsegnn.train.train_summary import title
 
@@ -125,12 +125,12 @@ def run_link_sampled_task(dataset: str, request: LinkSampledRequest,
                           data_dir: str | None = None) -> TrainOutcome | None:
     """``sparsegnn train --task link --mode minibatch``: the one-process run's metric
     keys (``test_auc``, ...), the epochs and every rank's bytes by phase."""
-    _refuse_typed(dataset, data_dir, "link prediction")
+    refuse_typed(dataset, data_dir, "link prediction")
     outcome = train_link_sampled(dataset, request, data_dir=data_dir)
     if outcome is None:
         return None
     link, result = request.link, outcome.to_dict()
-    flat = {f"{part}_{_key(k)}": v for part in ("test", "val") for k, v in result[part].items()}
+    flat = flat_link_metrics(result)
     out = {"dataset": dataset, "task": "link", "mode": "minibatch", "model": link.model,
            "decoder": link.decoder, "topology": request.topology, "world_size": request.nprocs,
            **flat, **result, "config": plain_config(link)}

@@ -149,12 +149,12 @@ def train_link(graph: GraphData, request: LinkRequest, split: LinkSplit | None =
                                 "graph has none")
     split = split or random_link_split(
         graph.edge_index, graph.num_nodes, val=request.val, test=request.test,
-        neg_ratio=request.neg_ratio, seed=_split_seed(request))
-    _require_labels(split)
+        neg_ratio=request.neg_ratio, seed=split_seed(request))
+    require_labels(split)
     if request.split_out is not None:
         save_split(split, request.split_out)
-    setup = _setup(graph, split, request, device)
-    model = build_link_model(request, graph.num_features, _relations(split)).to(device)
+    setup = link_setup(graph, split, request, device)
+    model = build_link_model(request, graph.num_features, relation_count(split)).to(device)
     if request.sparse_features:
         sparsify_input(model.encoder, setup.x)
     optimizer = torch.optim.Adam(model.parameters(), lr=request.lr,
@@ -208,7 +208,7 @@ def link_epoch(model: LinkModel, setup: _Setup, optimizer: torch.optim.Optimizer
     train = setup.split.train
     neg = epoch_negatives(setup, request, batch_generator(request.seed, epoch, 0))
     pairs = torch.cat([train.pos, neg], dim=1).to(setup.x.device)
-    relation = _on(_pair_relations(train, neg.shape[1]), setup.x.device)
+    relation = _on(pair_relations(train, neg.shape[1]), setup.x.device)
     labels = torch.cat([torch.ones(train.num_pos), torch.zeros(neg.shape[1])])
     logits = model(setup.x, setup.train_op, pairs, relation)
     loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits))
@@ -282,7 +282,7 @@ def _finish(model: LinkModel, setup: _Setup, state: LoopState[LinkEpoch],
         test=link_metrics(pos, neg, ks, rows), test_roc=roc_curve(pos, neg))
 
 
-def _setup(graph: GraphData, split: LinkSplit, request: LinkRequest,
+def link_setup(graph: GraphData, split: LinkSplit, request: LinkRequest,
            device: torch.device) -> _Setup:
     if split.num_nodes != graph.num_nodes:
         raise InvalidValueError(f"the split is of {split.num_nodes} nodes, the graph has "
@@ -297,7 +297,7 @@ def _setup(graph: GraphData, split: LinkSplit, request: LinkRequest,
         split=split, train_lookup=EdgeLookup.of(split.train_message, n))
 
 
-def _require_labels(split: LinkSplit) -> None:
+def require_labels(split: LinkSplit) -> None:
     """Refuse a split that cannot train or be scored, in one line."""
     for name, edges in (("training", split.train), ("validation", split.val),
                         ("test", split.test)):
@@ -307,13 +307,13 @@ def _require_labels(split: LinkSplit) -> None:
             raise InvalidValueError(f"the split has no {name} negatives to score against")
 
 
-def _relations(split: LinkSplit) -> int:
+def relation_count(split: LinkSplit) -> int:
     types = [t for e in (split.train, split.val, split.test)
              for t in (e.pos_type, e.neg_type) if t is not None and t.numel()]
     return int(max(int(t.max()) for t in types)) + 1 if types else 1
 
 
-def _pair_relations(train: LabeledEdges, num_neg: int) -> torch.Tensor | None:
+def pair_relations(train: LabeledEdges, num_neg: int) -> torch.Tensor | None:
     """Relations of a training batch: the negatives take their positives' (``j mod P``)."""
     if train.pos_type is None:
         return None
@@ -325,7 +325,7 @@ def _on(t: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if t is None else t.to(device)
 
 
-def _split_seed(request: LinkRequest) -> int:
+def split_seed(request: LinkRequest) -> int:
     return request.seed if request.split_seed is None else request.split_seed
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from sparsegnn.data.graph_set_io import load_graph_set
 from sparsegnn.data.hetero_io import is_hetero_source
@@ -39,11 +40,11 @@ def run_link_task(dataset: str, request: LinkRequest, data_dir: str | None = Non
     """Split ``dataset`` (or take its OGB split), train the encoder and decoder, and report
     validation and test AUC, AP, Hits@K and MRR; ``test_auc``, ``test_ap``, ... are also
     flat keys (``hits@10`` as ``test_hits_at_10``)."""
-    _refuse_typed(dataset, data_dir, "link prediction")
+    refuse_typed(dataset, data_dir, "link prediction")
     graph, split = link_data(dataset, data_dir)
     _, outcome = train_link(graph, request, split, device)
     result = outcome.to_dict()
-    flat = {f"{part}_{_key(k)}": v for part in ("test", "val") for k, v in result[part].items()}
+    flat = flat_link_metrics(result)
     out = {"dataset": graph.name, "task": "link", "model": request.model,
            "decoder": request.decoder, "device": device, **flat, **result,
            "config": plain_config(request)}
@@ -58,7 +59,7 @@ def run_graph_task(dataset: str, request: GraphRequest, data_dir: str | None = N
     """Cross-validate ``request`` on the graph set ``dataset`` (the GIN paper's protocol);
     ``nprocs`` > 1: each fold data-parallel on that many spawned ranks
     (:mod:`sparsegnn.train.graph_parallel`), their bytes in ``bytes_sent_per_rank``."""
-    _refuse_typed(dataset, data_dir, "graph classification")
+    refuse_typed(dataset, data_dir, "graph classification")
     data = load_graph_set(dataset, data_dir)
     ranks: dict[str, object] = {}
     if nprocs > 1:
@@ -120,15 +121,22 @@ def check_node_source(dataset: str, data_dir: str | None = None,
                       model: str | None = None) -> None:
     """Refuse a typed graph for a homogeneous node model, naming the one that trains it."""
     if model != "rgcn":
-        _refuse_typed(dataset, data_dir, f"--model {model or 'gcn'}")
+        refuse_typed(dataset, data_dir, f"--model {model or 'gcn'}")
 
 
-def _refuse_typed(dataset: str, data_dir: str | Path | None, what: str) -> None:
+def refuse_typed(dataset: str, data_dir: str | Path | None, what: str) -> None:
     if is_hetero_source(dataset, data_dir):
         raise InvalidValueError(f"{dataset} is a typed (heterogeneous) graph, which "
                                 f"{what} does not read; train it with --model rgcn")
 
 
-def _key(metric: str) -> str:
+def metric_key(metric: str) -> str:
     """A metric's name as a snake_case JSON key (``hits@10`` -> ``hits_at_10``)."""
     return metric.replace("@", "_at_")
+
+
+def flat_link_metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """A link outcome's test and validation metrics as top-level keys (``test_auc``,
+    ``val_hits_at_10``): the standard names every task's ``--json`` uses."""
+    return {f"{part}_{metric_key(k)}": v for part in ("test", "val")
+            for k, v in result[part].items()}
