@@ -142,7 +142,8 @@ class RequestBound:
                                "kind": "busy"}).encode()
             await send({"type": "http.response.start", "status": 503, "headers": [
                 (b"content-type", b"application/json; charset=utf-8"),
-                (b"retry-after", b"1"), (b"cache-control", b"no-store")]})
+                (b"retry-after", b"1"), (b"cache-control", b"no-store"),
+                (b"x-content-type-options", b"nosniff")]})
             await send({"type": "http.response.body", "body": body})
             return
         self.in_flight += 1

@@ -314,6 +314,9 @@ async function showDetail(index, push) {
     return;
   }
   $("detail-title").textContent = "Row " + (index + 1);
+  for (const tr of $("rows").querySelectorAll("tbody tr")) {
+    tr.classList.toggle("open", tr.dataset.index === String(index));
+  }
   const codes = $("detail-codes");
   const head = el("tr");
   for (const name of ["category", "primary", "label", "confidence", "secondary", "label"]) {
@@ -425,7 +428,6 @@ window.addEventListener("popstate", () => {
   run(false);
 });
 loadRecipes().then(() => {
-  if (state.recipe && !(state.recipe in recipes)) state.recipe = "";
-  syncInputs();
+  syncInputs();  // a recipe this store cannot run stays asked for: the answer says why
   run(false);
 });
