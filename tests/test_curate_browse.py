@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import numpy as np
 import pytest
@@ -198,12 +198,22 @@ def _download(driver: Any, folder: Path, button: str, name: str) -> Path:
 
 
 def test_browse_in_headless_chromium(browser: Any, server: CurationServer, tmp_path: Path):
-    """Sort, facet, filter, search, a ``?`` parameter, reload, row detail, each export and a
-    bad query, as a user clicks them."""
+    """Page size, sort, facet, filter, search, a ``?`` parameter, reload, row detail, each
+    export and a bad query, as a user clicks them."""
     browser.execute_cdp_cmd("Browser.setDownloadBehavior",
                             {"behavior": "allow", "downloadPath": str(tmp_path)})
     browser.get_log("browser")  # what earlier tests left
     browser.get(server.url)
+    _shows(browser, ALL_IDS)
+
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element("id", "size")).select_by_visible_text("10")  # page size
+    _wait(browser, lambda d: len(_ids(d)) == 10)
+    _click(browser, "#next")
+    _wait(browser, lambda d: len(_ids(d)) == len(DOCS) - 10)
+    assert _url_state(browser)["page"] == ["2"] and _url_state(browser)["size"] == ["10"]
+    Select(browser.find_element("id", "size")).select_by_visible_text("50")
     _shows(browser, ALL_IDS)
 
     _click(browser, "#rows th button[data-sort='id']")  # sort: ascending, then descending
@@ -218,8 +228,6 @@ def test_browse_in_headless_chromium(browser: Any, server: CurationServer, tmp_p
     assert browser.find_element("id", "composed").get_attribute("textContent").count("?") == 1
     _click(browser, "#filters li button")  # the facet's filter removed
     _shows(browser, sorted(ALL_IDS, reverse=True))
-
-    from selenium.webdriver.support.ui import Select
 
     Select(browser.find_element("id", "filter-field")).select_by_visible_text("id")
     Select(browser.find_element("id", "filter-op")).select_by_value("prefix")
@@ -274,5 +282,9 @@ def test_browse_in_headless_chromium(browser: Any, server: CurationServer, tmp_p
     assert message.startswith("Error: query failed") and "no_such_column" in message
     assert _ids(browser) == [] and not browser.find_element("id", "detail").is_displayed()
     assert browser.find_elements("css selector", "section.facet-group") == []
+    browser.get(server.url + "&f=" + quote("id:x']\"<b>:1"))  # a crafted link: a message
+    message = _wait(browser, lambda d: d.find_element("id", "message").text or None)
+    assert message.startswith("Error: a filter is") and _ids(browser) == []
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert len(errors) == 1 and "422" in errors[0]["message"], errors  # the bad query's
+    assert [(" 422 " in e["message"], " 400 " in e["message"]) for e in errors] == [
+        (True, False), (False, True)], errors  # the bad query's and the crafted link's

@@ -8,6 +8,7 @@ const DEFAULT_SQL = "SELECT * FROM corpus";
 const SIZES = [10, 25, 50, 100, 200];
 const TAXONOMY = "eai_taxonomy";
 const SUFFIX = {csv: ".csv", parquet: ".parquet", json: ".jsonl"};
+const OPS = {eq: "=", ne: "≠", prefix: "starts with", contains: "contains", gt: ">", lt: "<"};
 let recipes = {};
 let state = fromUrl();
 let runs = 0;  // answers to an older run are dropped
@@ -286,8 +287,8 @@ function renderFilters() {
   const list = $("filters");
   list.replaceChildren();
   state.filters.forEach((f, i) => {
-    const item = el("li", f.field + " " + $("filter-op").querySelector(
-      "option[value='" + f.op + "']")?.textContent + " " + JSON.stringify(f.value) + " ");
+    const item = el("li", f.field + " " + (OPS[f.op] || f.op) + " " +
+                    JSON.stringify(f.value) + " ");
     const remove = el("button", "×");
     remove.type = "button";
     remove.title = "remove this filter";
@@ -419,6 +420,11 @@ $("detail-close").addEventListener("click", () => {
   $("detail").hidden = true;
   toUrl(true);
 });
+for (const [op, name] of Object.entries(OPS)) {
+  const option = el("option", name);
+  option.value = op;
+  $("filter-op").append(option);
+}
 for (const format of Object.keys(SUFFIX)) {
   $(format).addEventListener("click", () => download(format));
 }
