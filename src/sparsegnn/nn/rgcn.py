@@ -116,9 +116,13 @@ class RelationIndex:
 Lookup = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-# One stacked operator per list of relation operators and direction, kept while the
-# first operator lives: training multiplies by the same list every epoch.
-_STACKS: weakref.WeakKeyDictionary[CSRMatrix, dict[tuple, CSRMatrix]] = \
+# The stacked operator of the last list of relation operators seen, per direction
+# (with the list's identity), kept while the list's first operator lives: training
+# multiplies by the same list every epoch, and a model whose layers multiply in both
+# directions (transform first in one, aggregate first in another) keeps both, where one
+# slot for both rebuilt each operator and its transpose (a sort of every edge) in every
+# layer of every epoch (docs/results/attention.md).
+_STACKS: weakref.WeakKeyDictionary[CSRMatrix, dict[str, tuple[tuple, CSRMatrix]]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -128,12 +132,11 @@ def _stacked(ops: Sequence[Operator], by: Literal["cols", "rows"]) -> CSRMatrix 
     if not all(isinstance(op, CSRMatrix) and not op.val.requires_grad for op in ops):
         return None
     mats: list[CSRMatrix] = list(ops)  # type: ignore[arg-type]
-    key = (by, *(id(m) for m in mats), *(m.val._version for m in mats))
+    key = (*(id(m) for m in mats), *(m.val._version for m in mats))
     cache = _STACKS.setdefault(mats[0], {})
-    if key not in cache:
-        cache.clear()
-        cache[key] = stack_relations(mats, by)
-    return cache[key]
+    if by not in cache or cache[by][0] != key:
+        cache[by] = (key, stack_relations(mats, by))
+    return cache[by][1]
 
 
 def _glorot(param: torch.Tensor) -> None:
@@ -224,8 +227,8 @@ class RGCNConv(nn.Module):
         else:
             agg = stacked.matmul(x).view(-1, self.num_relations, self.in_channels)
             out = self._combine(agg)
-        if self.root is not None:
-            out = out + x[: out.shape[0]] @ self.root
+        if self.root is not None:  # one GEMM adding into out, no [rows, out] temporary
+            out = torch.addmm(out, x[: out.shape[0]], self.root)
         return out if self.bias is None else out + self.bias
 
     def _combine(self, agg: torch.Tensor) -> torch.Tensor:
