@@ -218,6 +218,10 @@ def test_comm_model_1d_two_ranks():
     got = predict(shape, part, 0, [SpmmCall(3, "forward_spmm")], value_bytes=8, num_params=7)
     assert got["forward_spmm"] == {"sent": 5 * 3 * 8, "recv": 5 * 3 * 8}
     assert got["grad_allreduce"] == {"sent": 7 * 8, "recv": 7 * 8}
+    # the loss and two correct counts; the validation loss beside its count: one value more
+    assert got["metrics"] == {"sent": 8 + 8 + 8, "recv": 8 + 8 + 8}
+    with_loss = predict(shape, part, 0, [], value_bytes=4, num_params=0, val_loss=True)
+    assert with_loss["metrics"] == {"sent": 4 + 8 + 16, "recv": 4 + 8 + 16}
 
 
 def test_spmm_schedule_follows_the_layers():

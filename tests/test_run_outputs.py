@@ -108,12 +108,33 @@ def test_distributed_logdir_has_one_writer_and_every_rank_bytes(
     series = scalars(run)
     # rank 0 alone writes: one event file of epochs (plus the final figures), not two
     assert len(list(run.glob("events.out.tfevents.*"))) == 2
-    assert_epochs_match(series, out["history"], {"loss": "loss", "val_accuracy": "val_accuracy"})
+    assert_epochs_match(series, out["history"], {"loss": "loss", "val_accuracy": "val_accuracy",
+                                                 "val_loss": "val_loss"})
     sent = [r["sent"] for r in out["comm"]["per_rank"]]
     assert [series[f"ranks/bytes_sent_per_epoch/{r}"][0][1] for r in (0, 1)] == sent
     memory = [m["peak_rss_bytes"] for m in out["memory_per_rank"]]
     got = [series[f"ranks/peak_memory_bytes/{r}"][0][1] for r in (0, 1)]
     assert got == pytest.approx(memory, rel=1e-6)
+
+
+@pytest.mark.distributed
+def test_distributed_val_loss_equals_one_process(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two 1D ranks sum the validation loss in the reduction of the validation accuracy:
+    the curve is the one-process run's on the same graph and seed (float64), and the
+    bytes each rank measures still equal the model's."""
+    args = ("train", "--dataset", GRAPH, "--epochs", "4", "--device", "cpu", "--dtype",
+            "float64", "--history", "--logdir")
+    one = run_json(capsys, *args, str(tmp_path / "one"))
+    two = run_json(capsys, *args, str(tmp_path / "two"), "--nprocs", "2", "--algo", "1d")
+    want, got = ([h["val_loss"] for h in out["history"]] for out in (one, two))
+    assert len(got) == 4 and got == pytest.approx(want, abs=1e-9)
+    curves = [[v for _, v in scalars(tmp_path / run / "version_0")["epoch/val_loss"]]
+              for run in ("one", "two")]
+    assert curves[1] == pytest.approx(curves[0], abs=1e-6)
+    assert curves[0] == pytest.approx(want, rel=1e-6)  # event files hold float32
+    comm = two["comm"]
+    assert comm["total_bytes_per_epoch"] == comm["comm_model"]["total_bytes_per_epoch"]
 
 
 def test_track_train_logdir_matches_the_json(tmp_path: Path,

@@ -3,8 +3,9 @@
 The loop only talks to a :class:`Task` (features, operator, loss, accuracy, gradient
 synchronisation). :class:`LocalTask` is the single-process task; the distributed
 package supplies tasks whose operator communicates and whose loss and accuracy are
-reduced over ranks. Adam with weight decay and dropout; early stopping on validation
-accuracy, progress, atomic checkpoints and exact resume come from :mod:`sparsegnn.train.loop`.
+reduced over ranks (the validation accuracy and loss in one reduction). Adam with weight
+decay and dropout; early stopping on validation accuracy, progress, atomic checkpoints
+and exact resume come from :mod:`sparsegnn.train.loop`.
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ class Task(Protocol):
 
     def accuracy(self, logits: torch.Tensor, split: Split) -> float: ...
 
+    def scores(self, logits: torch.Tensor, split: Split) -> tuple[float, float]: ...
+
     def sync_gradients(self, model: nn.Module) -> None: ...
 
 
@@ -163,6 +166,10 @@ class LocalTask:
     def accuracy(self, logits: torch.Tensor, split: Split) -> float:
         m = self.masks[split]
         return float((logits[m].argmax(1) == self.y[m]).float().mean())
+
+    def scores(self, logits: torch.Tensor, split: Split) -> tuple[float, float]:
+        """Accuracy and mean cross-entropy on ``split`` (one evaluation pass gives both)."""
+        return self.accuracy(logits, split), float(self.loss(logits, split))
 
     def sync_gradients(self, model: nn.Module) -> None:
         """Nothing to synchronise on one process."""
@@ -187,7 +194,7 @@ class EpochStats:
     train_accuracy: float
     val_accuracy: float
     seconds: float
-    val_loss: float | None = None  # one process only: on ranks it would cost a reduction
+    val_loss: float | None = None  # None where the epochs do not evaluate it (R-GCN)
 
 
 @dataclass
@@ -275,9 +282,7 @@ def train_epoch(
     train_acc = task.accuracy(logits.detach(), "train")
     model.eval()
     with torch.no_grad():
-        val_logits = model(task.x, task.adj)
-        val_acc = task.accuracy(val_logits, "val")
-        val_loss = float(task.loss(val_logits, "val")) if isinstance(task, LocalTask) else None
+        val_acc, val_loss = task.scores(model(task.x, task.adj), "val")
     return EpochStats(epoch, float(loss.detach()), train_acc, val_acc,
                       time.perf_counter() - start, val_loss)
 

@@ -177,6 +177,7 @@ def train_rank(
         value_bytes=shard.x.element_size(),
         num_params=sum(p.numel() for p in model.parameters()), nnz=shard.nnz,
         slicing=input_slicing(cfg, shard.num_features, shard.num_classes) if sliced else None,
+        val_loss=True,
     )
     if isinstance(op, SparseRowOperator):
         predicted.update(planned_spmm_bytes(op, calls, shard.x.element_size()))

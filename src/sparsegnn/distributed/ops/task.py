@@ -8,6 +8,9 @@ group, which holds exactly one replica of every vertex block, so each vertex cou
   the all-reduce's backward is the identity, because each rank back-propagates its own
   rows' share and the distributed SpMM's backward moves the rest;
 * accuracy = global correct count / global label count;
+* validation scores (:meth:`DistributedTask.scores`): the correct count and the summed
+  cross-entropy of one evaluation pass travel in one all-reduce of two float64 values,
+  so the validation loss adds one value to the accuracy's collective, not a reduction;
 * weight gradients are summed over the column group, which makes them equal on every
   rank (each replica of a block computed the same share). On 2D/3D the first layer's
   maps see only this rank's feature columns (:mod:`sparsegnn.distributed.ops.feature_slices`),
@@ -86,6 +89,19 @@ class DistributedTask:
         with self.comm.phase("metrics"):
             total = self.comm.all_reduce(correct, self.group)
         return float(total) / max(self.counts[split], 1)
+
+    def scores(self, logits: torch.Tensor, split: str) -> tuple[float, float]:
+        """Accuracy and mean cross-entropy of ``logits`` on ``split``: the correct count and
+        the summed loss go over the group in one float64 all-reduce, so the loss is one
+        value more in the collective the accuracy needs anyway, not a reduction of its own."""
+        m = self.masks[split]
+        correct = (logits[m].argmax(1) == self.y[m]).sum()
+        loss = F.cross_entropy(logits[m], self.y[m], reduction="sum")
+        local = torch.stack([correct.to(torch.float64), loss.to(torch.float64)])
+        with self.comm.phase("metrics"):
+            total = self.comm.all_reduce(local, self.group)
+        count = max(self.counts[split], 1)
+        return float(total[0]) / count, float(total[1]) / count
 
     def sync_gradients(self, model: nn.Module) -> None:
         """Sum every parameter's gradient over one replica of each vertex block, then the

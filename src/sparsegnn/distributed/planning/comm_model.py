@@ -21,7 +21,10 @@ bytes per value, rank ``(i, k)`` / ``(i, j, m)`` and one SpMM of width f:
   summed over the row once more, ``(q - 1) f h b`` each way.
 * per epoch, the gradient all-reduce of P parameters, ``(R - 1) P b`` each way over the
   R vertex blocks, and three scalar reductions (loss: b bytes, two correct counts: 8 bytes
-  each), ``(R - 1)`` times each.
+  each), ``(R - 1)`` times each. A full-graph epoch that records the validation loss
+  (``val_loss``) sums it in the validation count's all-reduce, as one more float64 value:
+  that call carries 16 bytes instead of 8, ``(R - 1) 8`` more each way per epoch, and the
+  number of reductions stays three.
 
 For the usual equal blocks this is ``~ n f`` per rank for 1D, ``~ n f / c + n f c / p``
 for 1.5D and ``~ (nnz + n f) / sqrt(p) + n f / sqrt(p)`` for 2D; 3D's SUMMA part is
@@ -143,13 +146,15 @@ def tile_nnz(a: CSRMatrix, part: BlockPartition, shape: GridShape) -> NnzTable:
 def predict(
     shape: GridShape, part: BlockPartition, rank: int, calls: list[SpmmCall], *,
     value_bytes: int, num_params: int, nnz: dict[str, NnzTable] | None = None,
-    slicing: InputSlicing | None = None,
+    slicing: InputSlicing | None = None, val_loss: bool = False,
 ) -> Volume:
     """Bytes this rank sends and receives in one epoch, per phase.
 
     ``nnz`` (2D/3D only) maps ``"forward_spmm"``/``"backward_spmm"`` to the tile table of
     ``A`` and ``A^T`` (:func:`tile_nnz`); ``slicing`` (2D/3D only,
-    :func:`input_slicing`): the input features are cut by columns.
+    :func:`input_slicing`): the input features are cut by columns; ``val_loss``: the
+    validation loss rides in the validation count's reduction (one value more per call:
+    full-graph training's ``fit``; R-GCN's epochs reduce the counts alone).
     """
     out: Volume = {}
     for call in calls:
@@ -169,7 +174,7 @@ def predict(
             _add(out, "input_allreduce", volume, volume)
         volume = row_peers * slicing.params * value_bytes
         _add(out, "grad_allreduce", volume, volume)
-    scalars = value_bytes + 8 + 8
+    scalars = value_bytes + 8 + (16 if val_loss else 8)
     _add(out, "metrics", peers * scalars, peers * scalars)
     return {p: v for p, v in out.items() if v["sent"] or v["recv"]}
 

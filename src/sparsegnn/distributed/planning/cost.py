@@ -417,7 +417,9 @@ def predict_epoch(
                                        counts.get(phase, {}),
                                        [c for c in calls if c.phase == phase],
                                        plan.get("value_bytes", 4), profile)
-    if shape.row_blocks > 1:  # the gradient sum and three scalar metrics over the blocks
+    # the gradient sum and three metric reductions over the blocks (the validation count
+    # and loss share one: comm_model.predict's val_loss)
+    if shape.row_blocks > 1:
         peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
         params = parameter_count(cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers,
                                  cfg.heads)
@@ -428,7 +430,7 @@ def predict_epoch(
             comm_s["grad_allreduce"] += reduce.time(
                 1, (shape.feature_slices - 1) * slicing.params * vb,
                 latency_scale(shape, "input_allreduce", profile.world_size))
-        comm_s["metrics"] = reduce.time(3, peers * (vb + 16), blocks)
+        comm_s["metrics"] = reduce.time(3, peers * (vb + 24), blocks)
     values = row_values(shape, layout.part, widths)
     return EpochCost(compute, comm_s, profile.overhead(ncalls_epoch, values, len(edge_calls)),
                      ncalls_epoch, values, len(edge_calls))
