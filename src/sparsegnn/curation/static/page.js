@@ -124,11 +124,8 @@ function syncInputs() {
   $("sql").value = state.recipe ? (recipes[state.recipe] || "") : state.sql;
   $("search").value = state.search;
   $("size").value = String(state.size);
-  $("params").replaceChildren();
+  $("params").replaceChildren();  // rebuilt with the state's values
   renderParams();
-  $("params").querySelectorAll("input").forEach((input, i) => {
-    input.value = state.params[i];
-  });
   renderFilters();
 }
 
