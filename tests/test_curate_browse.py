@@ -145,6 +145,9 @@ def test_json_export_and_a_union_column(server: CurationServer):
     assert status == 422 and "u: a UNION column, which Parquet cannot hold" in answer["error"]
     status, _, data = call(server, "POST", "/api/export", {**union, "format": "csv"})
     assert status == 200 and len(list(csv.DictReader(io.StringIO(data.decode())))) == len(DOCS)
+    status, _, data = call(server, "POST", "/api/export",  # nothing matches: a valid file
+                           {"recipe": "math", "search": "no such words", "format": "parquet"})
+    assert status == 200 and pq.read_table(io.BytesIO(data)).num_rows == 0
 
 
 def test_a_wrong_method_is_a_message(server: CurationServer):
