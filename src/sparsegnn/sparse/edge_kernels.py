@@ -46,7 +46,7 @@ def pattern_transpose(a: CSRMatrix) -> tuple[CSRMatrix, torch.Tensor]:
 
 def heads_mm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``out[:, h] = A_h @ x[:, h]`` with ``A_h`` A's pattern carrying ``values[:, h]``
-    (no autograd): all heads in one product (:func:`~sparsegnn.sparse.multihead.heads_spmm`)."""
+    (no autograd), every head (:func:`~sparsegnn.sparse.multihead.heads_spmm`)."""
     return heads_spmm(a, values, x)
 
 

@@ -1,16 +1,19 @@
-"""Multi-head SpMM and SDDMM, every head in one call over the pattern (no autograd).
+"""Multi-head SpMM and SDDMM: ``heads`` matrices that share one pattern (no autograd).
 
 Attention gives each stored edge one value per head, so the products run ``heads``
-matrices that share one pattern. One product per head (what this module replaced)
-re-reads the pattern ``heads`` times, copies each head's features apart and pays every
-kernel's fixed cost ``heads`` times; measured 1.6-2.4x slower than the forms below on a
-2^18-vertex graph with 8 heads of 8 (docs/results/attention.md).
+matrices on one pattern.
 
-* :func:`heads_spmm` multiplies by the block-diagonal operator ``diag(A_0, ..., A_{H-1})``
-  once: row ``(h, i)`` holds row i's entries with head h's values and columns ``j * H +
-  h``, which index ``x [n, H, f]`` viewed as ``[n * H, f]`` without a copy. The block
-  operator's index arrays are built per call (``heads x nnz`` integers, freed after),
-  and the product runs on :func:`sparsegnn.sparse.ops._mm`'s kernel for the device.
+* :func:`heads_spmm` on the CPU runs one product per head on that head's contiguous
+  values and features. Measured against one product by the block-diagonal operator
+  of all heads (:func:`head_blocks`) on SBM graphs of 2^13-2^18 vertices with 8 heads
+  of 8 (docs/results/attention.md): as fast at 2^13, 1.7x faster at 2^16 and 2^18,
+  3x counting the copy of the block form's head-major result that every caller makes.
+  Why: each head's gather reads an ``[n, f]`` table that stays in cache, where the
+  block form gathers from all ``[n * H, f]`` rows and first writes ``heads x nnz``
+  indices. Elsewhere (CUDA) the block operator runs in one product: row ``(h, i)``
+  holds row i's entries with head h's values and columns ``j * H + h``, which index
+  ``x [n, H, f]`` viewed as ``[n * H, f]`` without a copy, on
+  :func:`sparsegnn.sparse.ops._mm`'s kernel for the device.
 * :func:`heads_sddmm` is torch's batched ``sampled_addmm`` on the pattern repeated per
   head; on the CPU it computes each entry's dot product in place, where the generic
   form gathers both ``nnz x heads x f`` operands first (2.7-7x slower, same page).
@@ -47,11 +50,14 @@ def head_blocks(a: CSRMatrix, values: torch.Tensor) -> CSRMatrix:
 
 
 def heads_spmm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``out[:, h] = A_h @ x[:, h]`` for every head at once: ``values [nnz, H]`` and ``x
-    [n, H, f]`` give ``[rows, H, f]`` (a head-major result, returned as a view)."""
+    """``out[:, h] = A_h @ x[:, h]`` for every head: ``values [nnz, H]`` and ``x [n, H,
+    f]`` give ``[rows, H, f]`` (contiguous on the CPU, a view of a head-major result
+    elsewhere)."""
     heads = values.shape[1]
-    if heads == 1:  # one head: A itself, no copies
-        return _mm(a.with_values(values[:, 0].contiguous()), x[:, 0].contiguous()).unsqueeze(1)
+    if heads == 1 or x.device.type == "cpu":  # one product per head (module docstring)
+        outs = [_mm(a.with_values(values[:, h].contiguous()), x[:, h].contiguous())
+                for h in range(heads)]
+        return outs[0].unsqueeze(1) if heads == 1 else torch.stack(outs, dim=1)
     out = _mm(head_blocks(a, values), x.contiguous().view(-1, x.shape[2]))
     return out.view(heads, a.shape[0], x.shape[2]).transpose(0, 1)
 
