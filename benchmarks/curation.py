@@ -67,6 +67,7 @@ def citeseer(data_dir: str | None, work: Path, n_boot: int, seed: int, teacher: 
         "kappa": {c: k.to_dict() for c, k in s.kappa.items()},
         "train_seconds": s.train_seconds,
         "annotate_docs_per_second": s.annotate_docs_per_second,
+        "mix": {c: m.to_dict() for c, m in s.mix.items()},
     } for s in scores}
     k = {n: out[n]["kappa"]["topic"]["kappa"] for n in out}
     out["checks"] = {

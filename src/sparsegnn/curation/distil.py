@@ -263,9 +263,9 @@ def _heads(model: GraphStudent | TextFallback) -> dict[str, slice]:
 def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None,
          cfg: StudentConfig, checkpoint: str | Path | None, *,
          features: sp.csr_matrix | np.ndarray, stamp: dict[str, Any], progress: bool | None,
-         resume: bool, logdir: str | Path | None) -> Any:
+         resume: bool, logdir: str | Path | None, reports: bool = True) -> Any:
     """Train one student with early stopping and restore its best weights; the loop's
-    final state."""
+    final state (``reports=False``: no progress lines, as for the cross-fitted folds)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                  fused=True)  # one kernel per step: the steps are tiny
     epoch_fn = (sampled_epoch(model, task, features, raw, cfg, optimizer) if cfg.batch_size
@@ -279,7 +279,8 @@ def _fit(model: GraphStudent, task: DistilTask, raw: dict[str, CSRMatrix] | None
                       logdir=None if logdir is None else Path(logdir))
     stamp = {"kind": "distil", "student": content_hash(_model_fields(cfg))[:16], **stamp}
     return run_epochs(model, optimizer, epoch_fn, loop, EpochStats,
-                      score=lambda s: s.val_accuracy, stamp=stamp, role=LoopRole(desc="distil"))
+                      score=lambda s: s.val_accuracy, stamp=stamp,
+                      role=LoopRole(desc="distil", reports=reports))
 
 
 def _cross_fit(model: TextFallback, task: DistilTask, raw: dict[str, CSRMatrix] | None,
@@ -309,7 +310,7 @@ def _out_of_fold(task: DistilTask, raw: dict[str, CSRMatrix] | None, cfg: Studen
     width = sum(s.stop - s.start for s in task.heads.values())
     text, graph = torch.empty(len(rows), width), torch.empty(len(rows), width)
     heads = {c: s.stop - s.start for c, s in task.heads.items()}
-    quiet = {"progress": False, "logdir": None, "resume": False}
+    quiet = {"progress": False, "logdir": None, "resume": False, "reports": False}
     for fold in fold_positions(len(rows), cfg.share_folds, cfg.seed):
         keep = np.setdiff1d(np.arange(len(rows)), fold)
         sub = replace(task, adj=_without_labels_of(task.adj, rows[fold]),

@@ -52,6 +52,12 @@ class DistilTask:
                 for c, cols in self.heads.items()]
         return float(np.mean(accs))
 
+    def scores(self, logits: torch.Tensor, split: Split) -> tuple[float, float]:
+        """Accuracy and loss on ``split`` from one forward pass (NaN without labels)."""
+        if split not in self.rows:
+            return float("nan"), float("nan")
+        return self.accuracy(logits, split), float(self.loss(logits, split))
+
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """One process: nothing to synchronise."""
 
