@@ -48,13 +48,17 @@ def quick_start_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_the_docs_quick_start_runs_as_written(quick_start_files: Path):
+def test_the_docs_quick_start_runs_as_written(quick_start_files: Path,
+                                              capsys: pytest.CaptureFixture):
     commands = quick_start_commands()
     assert [c[1] for c in commands] == ["ingest", "distil", "annotate", "query", "query",
                                         "agreement", "demo", "serve"]
     for args in commands:
         if args[1] not in SKIPPED:
             assert main(args) == 0, args
+    # distil says, per category, which share it took and on what evidence
+    shares = capsys.readouterr().out.split("graph share per category")[1]
+    assert "out of fold on 80 labelled documents" in shares
     assert pq.read_table(quick_start_files / "math.parquet").num_columns > 0
     assert any((quick_start_files / "plots").iterdir())
 
