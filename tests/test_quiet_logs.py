@@ -66,7 +66,15 @@ def test_curate_demo_logs_only_ours_unless_verbose(
         return Finished()
 
     monkeypatch.setattr(demo, "run_demo", logging_demo)
-    levels = [(lg, lg.level) for lg in (logging.getLogger(), logging.getLogger("sparsegnn"))]
+    # A library imported earlier in this process may have set its own loggers' levels
+    # (transformers sets its tree to WARNING): start each from "inherit", as in a fresh
+    # process, so the outcome does not depend on which tests ran before.
+    libraries = {logging.getLogger(name.split(".")[0]) for name in THIRD_PARTY}
+    libraries |= {logging.getLogger(name) for name in THIRD_PARTY}
+    levels = [(lg, lg.level) for lg in (logging.getLogger(), logging.getLogger("sparsegnn"),
+                                         *libraries)]
+    for logger in libraries:
+        logger.setLevel(logging.NOTSET)
     try:
         flags = ["--verbose"] if verbose else []
         assert main([*flags, "curate", "demo", "--out", str(tmp_path)]) == 0
