@@ -6,8 +6,9 @@ matrices on one pattern.
 * :func:`heads_spmm` on the CPU runs one product per head on that head's contiguous
   values and features. Measured against one product by the block-diagonal operator
   of all heads (:func:`head_blocks`) on SBM graphs of 2^13-2^18 vertices with 8 heads
-  of 8 (docs/results/attention.md): as fast at 2^13, 1.7x faster at 2^16 and 2^18,
-  3x counting the copy of the block form's head-major result that every caller makes.
+  of 8 (docs/results/attention.md): as fast at 2^13, 1.7-2.1x faster at 2^16 and
+  2^18, 2.5-3x counting the copy of the block form's head-major result that a
+  concatenating layer makes.
   Why: each head's gather reads an ``[n, f]`` table that stays in cache, where the
   block form gathers from all ``[n * H, f]`` rows and first writes ``heads x nnz``
   indices. Elsewhere (CUDA) the block operator runs in one product: row ``(h, i)``
