@@ -5,6 +5,7 @@ line."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,8 @@ def test_two_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str
                  str(tmp_path / "runs" / "version_0")]) == 0
     text = capsys.readouterr().out
     assert text.splitlines()[0].split() == ["version_1", "version_0"]
-    assert "  lr " in text and "MiB" in text
+    # byte figures in human units (peak memory: KiB to GiB, by what this process ran)
+    assert "  lr " in text and re.search(r"peak_memory_bytes +[0-9.]+ [KMG]iB", text), text
 
 
 def test_folders_without_runs_are_refused(tmp_path: Path,
