@@ -22,10 +22,13 @@ demo: venv
 	$(BIN)/sparsegnn demo
 
 # One torch thread per test process: multi-rank tests start up to eight ranks on a small
-# machine, and oversubscribed threads make them slower, not faster.
+# machine, and oversubscribed threads make them slower, not faster. Two pytest workers
+# (TEST_WORKERS), each taking whole files: many tests wait on real processes and
+# timeouts (namespace hosts, stopped ranks), and the other worker computes meanwhile.
+TEST_WORKERS ?= 2
 test: venv
 	$(BIN)/ruff check src tests benchmarks testbed
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks testbed
