@@ -225,6 +225,19 @@ def test_read_scipy_npz_mutated_bytes(scratch: Path, data: st.DataObject, n: int
         assert g is not None and list(map(tuple, g.edge_index.T.tolist())) == sorted(edges)
 
 
+def test_a_member_flagged_encrypted_is_refused(tmp_path: Path) -> None:
+    """A flipped flag bit the fuzzer found: zipfile then asks for a password with a
+    RuntimeError, which leaked as a traceback instead of one line naming the file."""
+    blob = bytearray(_scipy_bytes(3, 0))
+    for signature, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        start = blob.find(signature)
+        blob[start + flags_at] |= 0x01  # general purpose bit 0: encrypted
+    path = tmp_path / "adj.npz"
+    path.write_bytes(bytes(blob))
+    with pytest.raises(SparseGNNError, match=r"adj\.npz"):
+        read_scipy_npz(path)
+
+
 _SCIPY_KEYS = ["format", "shape", "data", "indices", "indptr", "row", "col"]
 
 

@@ -45,11 +45,12 @@ _STRING_LISTS = ("texts", "node_ids", "class_names")
 PathLike = str | os.PathLike[str]
 
 # Every way reading an .npz fails on a damaged or hostile file: a bad zip or deflate
-# stream, a bad .npy header, an unsupported compression method, a header that claims an
-# array larger than memory. Loaders turn these into one DataFormatError naming the file.
+# stream, a bad .npy header, an unsupported compression method, a member flagged as
+# encrypted (zipfile's RuntimeError: "password required"), a header that claims an array
+# larger than memory. Loaders turn these into one DataFormatError naming the file.
 NPZ_ERRORS: tuple[type[BaseException], ...] = (
     OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error,
-    NotImplementedError, MemoryError, OverflowError,
+    RuntimeError, MemoryError, OverflowError,
 )
 _T = TypeVar("_T")
 
