@@ -23,12 +23,13 @@ demo: venv
 
 # One torch thread per test process: multi-rank tests start up to eight ranks on a small
 # machine, and oversubscribed threads make them slower, not faster. Two pytest workers
-# (TEST_WORKERS), each taking whole files: many tests wait on real processes and
-# timeouts (namespace hosts, stopped ranks), and the other worker computes meanwhile.
+# (TEST_WORKERS): many tests wait on real processes and timeouts (namespace hosts,
+# stopped ranks), and the other worker computes meanwhile; a worker that runs out of
+# tests takes half of the other's (worksteal), so neither idles at the end.
 TEST_WORKERS ?= 2
 test: venv
 	$(BIN)/ruff check src tests benchmarks testbed
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests
 
 lint: venv
 	$(BIN)/ruff check src tests benchmarks testbed
