@@ -297,7 +297,8 @@ def human_bytes(n: float) -> str:
     unit = _byte_unit(n)
     if unit == "bytes":
         return f"{n:,.0f} bytes"
-    return f"{n / 2 ** (10 * _UNITS.index(unit)):.3g} {unit}"
+    value = n / 2 ** (10 * _UNITS.index(unit))
+    return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"  # not 1.01e+03
 
 
 def _cell(value: Any) -> str:

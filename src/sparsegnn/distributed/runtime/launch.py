@@ -182,6 +182,9 @@ def _child(
     # leaks, and that the resource tracker then reports on the launcher's stderr. One
     # rank's bars need only a thread lock.
     tqdm.tqdm.set_lock(threading.RLock())
+    # SIGTERM (the launcher stopping the others after a failure) unwinds: writers remove
+    # their temporary files instead of dying wherever the signal finds the rank.
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     try:
         reply = b"R" + _dump_result(fn(*args))
     except BaseException as err:
