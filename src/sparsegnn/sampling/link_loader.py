@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from sparsegnn.errors import InvalidValueError, ShapeError
-from sparsegnn.sampling.loader import FeatureSource, bulk_features, prefetched
+from sparsegnn.sampling.loader import FeatureSource, batches_of, bulk_features
 from sparsegnn.sampling.samplers import Minibatch, Sampler
 from sparsegnn.sampling.streams import batch_generator, epoch_permutation
 
@@ -110,12 +110,7 @@ class LinkMinibatchLoader:
 
     def epoch(self, epoch: int) -> Iterator[LinkBatch]:
         """The minibatches of ``epoch``; stopping early cleanly ends the producer thread."""
-        bulks = self._bulks(epoch)
-        if not self.prefetch:
-            for items in bulks:
-                yield from items
-            return
-        yield from prefetched(bulks)
+        yield from batches_of(self._bulks(epoch), self.prefetch)
 
     def _with_negatives(self, positives: int) -> int:
         return positives if self.labels is not None else positives + self._negatives(positives)

@@ -21,12 +21,14 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from sparsegnn.sampling.samplers import Minibatch, Sampler
 from sparsegnn.sampling.streams import batch_generator, epoch_permutation
+
+_B = TypeVar("_B")  # a minibatch of any loader
 
 # How long the producer waits on a full queue before checking whether to stop.
 _POLL_S = 0.05
@@ -131,12 +133,7 @@ class MinibatchLoader:
 
     def epoch(self, epoch: int) -> Iterator[LoadedBatch]:
         """The minibatches of ``epoch``; stopping early cleanly ends the producer thread."""
-        bulks = self._bulks(epoch)
-        if not self.prefetch:
-            for items in bulks:
-                yield from items
-            return
-        yield from prefetched(bulks)
+        yield from batches_of(self._bulks(epoch), self.prefetch)
 
     def _bulks(self, epoch: int) -> Iterator[list[LoadedBatch]]:
         plan = self.plan(epoch)
@@ -167,7 +164,17 @@ def bulk_features(features: torch.Tensor | FeatureSource, batches: list[Minibatc
     return list(torch.split(rows, [int(b.node_ids.numel()) for b in batches]))
 
 
-def prefetched(bulks: Iterator[list[LoadedBatch]]) -> Iterator[LoadedBatch]:
+def batches_of(bulks: Iterator[list[_B]], prefetch: bool) -> Iterator[_B]:
+    """Each bulk's minibatches in order; with ``prefetch``, the next bulk is made in a
+    thread while this one is consumed (:func:`prefetched`)."""
+    if not prefetch:
+        for items in bulks:
+            yield from items
+        return
+    yield from prefetched(bulks)
+
+
+def prefetched(bulks: Iterator[list[_B]]) -> Iterator[_B]:
     """Run ``bulks`` in a thread, at most one finished bulk waiting while one is consumed."""
     q: queue.Queue[object] = queue.Queue(maxsize=1)
     stop = threading.Event()

@@ -42,17 +42,10 @@ def average_precision(pos: torch.Tensor, neg: torch.Tensor) -> float:
     """scikit-learn's average precision: precision at each distinct threshold, weighted
     by the recall it adds."""
     pos, neg = _checked(pos, neg)
-    scores = torch.cat([pos, neg])
-    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
-    order = torch.argsort(scores, descending=True, stable=True)
-    scores, labels = scores[order], labels[order]
-    last = torch.ones_like(scores, dtype=torch.bool)
-    last[:-1] = scores[1:] != scores[:-1]  # the end of each run of equal scores
-    tps = labels.cumsum(0)[last]
-    ranked = torch.arange(1, scores.numel() + 1, dtype=torch.float64)[last]
+    tps, fps = _counts_at_thresholds(pos, neg)
     recall = tps / pos.numel()
     gained = torch.diff(recall, prepend=recall.new_zeros(1))
-    return float((gained * tps / ranked).sum())
+    return float((gained * tps / (tps + fps)).sum())
 
 
 def hits_at_k(pos: torch.Tensor, neg: torch.Tensor, k: int) -> float:
@@ -103,18 +96,24 @@ def roc_curve(pos: torch.Tensor, neg: torch.Tensor, max_points: int = 201
     score threshold from (0, 0) to (1, 1), thinned to ``max_points`` (evenly spaced along
     the thresholds, both ends kept) so a page never carries a point per edge."""
     pos, neg = _checked(pos, neg)
+    tps, fps = _counts_at_thresholds(pos, neg)
+    tpr = torch.cat([tps.new_zeros(1), tps / pos.numel()])
+    fpr = torch.cat([fps.new_zeros(1), fps / neg.numel()])
+    keep = torch.linspace(0, tpr.numel() - 1, min(max_points, tpr.numel())).round().long()
+    return {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist()}
+
+
+def _counts_at_thresholds(pos: torch.Tensor, neg: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """True and false positives scored at or above each distinct score, highest first:
+    the points both average precision and the ROC curve are made of."""
     scores = torch.cat([pos, neg])
     labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
     order = torch.argsort(scores, descending=True, stable=True)
     scores, labels = scores[order], labels[order]
     last = torch.ones_like(scores, dtype=torch.bool)
-    last[:-1] = scores[1:] != scores[:-1]
-    tps = labels.cumsum(0)[last]
-    fps = (1 - labels).cumsum(0)[last]
-    tpr = torch.cat([tps.new_zeros(1), tps / pos.numel()])
-    fpr = torch.cat([fps.new_zeros(1), fps / neg.numel()])
-    keep = torch.linspace(0, tpr.numel() - 1, min(max_points, tpr.numel())).round().long()
-    return {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist()}
+    last[:-1] = scores[1:] != scores[:-1]  # the end of each run of equal scores
+    return labels.cumsum(0)[last], (1 - labels).cumsum(0)[last]
 
 
 def _average_ranks(scores: torch.Tensor) -> torch.Tensor:
