@@ -90,7 +90,7 @@ def test_report_opens_on_the_curves(browser: Any, tmp_path: Path) -> None:
     text = page.read_text()
     assert "<th>--lr</th>" in text and "<th>--hidden</th>" not in text
     # the process's peak resident set: its unit depends on what this process ran before
-    assert re.search(r"<th>peak_memory_bytes</th><td>[0-9.]+ [KMG]iB</td>", text)
+    assert re.search(r"<th>peak_memory_bytes</th><td>[0-9.,]+ [KMG]iB</td>", text)
 
 
 def test_report_of_a_run_on_ranks_with_tracking_figures(browser: Any, tmp_path: Path) -> None:

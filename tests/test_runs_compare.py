@@ -44,7 +44,7 @@ def test_two_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str
     text = capsys.readouterr().out
     assert text.splitlines()[0].split() == ["version_1", "version_0"]
     # byte figures in human units (peak memory: KiB to GiB, by what this process ran)
-    assert "  lr " in text and re.search(r"peak_memory_bytes +[0-9.]+ [KMG]iB", text), text
+    assert "  lr " in text and re.search(r"peak_memory_bytes +[0-9.,]+ [KMG]iB", text), text
 
 
 def test_folders_without_runs_are_refused(tmp_path: Path,
