@@ -76,7 +76,7 @@ class GraphGIN(nn.Module):
         bias = torch.cat([head.bias for head in self.heads])
         scores = F.dropout(global_pool(z, batch, self.pool) + bias, self.dropout,
                            self.training)
-        return scores.view(batch.num_graphs, len(self.heads), -1).sum(1)
+        return scores.view(batch.num_graphs, len(self.heads), self.heads[0].out_features).sum(1)
 
 
 class GraphGCN(nn.Module):

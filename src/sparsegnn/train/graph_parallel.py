@@ -9,11 +9,11 @@ mean loss and all end with the same weights
 schedule depend on ``(seed, epoch)`` alone, so the ranks agree on the minibatches
 without exchanging them.
 
-The model equals one process's on the same minibatches wherever a graph's prediction
-depends on that graph alone: batch normalisation (GIN's) normalises each rank's share
-with its own statistics, as ``DistributedDataParallel`` does by default, and dropout
-draws from each rank's stream; the GCN model without dropout is exact (tested in
-float64 on two gloo ranks).
+The model equals one process's on the same minibatches: batch normalisation (GIN's)
+takes its statistics over every rank's rows (:mod:`sparsegnn.distributed.ops.sync_norm`,
+unlike ``DistributedDataParallel``'s default of each rank's own), so GIN and GCN without
+dropout end with the one-process weights (tested in float64 on two gloo ranks); dropout
+draws from each rank's own stream.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from torch import nn
 
 from sparsegnn.data.graph_set import GraphSet, stratified_folds
 from sparsegnn.distributed import RankResult, rank_session, run_on_ranks
+from sparsegnn.distributed.ops.sync_norm import sync_batch_norms
 from sparsegnn.distributed.ops.task import sum_gradients
 from sparsegnn.distributed.runtime.comm import ByteCounts, Communicator, Group
 from sparsegnn.errors import InvalidValueError
@@ -42,11 +43,14 @@ from sparsegnn.train.loop import LoopState
 @dataclass
 class RankSyncComm:
     """:class:`~sparsegnn.train.graph_task.RankSync` over a communicator's group, every
-    byte counted (``grad_allreduce`` and ``stats`` phases)."""
+    byte counted (``norm_stats``, ``grad_allreduce`` and ``stats`` phases)."""
 
     comm: Communicator
     group: Group
     shard: tuple[int, int]
+
+    def synchronise(self, model: nn.Module) -> nn.Module:
+        return sync_batch_norms(model, self.comm, self.group)
 
     def gradients(self, model: nn.Module) -> None:
         sum_gradients(list(model.parameters()), self.comm, self.group)

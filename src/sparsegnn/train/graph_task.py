@@ -154,9 +154,12 @@ class FoldRun:
 class RankSync(Protocol):
     """What data-parallel training adds to a fold (:mod:`sparsegnn.train.graph_parallel`):
     this rank's ``shard = (rank, ranks)`` of every minibatch and of the test fold, the
-    gradient sum before each step, and sums of statistics over the ranks."""
+    model's layers that need the ranks in the forward pass (batch norm over every rank's
+    rows), the gradient sum before each step, and sums of statistics over the ranks."""
 
     shard: tuple[int, int]
+
+    def synchronise(self, model: nn.Module) -> nn.Module: ...
 
     def gradients(self, model: nn.Module) -> None: ...
 
@@ -203,6 +206,8 @@ def train_fold(data: GraphSet, request: GraphRequest, folds: list[torch.Tensor],
     model = build_graph_model(request.model, data.num_features, request.hidden,
                               data.num_classes, request.num_layers, request.dropout,
                               request.pool).to(device=device, dtype=data.x.dtype)
+    if sync is not None:
+        model = sync.synchronise(model)
     optimizer = graph_optimizer(model, request)
     ranks = 1 if sync is None else sync.shard[1]
     checkpoint = _fold_path(request.checkpoint, fold)
@@ -240,7 +245,9 @@ def train_pass(model: nn.Module, optimizer: torch.optim.Optimizer, data: GraphSe
     ``shard = (rank, ranks)``: this process trains on ``batch[rank::ranks]`` of every
     minibatch, its loss the sum over those graphs divided by the whole minibatch's size,
     so the gradients ``after_backward`` sums over the ranks are the one-process gradient
-    of the minibatch's mean loss (a rank with no graph of a minibatch adds zeros).
+    of the minibatch's mean loss. A rank with no graph of a minibatch still runs the
+    (empty) forward and backward passes, adding zeros, since synced batch norm needs
+    every rank in its collectives.
     """
     rank, ranks = shard
     model.train()
@@ -248,7 +255,7 @@ def train_pass(model: nn.Module, optimizer: torch.optim.Optimizer, data: GraphSe
     for ids in order.split(batch_size):
         mine = ids if ranks == 1 else ids[rank::ranks]
         optimizer.zero_grad(set_to_none=True)
-        if mine.numel():
+        if mine.numel() or ranks > 1:
             batch = graph_batch(data, mine, device)
             labels = data.y[mine].to(device)
             logits = model(data.x[batch.nodes.cpu()].to(device), batch)
