@@ -185,8 +185,9 @@ def featureless_forward(conv: RGCNConv, ops: Sequence[Operator],
         out = conv.root if ids is None else conv.root[ids[: ops[0].shape[0]]]
     else:
         out = weights.new_zeros(ops[0].shape[0], weights.shape[2])
-    for r, op in enumerate(ops):
-        out = out + op.matmul(weights[r])
+    # unbind, not weights[r]: each select's backward would add a zero-filled [R, n, out]
+    for w, op in zip(weights.unbind(0), ops, strict=True):
+        out = out + op.matmul(w)
     return out if conv.bias is None else out + conv.bias
 
 
