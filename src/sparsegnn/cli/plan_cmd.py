@@ -38,14 +38,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--replication", type=int_range(1, _MAX_RANKS), default=1,
                    help="c for 1.5d")
     p.add_argument("--partitioner", choices=PARTITIONERS, default="block")
-    p.add_argument("--comm", choices=("dense", "sparse"), default="sparse")
-    p.add_argument("--model", choices=MODEL_KINDS, default="gcn",
-                   help="gat/gatv2 are priced by their edge protocol's bytes and kernels")
+    p.add_argument("--comm", choices=("dense", "sparse"), default=None,
+                   help="default: sparse on 1d/1.5d, dense on 2d/3d (their only one)")
+    p.add_argument("--model", choices=(*MODEL_KINDS, "rgcn"), default="gcn",
+                   help="gat/gatv2 are priced by their edge protocol's bytes and kernels; "
+                        "rgcn (a typed graph: hsbm:..., a HeteroData file or DGL folder) "
+                        "by one SpMM per relation")
     p.add_argument("--hidden", type=int_range(1), default=16,
                    help="hidden width (per head for gat/gatv2)")
     p.add_argument("--heads", type=int_range(1), default=8,
                    help="gat/gatv2: hidden layers' heads (the last layer has one)")
     p.add_argument("--num-layers", type=int_range(1), default=2)
+    p.add_argument("--num-bases", type=int_range(1), default=None,
+                   help="rgcn: basis decomposition of the relation weights")
+    p.add_argument("--num-blocks", type=int_range(1), default=None,
+                   help="rgcn: block-diagonal relation weights")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     auto = p.add_argument_group("choosing the distribution (--auto)")
     auto.add_argument("--auto", action="store_true",
@@ -67,6 +74,15 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sparsegnn.errors import InvalidValueError
+    from sparsegnn.names import row_wise
+
+    if args.comm is None:
+        args.comm = "sparse" if row_wise(args.algo) else "dense"
+    elif args.comm == "sparse" and not row_wise(args.algo) and not args.auto:
+        raise InvalidValueError(f"--comm sparse applies to --algo 1d and 1.5d, not {args.algo}")
+    if args.model == "rgcn":
+        return _relational(args)
     if args.auto:
         return _auto(args)
     from sparsegnn.data import load_any
@@ -133,7 +149,12 @@ def _auto(args: argparse.Namespace) -> int:
     ranked = auto_plan(graph, args.parts, profile, base,
                        partitioners=tuple(args.partitioners.split(",")),
                        max_rank_memory_gib=args.max_rank_memory)
-    rows = [c.to_dict() for c in ranked]
+    return _ranked(args, profile, [c.to_dict() for c in ranked])
+
+
+def _ranked(args: argparse.Namespace, profile: Any, rows: list[dict[str, Any]]) -> int:
+    """Print (or emit as JSON) the ranked configurations and the choice; 2 where none
+    fits ``--max-rank-memory``."""
     choice = rows[0] if rows and rows[0]["fits"] else None
     result = {"graph": args.graph, "ranks": args.parts, "profile": args.profile or "measured now",
               "profile_world_size": profile.world_size, "max_rank_memory_gib":
@@ -157,3 +178,53 @@ def _auto(args: argparse.Namespace) -> int:
                      f"{choice['epoch_s'] * 1e3:.2f} ms per epoch")
     emit(args, result, "\n".join(lines))
     return 0 if choice is not None else 2
+
+
+def _relational(args: argparse.Namespace) -> int:
+    """``plan --model rgcn``: one configuration's bytes and memory (and its predicted
+    epoch given ``--profile``), or with ``--auto`` every configuration ranked."""
+    from sparsegnn.distributed.planning.planner import PlanConfig
+    from sparsegnn.distributed.planning.rank_memory import process_bytes
+    from sparsegnn.distributed.planning.relational_cost import (
+        relational_auto_plan,
+        relational_plan,
+    )
+
+    graph = relational_graph(args.graph, args.data_dir, args.seed)
+    cfg = PlanConfig(
+        parts=args.parts, algo=args.algo, replication=args.replication,
+        partitioner=args.partitioner, comm=args.comm, model="rgcn", hidden=args.hidden,
+        num_layers=args.num_layers, num_bases=args.num_bases, num_blocks=args.num_blocks,
+        dtype=args.dtype, seed=args.seed)
+    if not args.auto:
+        profile = None if args.profile is None else load_profile(args.profile, args.parts,
+                                                                 False, "plan")
+        planned, _ = relational_plan(graph, cfg, profile, process_bytes(profile))
+        result = {"graph": args.graph, **planned}
+        vol = result["bytes_per_epoch"]
+        text = (f"{cfg.algo} on {planned['ranks']} ranks, {cfg.partitioner} partition, "
+                f"{cfg.comm} comm, R-GCN of {planned['num_relations']} relations: "
+                f"{vol['total'] / 2**20:.2f} MiB sent per epoch in all, "
+                f"{vol['max_per_rank'] / 2**20:.2f} MiB at the busiest rank; predicted peak "
+                f"{result['memory_bytes_per_rank'] / 2**20:.1f} MiB per rank")
+        if "cost" in result:
+            text += f"; predicted epoch {result['cost']['epoch_s'] * 1e3:.2f} ms"
+        return emit(args, result, text)
+    profile = load_profile(args.profile, args.parts, args.calibrate, "plan --auto")
+    ranked = relational_auto_plan(graph, args.parts, profile, cfg,
+                                  partitioners=tuple(args.partitioners.split(",")),
+                                  max_rank_memory_gib=args.max_rank_memory,
+                                  process_bytes=process_bytes(profile))
+    return _ranked(args, profile, [c.to_dict() for c in ranked])
+
+
+def relational_graph(source: str, data_dir: str | None, seed: int) -> Any:
+    """The planner's form of a typed graph, loaded as ``train --model rgcn`` loads it."""
+    from pathlib import Path
+
+    from sparsegnn.distributed.planning.relational_cost import RelationalPlanGraph
+    from sparsegnn.train.rgcn_task import RGCNRequest, relational_problem
+
+    typed, rel = relational_problem(RGCNRequest(
+        source=source, data_dir=None if data_dir is None else Path(data_dir), seed=seed))
+    return RelationalPlanGraph.of(rel, typed.num_classes)

@@ -11,15 +11,19 @@ every CLI module it imports the library only inside functions.
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sparsegnn.train.graph_task import GraphRequest
+    from sparsegnn.train.kg_link import KGRequest
     from sparsegnn.train.link_grid import LinkGridRequest
     from sparsegnn.train.link_sampled import LinkSampledRequest
     from sparsegnn.train.link_task import LinkRequest
-    from sparsegnn.train.rgcn_task import RGCNRequest
+    from sparsegnn.train.rgcn_task import RGCNRanks, RGCNRequest
     from sparsegnn.train.train_request import TrainOutcome
+
+log = logging.getLogger(__name__)
 
 
 def is_task_run(args: argparse.Namespace) -> bool:
@@ -33,6 +37,10 @@ def run_task(args: argparse.Namespace, device: str) -> TrainOutcome | None:
     from sparsegnn.train.link_sampled import run_link_sampled_task
     from sparsegnn.train.task_runs import run_graph_task, run_link_task, run_rgcn_task
 
+    if args.task == "link" and args.model == "rgcn":
+        from sparsegnn.train.kg_link import run_kg_link_task
+
+        return run_kg_link_task(kg_request(args, device))
     if args.task == "link" and args.mode == "minibatch":
         return run_link_sampled_task(args.dataset, link_sampled_request(args), args.data_dir)
     if args.task == "link" and _on_ranks(args):
@@ -57,6 +65,34 @@ def link_request(args: argparse.Namespace) -> LinkRequest:
         negatives=args.negatives, neg_ratio=args.neg_ratio,
         normalize_features=not args.no_normalize_features, split_out=args.split_out),
         **_loop(args))
+
+
+def kg_request(args: argparse.Namespace, device: str) -> KGRequest:
+    """``--task link --model rgcn``: knowledge-graph link prediction (R-GCN encoder,
+    DistMult decoder, filtered ranking) on one process; other link flags are refused."""
+    from sparsegnn.errors import InvalidValueError
+    from sparsegnn.train.kg_link import KGRequest
+
+    _refuse_node_only(args)
+    given = [flag for flag, on in (
+        ("--decoder " + str(args.decoder), args.decoder not in (None, "distmult")),
+        ("--num-blocks", args.num_blocks is not None),
+        ("--negatives", args.negatives is not None),
+        ("--neg-ratio (a whole number)", args.neg_ratio is not None
+         and args.neg_ratio != int(args.neg_ratio)),
+        ("--weight-decay", args.weight_decay is not None),
+        ("--val-ratio/--test-ratio", args.val_ratio is not None or args.test_ratio is not None),
+        ("--out-channels", args.out_channels is not None),
+        ("--split-out", args.split_out is not None)) if on]
+    if given:
+        raise InvalidValueError("--task link --model rgcn trains a featureless R-GCN with a "
+                                "DistMult decoder on a knowledge graph's own split; drop "
+                                f"{', '.join(given)}")
+    return KGRequest(**_given(
+        dataset=args.dataset, hidden=args.hidden, num_layers=args.layers,
+        num_bases=args.num_bases, dropout=args.dropout, lr=args.lr, epochs=args.epochs,
+        patience=args.patience, seed=args.seed, device=device,
+        neg_ratio=None if args.neg_ratio is None else int(args.neg_ratio)), **_loop(args))
 
 
 def link_grid_request(args: argparse.Namespace) -> LinkGridRequest:
@@ -142,6 +178,8 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
                           backend=args.backend, timeout_s=args.timeout,
                           topology=args.topology, comm=args.comm,
                           overlap=args.overlap == "on")
+        if minibatch is None and (args.algo == "auto" or args.max_rank_memory is not None):
+            ranks = rgcn_priced_ranks(args, ranks)
     return RGCNRequest(**_given(
         source=args.dataset,
         data_dir=None if args.data_dir is None else Path(args.data_dir),
@@ -150,6 +188,49 @@ def rgcn_request(args: argparse.Namespace, device: str) -> RGCNRequest:
         weight_decay=args.weight_decay, epochs=args.epochs, patience=args.patience,
         seed=args.seed, device=device, dtype=args.dtype), ranks=ranks, minibatch=minibatch,
         **loop)
+
+
+def rgcn_priced_ranks(args: argparse.Namespace, ranks: RGCNRanks) -> RGCNRanks:
+    """Full-graph R-GCN on ranks, priced (:mod:`sparsegnn.distributed.planning.
+    relational_cost`): ``--algo auto`` trains the configuration predicted fastest of those
+    predicted to fit ``--max-rank-memory`` (``--partition``'s partitioner); a given grid
+    is refused where its busiest rank is predicted above that limit."""
+    from dataclasses import replace
+
+    from sparsegnn.cli.plan_cmd import relational_graph
+    from sparsegnn.distributed.planning.cost_profile import Profile
+    from sparsegnn.distributed.planning.planner import PlanConfig
+    from sparsegnn.distributed.planning.rank_memory import process_bytes
+    from sparsegnn.distributed.planning.relational_cost import (
+        choose_relational,
+        relational_plan,
+    )
+    from sparsegnn.train.memory import check_rank_memory
+    from sparsegnn.train.train_grid import profile_or_calibrate
+
+    graph = relational_graph(args.dataset, args.data_dir, args.seed or 0)
+    base = PlanConfig(args.nprocs, algo=ranks.algo if args.algo != "auto" else "1d",
+                      replication=args.replication, partitioner=args.partition,
+                      comm=args.comm, model="rgcn", hidden=args.hidden or 16,
+                      num_layers=args.layers or 2, num_bases=args.num_bases,
+                      num_blocks=args.num_blocks, dtype=args.dtype, seed=args.seed or 0,
+                      overlap=args.overlap == "on")
+    if args.algo != "auto":
+        process = process_bytes(None if args.profile is None else Profile.load(args.profile))
+        planned, _ = relational_plan(graph, base, None, process)
+        check_rank_memory(planned["memory_per_rank_by_kind"], args.max_rank_memory)
+        return ranks
+    profile = profile_or_calibrate(args.profile, args.nprocs, args.calibrate, "--algo auto")
+    chosen = choose_relational(graph, args.nprocs, profile, base,
+                               partitioners=(args.partition,),
+                               max_rank_memory_gib=args.max_rank_memory,
+                               process_bytes=process_bytes(profile))[0]
+    c = chosen.config
+    log.info("--algo auto: %s (c=%d, %s comm, %s partition), predicted %.2f ms per epoch "
+             "and %.1f MiB per rank", c.algo, c.replication, c.comm, c.partitioner,
+             chosen.cost.total_s * 1e3, chosen.memory_bytes / 2**20)
+    return replace(ranks, algo=c.algo, replication=c.replication, comm=c.comm,  # type: ignore[arg-type]
+                   partition=c.partitioner, overlap=False)
 
 
 def _refuse_rgcn(args: argparse.Namespace) -> None:
@@ -161,10 +242,11 @@ def _refuse_rgcn(args: argparse.Namespace) -> None:
 
     sampled = args.mode == "minibatch"
     given = [flag for flag, on in (
-        ("--algo auto", args.algo == "auto"), ("--overlap auto", args.overlap == "auto"),
+        ("--overlap auto", args.overlap == "auto"),
         ("--comm sparse", sampled and args.comm == "sparse"),
         ("--overlap", sampled and args.overlap != "off"),
-        ("--max-rank-memory", args.max_rank_memory is not None),
+        ("--max-rank-memory", sampled and args.max_rank_memory is not None),
+        ("--auto-trials", args.auto_trials is not None),
         ("--topology partitioned", not sampled and args.topology == "partitioned"),
         ("--feature-cache-mb", args.feature_cache_mb > 0),
         ("--algo", sampled and args.algo is not None),
@@ -173,8 +255,9 @@ def _refuse_rgcn(args: argparse.Namespace) -> None:
         given.append("torchrun (give --nprocs instead)")
     if given:
         raise InvalidValueError(
-            "--model rgcn trains on one process, full-graph on a given grid of spawned "
-            "ranks (--nprocs, --algo 1d, 1.5d, 2d or 3d) or on sampled minibatches "
+            "--model rgcn trains on one process, full-graph on a grid of spawned "
+            "ranks (--nprocs, --algo 1d, 1.5d, 2d, 3d or auto, the model's choice without "
+            "trials; --max-rank-memory) or on sampled minibatches "
             f"(--mode minibatch, --nprocs, --topology); drop {', '.join(given)}")
 
 

@@ -345,7 +345,7 @@ def compute_seconds(
         macs = dense_macs(model, mine)
         seconds += 4 * rows * macs * profile.gemm_s  # train and eval forward, backward x2
         seconds += rows * sum(mine[:-1]) * profile.dropout_s  # a mask on each layer's input
-        seconds += rows * _elementwise_values(mine) * profile.elementwise_s
+        seconds += rows * elementwise_values(mine) * profile.elementwise_s
         seconds += activation_seconds(model, rows, mine, profile)
         per_rank.append(seconds)
     return host_compute_seconds(per_rank, profile.core_sharing)
@@ -376,7 +376,7 @@ def host_compute_seconds(per_rank: list[float], sharing: float) -> float:
     return max(max(per_rank) / sharing, sum(per_rank) / len(per_rank))
 
 
-def _elementwise_values(widths: list[int]) -> int:
+def elementwise_values(widths: list[int]) -> int:
     """Values per row that one epoch's elementwise passes touch: each hidden activation
     in the training and evaluation forward and in backward, with the backward of the
     dropout mask in front of the next layer (the input's needs none), and the loss's
@@ -403,37 +403,57 @@ def predict_epoch(
     compute = compute_seconds(shape, layout.part, g.operator(), calls, widths, profile, comm,
                               cfg.model, edge_calls)
     counts = collective_calls(shape, calls, comm, slicing, edge_calls)
-    ncalls_epoch = sum(sum(kinds.values()) for kinds in counts.values()) \
-        if shape.size > 1 else 0
-    comm_s = {}
-    for phase, volume in plan["phases"].items():
-        rounds = broadcast_rounds_seconds(
-            shape, layout.part, phase, comm, volume, counts.get(phase, {}),
-            [c for c in calls if c.phase == phase], plan.get("value_bytes", 4), profile)
-        if rounds is not None:
-            comm_s[phase] = rounds
-            continue
-        comm_s[phase] = _phase_seconds(shape, layout.part, phase, comm, volume,
-                                       counts.get(phase, {}),
-                                       [c for c in calls if c.phase == phase],
-                                       plan.get("value_bytes", 4), profile)
-    # the gradient sum and three metric reductions over the blocks (the validation count
-    # and loss share one: comm_model.predict's val_loss)
-    if shape.row_blocks > 1:
-        peers, vb = shape.row_blocks - 1, plan.get("value_bytes", 4)
-        params = parameter_count(cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers,
-                                 cfg.heads)
-        reduce = profile.link("all_reduce")
-        blocks = latency_scale(shape, "grad_allreduce", profile.world_size)
-        comm_s["grad_allreduce"] = reduce.time(1, peers * params * vb, blocks)
-        if slicing is not None:  # the sliced maps' gradients, assembled over the row
-            comm_s["grad_allreduce"] += reduce.time(
-                1, (shape.feature_slices - 1) * slicing.params * vb,
-                latency_scale(shape, "input_allreduce", profile.world_size))
-        comm_s["metrics"] = reduce.time(3, peers * (vb + 24), blocks)
+    vb = plan.get("value_bytes", 4)
+    comm_s = comm_seconds(shape, layout.part, plan["phases"], counts, calls, comm, vb,
+                          profile)
+    params = parameter_count(cfg.model, in_dim, cfg.hidden, out_dim, cfg.num_layers,
+                             cfg.heads)
+    comm_s.update(reduction_seconds(shape, params, vb, profile))
+    if slicing is not None and shape.row_blocks > 1:  # the sliced maps' gradients
+        comm_s["grad_allreduce"] += profile.link("all_reduce").time(
+            1, (shape.feature_slices - 1) * slicing.params * vb,
+            latency_scale(shape, "input_allreduce", profile.world_size))
     values = row_values(shape, layout.part, widths)
+    ncalls_epoch = call_total(shape, counts)
     return EpochCost(compute, comm_s, profile.overhead(ncalls_epoch, values, len(edge_calls)),
                      ncalls_epoch, values, len(edge_calls))
+
+
+def call_total(shape: GridShape, counts: dict[str, dict[str, int]]) -> int:
+    """The epoch's collective calls (none on one rank)."""
+    return sum(sum(kinds.values()) for kinds in counts.values()) if shape.size > 1 else 0
+
+
+def comm_seconds(shape: GridShape, part: Any, phases: dict[str, dict[str, int]],
+                 counts: dict[str, dict[str, int]], calls: list[SpmmCall], comm: str,
+                 value_bytes: int, profile: Profile) -> dict[str, float]:
+    """Each communication phase of the planner's ``phases`` priced: from broadcast rounds
+    where the profile holds them for its group (:func:`broadcast_rounds_seconds`), else
+    from the straight-line collectives (:func:`_phase_seconds`). ``calls``: the epoch's
+    SpMMs (R-GCN: each relation's, one after another)."""
+    out = {}
+    for phase, volume in phases.items():
+        mine = [c for c in calls if c.phase == phase]
+        rounds = broadcast_rounds_seconds(shape, part, phase, comm, volume,
+                                          counts.get(phase, {}), mine, value_bytes, profile)
+        out[phase] = rounds if rounds is not None else _phase_seconds(
+            shape, part, phase, comm, volume, counts.get(phase, {}), mine, value_bytes,
+            profile)
+    return out
+
+
+def reduction_seconds(shape: GridShape, params: int, value_bytes: int, profile: Profile
+                      ) -> dict[str, float]:
+    """The gradient sum of ``params`` weights and the three metric reductions over the
+    vertex blocks (the validation count and loss share one: comm_model.predict's
+    val_loss); none on one block."""
+    if shape.row_blocks <= 1:
+        return {}
+    peers = shape.row_blocks - 1
+    reduce = profile.link("all_reduce")
+    blocks = latency_scale(shape, "grad_allreduce", profile.world_size)
+    return {"grad_allreduce": reduce.time(1, peers * params * value_bytes, blocks),
+            "metrics": reduce.time(3, peers * (value_bytes + 24), blocks)}
 
 
 def row_values(shape: GridShape, part: Any, widths: list[int]) -> int:

@@ -199,6 +199,8 @@ class PlanConfig:
     hidden: int = 16
     num_layers: int = 2
     heads: int = 8  # GAT's and GATv2's hidden heads
+    num_bases: int | None = None  # R-GCN's relation weights: basis decomposition
+    num_blocks: int | None = None  # R-GCN's relation weights: block-diagonal
     dtype: str = "float32"
     seed: int = 0
     # ``train --overlap``: a dense 1D/1.5D product then holds more blocks of H at once

@@ -176,6 +176,16 @@ def _own_tiles(shape: GridShape, rank: int) -> list[tuple[int, int, int]]:
     return [(i, j, m)]
 
 
+def operator_tile_tables(shape: GridShape, part: Any, op: Any) -> list[np.ndarray]:
+    """The tile nonzero tables of a built CSR operator (original vertex order) and of
+    its transpose where that is stored apart (not symmetric): R-GCN's relations, one
+    operator each."""
+    nonzeros = _Nonzeros(op.crow.numpy(), op.col.numpy(), True, np.empty(0, np.int64),
+                         bool(op.symmetric))
+    return [_tile_table(shape, part, nonzeros.chunks(transpose))
+            for transpose in ((False,) if nonzeros.symmetric else (False, True))]
+
+
 def _tile_tables(layout: Any) -> list[np.ndarray]:
     """Nonzeros of every tile ``[row block, column block, layer]`` of the operator in the
     partition's order, and of its transpose where that is stored apart."""
