@@ -20,8 +20,10 @@ held-out positive) is given to every side:
 Graphs: bundled Cora and CiteSeer (5 seeds x 100 epochs; ``--quick``: Cora, 1 seed x 20,
 without ``ours_dense``) and a generated SBM of 2^15 vertices (average degree 16, 128 dense
 Gaussian features; 1 seed x 10 epochs; ``--quick``: 2^11 x 3) for speed at a size where
-the graph, not the feature product, dominates. An epoch is the training step plus the
-validation AUC, for every side. Each (graph, seed, side) runs in a fresh process, the
+the graph, not the feature product, dominates. Then sampled link training throughput,
+ours against PyG's ``LinkNeighborLoader`` on Cora and the SBM (:mod:`link_sampled`, where
+the rows and their figure are described; where PyG's sampler is not built, its rows say
+so). An epoch is the training step plus the validation AUC, for every side. Each (graph, seed, side) runs in a fresh process, the
 sides interleaved seed by seed, so a drifting load touches all alike; training peak memory
 is the resident-set high-water mark of the whole run over the resident set once the graph
 and split are loaded (``_harness.PeakMemory``). Reported: median test AUC over the seeds,
@@ -49,6 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import PeakMemory, Row, emit, gib, parse_args, print_table, rss_bytes, run_isolated
 from _workloads import have_module
+from link_sampled import COLUMNS as SAMPLED_COLUMNS
+from link_sampled import sampled_rows
 from sparsegnn.data import load_any, row_normalize
 from sparsegnn.data.generators import sbm
 from sparsegnn.data.graph import GraphData
@@ -194,7 +198,10 @@ def main() -> None:
                           "epoch_fastest_s", "train_peak_gib", "seeds"])
     speedups, metrics = summarize(results, accept_speed=not args.quick,
                                   accept_auc=not args.quick and seeds == 5)
-    emit(results, speedups, metrics, args.json)
+    sampled, sampled_speedups, sampled_metrics = sampled_rows(args.quick, threads,
+                                                              1 if args.quick else 3)
+    print_table(sampled, SAMPLED_COLUMNS)
+    emit(results + sampled, speedups | sampled_speedups, metrics | sampled_metrics, args.json)
 
 
 def summary_row(graph: str, impl: str, runs: list[dict[str, Any]], epochs: int) -> Row:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -46,7 +47,7 @@ from sparsegnn.distributed.runtime.comm import Group
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.nn.link_decoders import LinkModel
 from sparsegnn.nn.operator import block_operator
-from sparsegnn.sampling.link_loader import LinkMinibatchLoader
+from sparsegnn.sampling.link_loader import LinkBatch, LinkMinibatchLoader
 from sparsegnn.sampling.samplers import NodeWiseSampler, Sampler
 from sparsegnn.sparse import CSRMatrix
 from sparsegnn.train.link_grid import load_link_graph
@@ -141,6 +142,30 @@ def run_link_sampled_task(dataset: str, request: LinkSampledRequest,
         f"{link.model}+{link.decoder}: test {shown} ({len(outcome.history)} epochs)")
 
 
+def minibatch_logits(model: LinkModel, item: LinkBatch, num_layers: int) -> torch.Tensor:
+    """The decoder's logits of a minibatch's candidates: the GraphSAGE encoder on its
+    sampled blocks (one per layer), the decoder on the seeds' rows."""
+    blocks = item.batch.operators(num_layers)
+    z = model.encode(item.x, [block_operator("sage", b) for b in blocks])
+    return model.decode(z[:item.batch.seeds.numel()], item.pairs)
+
+
+def minibatch_step(model: LinkModel, optimizer: torch.optim.Optimizer, item: LinkBatch,
+                   num_layers: int, sync: Callable[[LinkModel], None] | None = None
+                   ) -> float:
+    """One optimiser step on a minibatch of candidates; returns the summed loss of this
+    rank's share. The loss is divided by the whole minibatch's candidate count, so
+    ``sync`` (the gradient sum over the ranks; None on one process) makes it the mean."""
+    optimizer.zero_grad(set_to_none=True)
+    logits = minibatch_logits(model, item, num_layers)
+    local = F.binary_cross_entropy_with_logits(logits, item.labels.to(logits), reduction="sum")
+    (local / item.global_pairs).backward()
+    if sync is not None:
+        sync(model)
+    optimizer.step()
+    return float(local.detach())
+
+
 def _run_rank(source: GraphData | str, split: LinkSplit | None, data_dir: str | None,
               request: LinkSampledRequest) -> RankResult[LinkSampledOutcome]:
     with rank_session(request.backend, request.timeout_s) as session, lost_peers_named():
@@ -217,25 +242,13 @@ class _SampledRank:
         self.model.train()
         total = torch.zeros(2, dtype=torch.float64)
         for item in loader.epoch(epoch):
-            optimizer.zero_grad(set_to_none=True)
-            logits = self._logits(item)
-            local = F.binary_cross_entropy_with_logits(logits, item.labels.to(logits),
-                                                       reduction="sum")
-            (local / item.global_pairs).backward()
-            sync(self.model)
-            optimizer.step()
-            total += torch.tensor([float(local.detach()), float(item.labels.numel())])
+            local = minibatch_step(self.model, optimizer, item, self.request.link.num_layers, sync)
+            total += torch.tensor([local, float(item.labels.numel())])
         with self.gcomm.phase("metrics"):
             total = self.gcomm.all_reduce(total, self.world)
         val_auc = self._auc(self.split.val)
         return LinkEpoch(epoch, float(total[0] / total[1].clamp(min=1)), val_auc,
                          time.perf_counter() - start)
-
-    def _logits(self, item: Any) -> torch.Tensor:
-        blocks = item.batch.operators(self.request.link.num_layers)
-        ops = [block_operator("sage", b) for b in blocks]
-        z = self.model.encode(item.x, ops)[:item.batch.seeds.numel()]
-        return self.model.decode(z, item.pairs)
 
     @torch.no_grad()
     def _scores(self, edges: LabeledEdges, sampler: Sampler) -> torch.Tensor:
@@ -245,7 +258,8 @@ class _SampledRank:
         labels = torch.cat([torch.ones(edges.num_pos), torch.zeros(edges.num_neg)])
         out = torch.zeros(pairs.shape[1], dtype=self.dtype)
         for item in self._loader(sampler, pairs, labels).epoch(0):
-            out[item.positions] = self._logits(item)
+            out[item.positions] = minibatch_logits(self.model, item,
+                                                    self.request.link.num_layers)
         with self.gcomm.phase("metrics"):
             return self.gcomm.all_reduce(out, self.world)
 
