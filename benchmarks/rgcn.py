@@ -16,7 +16,7 @@ Graphs:
 * ``acm``: OpenHINE's ACM (papers, authors, subjects; 3 paper classes), featureless as in
   the R-GCN paper, with the seeded stratified split of ``sparsegnn.data.openhine``. Read
   from the data root (``--data-dir``, ``$SPARSEGNN_DATA``, ``shared/data``); skipped,
-  saying so, where it is absent. The acceptance line (within 1 point of PyG) is taken here.
+  saying so, where it is absent.
 * ``hsbm``: a typed SBM (``sparsegnn.data.typed_sbm``; 3 node types, 4 edge types plus
   their inverses, 64 features), 2^16 nodes (2^13 with ``--quick``).
 
