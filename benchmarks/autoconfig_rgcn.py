@@ -108,6 +108,7 @@ def run_case(source: str, p: int, profile: Profile, args: Any) -> list[Row]:
              "predicted_s": c.cost.total_s, "measured_s": measured[k],
              "confirm_s": confirmed.get(k), "predicted_compute_s": c.cost.compute_s,
              "predicted_comm_s": sum(c.cost.comm_s.values()),
+             "predicted_comm_by_phase_s": dict(c.cost.comm_s),
              "predicted_overhead_s": c.cost.overhead_s, "collective_calls": c.cost.calls,
              "predicted_memory_bytes": c.memory_bytes,
              "measured_peak_rss_bytes": peak if k == 0 else None}
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     speedups, metrics = judge(rows)
     metrics["fitted_overheads"] = {k: getattr(profile, k) for k in
                                    ("epoch_overhead_s", "call_overhead_s", "row_overhead_s")}
+    metrics["profile"] = {k: v for k, v in profile.to_dict().items() if k != "notes"}
     emit(rows, speedups, metrics, args.json)
     return 0
 

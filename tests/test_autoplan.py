@@ -186,6 +186,9 @@ def test_cli_calibrate_writes_a_loadable_profile(tmp_path: Path,
     assert loaded.gemm_s > 0 and loaded.rank_overhead_bytes > 0
     assert loaded.attention_rates_measured
     assert len(loaded.notes["edge_overhead_fit"]) == 1  # a GAT on 2 ranks: 1D alone
+    # an R-GCN on every configuration of 2 ranks (1D and 1.5D, dense and sparse)
+    assert loaded.relation_call_overhead_s is not None
+    assert len(loaded.notes["relation_overhead_fit"]) >= 2
     assert replace(loaded, notes={}).to_dict()["format"] == 1
 
 

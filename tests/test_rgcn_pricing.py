@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,22 @@ def test_a_limit_that_fits_keeps_the_given_grid():
                            "cpu")
     assert request.ranks is not None and request.ranks.algo == "1d"
     assert request.ranks.nprocs == 2
+
+
+def test_relation_calls_are_priced_at_their_own_fitted_overhead(typed):
+    graph = _graph(typed, False)
+    base = PlanConfig(4, model="rgcn", hidden=8)
+    old = profile()  # written before the R-GCN fit: GCN's per-call overhead prices them
+    own = replace(old, relation_call_overhead_s=3e-4)
+    before = {c.config: c for c in relational_auto_plan(graph, 4, old, base)}
+    after = {c.config: c for c in relational_auto_plan(graph, 4, own, base)}
+    assert before.keys() == after.keys()
+    for config, a in before.items():
+        b = after[config]
+        assert a.cost.relation_calls == b.cost.relation_calls > 0
+        assert a.cost.relation_calls < a.cost.calls  # the reductions are not a relation's
+        assert b.cost.overhead_s - a.cost.overhead_s == pytest.approx(
+            a.cost.relation_calls * (3e-4 - old.call_overhead_s))
+    loaded = Profile.from_dict(own.to_dict())
+    assert loaded.relation_call_overhead_s == 3e-4
+    assert Profile.from_dict(old.to_dict()).relation_call_overhead_s is None

@@ -3,7 +3,8 @@
 Ranks of the world size one plans for (``--nprocs``) measure local SpMM, dense and
 elementwise rates at the same time, then each collective at several sizes, then train
 every configuration for a few epochs of a small graph to fit what the rates miss
-(a time per epoch and per collective call); rank 0's
+(a time per epoch and per collective call; GAT's per call of its edge protocol, R-GCN's
+per call of a relation's SpMM); rank 0's
 numbers are written to ``--out`` (a JSON profile that ``plan --auto --profile`` and
 ``train --algo auto`` read, and that can be written by hand for another cluster).
 """
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
                  f"{profile.epoch_overhead_s * 1e3:.2f} ms per epoch + "
                  f"{profile.call_overhead_s * 1e6:.0f} us per collective call + "
                  f"{profile.row_overhead_s * 1e9:.2f} ns per row value")
+    if profile.relation_call_overhead_s is not None:
+        lines.append(f"R-GCN: {profile.relation_call_overhead_s * 1e6:.0f} us per collective "
+                     "call of a relation's SpMM (fitted on R-GCN epochs)")
     lines.append(f"ranks sharing the cores: all at once take {profile.core_sharing:.2f}x "
                  "one alone")
     return emit(args, out, "\n".join(lines))

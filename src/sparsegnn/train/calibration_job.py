@@ -20,27 +20,39 @@ three numbers go into the profile. An attention model's epoch runs many more
 operations per layer than these models' (the edge protocol's kernels, each an autograd
 function, and its fetches' gathers and sums): a GAT of the same graph is then trained
 on every configuration too, and what the fitted model still misses of its epochs is
-fitted per call of the edge protocol (``edge_call_overhead_s``).
+fitted per call of the edge protocol (``edge_call_overhead_s``). An R-GCN layer makes R
+SpMMs, one per relation, with one layer's Python around them, so its calls cost less
+than a GCN's: an R-GCN of a typed graph is trained on every configuration too, and its
+relations' calls get an overhead of their own (``relation_call_overhead_s``).
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 import numpy as np
 from scipy.optimize import nnls
 
 from sparsegnn.data import GraphData, sbm
+from sparsegnn.data.typed_sbm import typed_sbm
+from sparsegnn.distributed.layout.grid import grid_shape
 from sparsegnn.distributed.planning.autoplan import auto_plan
 from sparsegnn.distributed.planning.calibration_rates import measure_profile
 from sparsegnn.distributed.planning.cost import EpochCost
 from sparsegnn.distributed.planning.cost_profile import Profile
 from sparsegnn.distributed.planning.planner import PlanConfig, PlanGraph
+from sparsegnn.distributed.planning.relational_cost import (
+    RelationalPlanGraph,
+    relational_auto_plan,
+)
 from sparsegnn.distributed.runtime.session import Session, gather_objects, rank_session
 from sparsegnn.train.distributed import with_plan
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.memory import peak_rss_bytes
 from sparsegnn.train.rank_train import DistributedConfig
+from sparsegnn.train.rgcn_grid import train_rgcn_rank
+from sparsegnn.train.rgcn_task import RGCNRanks, RGCNRequest, relational_problem
 from sparsegnn.train.trials import median_epoch_over_rounds
 
 HIDDEN = 16
@@ -56,6 +68,7 @@ def calibrate_rank(quick: bool = False, backend: str | None = None,
         # the same configurations in the same order.
         rates = gather_objects(measure_profile(session, quick))[0]
         fitted = fit_edge_overhead(session, fit_overheads(session, rates, quick), quick)
+        fitted = fit_relation_overhead(session, fitted, quick)
         # Training grows a rank further than the rates' measurements did (autograd,
         # the optimiser, the collectives' buffers): the largest growth of any rank over
         # the whole job, and the largest resident set before any data, are the profile's.
@@ -102,6 +115,40 @@ def fit_edge_overhead(session: Session, fitted: Profile, quick: bool = False) ->
     notes = {**fitted.notes, "edge_overhead_fit": [[c.total_s, c.edge_calls, m]
                                                    for c, m in points]}
     return replace(fitted, edge_call_overhead_s=coef, notes=notes)
+
+
+def fit_relation_overhead(session: Session, fitted: Profile, quick: bool = False) -> Profile:
+    """``fitted`` with ``relation_call_overhead_s``: an R-GCN epoch's time on every
+    configuration (a typed SBM of 512p vertices, 8 relations, 32 features) less what the
+    profile prices without it, per collective call of its relations' SpMMs (least
+    squares through the origin, >= 0; each epoch the slowest rank's, the median of a
+    run's epochs after its first)."""
+    typed = typed_sbm(max(2048, 512 * session.world_size), num_features=32, seed=0)
+    request = RGCNRequest(hidden=HIDDEN, epochs=(3 if quick else 8) + 1, progress=False)
+    _, rel = relational_problem(request, typed)
+    graph = RelationalPlanGraph.of(rel, typed.num_classes)
+    base = PlanConfig(session.world_size, model="rgcn", hidden=HIDDEN)
+    ranked = relational_auto_plan(graph, session.world_size,
+                                  replace(fitted, relation_call_overhead_s=0.0), base)
+    points = []
+    for cand in ranked:
+        c = cand.config
+        ranks = RGCNRanks(algo=c.algo, nprocs=c.parts, replication=c.replication,  # type: ignore[arg-type]
+                          partition=c.partitioner, comm=c.comm)  # type: ignore[arg-type]
+        epochs: list[float] = []
+        for _ in range(1 if quick else ROUNDS):
+            run = train_rgcn_rank(replace(request, ranks=ranks),
+                                  grid_shape(c.algo, c.parts, c.replication), typed)
+            assert run is not None  # the grid spans the job
+            every = gather_objects([h.seconds for h in run.outcome.history])
+            epochs += [max(e) for e in zip(*every, strict=True)][1:]
+        points.append((cand.cost, statistics.median(epochs)))
+    calls = np.array([cost.relation_calls for cost, _ in points], dtype=float)
+    missed = np.array([measured - cost.total_s for cost, measured in points])
+    coef = max(0.0, float(calls @ missed / max(float(calls @ calls), 1.0)))
+    notes = {**fitted.notes, "relation_overhead_fit": [[c.total_s, c.relation_calls, m]
+                                                       for c, m in points]}
+    return replace(fitted, relation_call_overhead_s=coef, notes=notes)
 
 
 def _epochs(session: Session, rates: Profile, graph: GraphData, quick: bool,

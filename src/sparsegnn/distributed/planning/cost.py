@@ -78,6 +78,7 @@ class EpochCost:
     calls: int = 0
     row_values: int = 0
     edge_calls: int = 0
+    relation_calls: int = 0  # R-GCN: the calls of its relations' SpMMs (of ``calls``)
 
     @property
     def total_s(self) -> float:

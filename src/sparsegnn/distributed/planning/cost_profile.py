@@ -97,6 +97,11 @@ class Profile:
     # protocol (kernels between autograd functions, the fetches' gathers and sums),
     # fitted on real GAT epochs (0 in profiles written before it was).
     edge_call_overhead_s: float = 0.0
+    # What an R-GCN epoch costs per collective call of its relations' SpMMs, in place of
+    # ``call_overhead_s`` (fitted on GCN epochs, whose calls come with a layer's Python
+    # each; an R-GCN layer makes R products for one), fitted on real R-GCN epochs; None
+    # in profiles written before it was (then ``call_overhead_s`` prices them).
+    relation_call_overhead_s: float | None = None
     # Seconds per value of each attention kernel (:data:`ATTENTION_KERNELS`): points
     # ``(rows, forward, forward and backward)``, measured by `calibrate` on graphs of
     # ``rows`` vertices (a kernel gathering from rows that fit the caches costs a third
@@ -256,4 +261,6 @@ class Profile:
                    max(1, int(seconds(raw.get("hosts", 1), "hosts"))),
                    broadcast_rounds=rounds,
                    core_sharing=max(1.0, seconds(raw.get("core_sharing", 1.0), "core_sharing")),
-                   attention_s=kernels, **optional)
+                   attention_s=kernels, **optional,
+                   relation_call_overhead_s=None if raw.get("relation_call_overhead_s") is None
+                   else seconds(raw["relation_call_overhead_s"], "relation_call_overhead_s"))

@@ -16,13 +16,16 @@ carries over with the relations summed:
   block-diagonal ``W_r`` a ``1 / blocks`` of it; a featureless first layer gathers rows
   of ``W_r`` instead), the basis combination of the weights, the R additions of the
   relations' outputs and the elementwise passes of the SpMM models;
-* collective calls: R times each SpMM's, so the fitted per-call overhead charges the
-  per-relation Python and autograd of the R products;
+* collective calls: R times each SpMM's, each charged the profile's fitted
+  ``relation_call_overhead_s`` (the per-relation Python and autograd of the R products,
+  fitted by ``calibrate`` on R-GCN epochs; GCN's ``call_overhead_s`` where a profile
+  predates it), the other calls as the SpMM models';
 * memory: the tiles of every relation (and their transposes, the mean-normalised
   operators are not symmetric), the R-GCN weights, and each relation's product per row.
 
 No kernel beyond the SpMM's is new: the products are the SpMM models' (one operator a
-call), so ``calibrate``'s SpMM rate and its overheads fitted on GCN epochs price them.
+call), so ``calibrate``'s SpMM rate prices them; what is new is how much Python an epoch
+runs per product, hence the fitted per-call overhead of its own.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from sparsegnn.distributed.planning.cost import (
     tile_products,
 )
 from sparsegnn.distributed.planning.cost_profile import Profile
-from sparsegnn.distributed.planning.plan import Pattern, RankVolume, epoch_volume
+from sparsegnn.distributed.planning.plan import SPMM_PHASES, Pattern, RankVolume, epoch_volume
 from sparsegnn.distributed.planning.planner import Layout, PlanConfig, PlanGraph, partitioned
 from sparsegnn.distributed.planning.rank_memory import (
     OPERATOR_BUILD_BYTES_PER_NONZERO,
@@ -195,10 +198,14 @@ def predict_relational_epoch(lay: Layout, graph: RelationalPlanGraph, cfg: PlanC
     comm_s.update(reduction_seconds(shape, parameter_count(graph, cfg), cfg.value_bytes,
                                     profile))
     ncalls = call_total(shape, counts)
+    spmm = call_total(shape, {k: v for k, v in counts.items() if k in SPMM_PHASES})
     busiest_rows = max(lay.part.size(shape.coords(r)[0]) for r in range(shape.size))
     values = busiest_rows * graph.num_relations * sum(graph.widths(cfg)[1:])
-    return EpochCost(compute_seconds(lay, graph, cfg, profile), comm_s,
-                     profile.overhead(ncalls, values), ncalls, values)
+    per_call = profile.call_overhead_s if profile.relation_call_overhead_s is None \
+        else profile.relation_call_overhead_s
+    overhead = profile.overhead(ncalls - spmm, values) + spmm * per_call
+    return EpochCost(compute_seconds(lay, graph, cfg, profile), comm_s, overhead, ncalls,
+                     values, relation_calls=spmm)
 
 
 def relational_memory(lay: Layout, graph: RelationalPlanGraph, cfg: PlanConfig,
