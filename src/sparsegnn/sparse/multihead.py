@@ -1,40 +1,63 @@
 """Multi-head SpMM and SDDMM: ``heads`` matrices that share one pattern (no autograd).
 
 Attention gives each stored edge one value per head, so the products run ``heads``
-matrices on one pattern.
+matrices on one pattern. Both are memory-bound; on the CPU they are written so that
+every byte they stream is one they must (docs/results/attention.md, 2026-12-06, last
+entry):
 
-* :func:`heads_spmm` on the CPU runs one product per head on that head's contiguous
-  values and features. Measured against one product by the block-diagonal operator
-  of all heads (:func:`head_blocks`) on SBM graphs of 2^13-2^18 vertices with 8 heads
-  of 8 (docs/results/attention.md): as fast at 2^13, 1.7-2.1x faster at 2^16 and
-  2^18, 2.5-3x counting the copy of the block form's head-major result that a
-  concatenating layer makes.
-  Why: each head's gather reads an ``[n, f]`` table that stays in cache, where the
-  block form gathers from all ``[n * H, f]`` rows and first writes ``heads x nnz``
-  indices. Elsewhere (CUDA) the block operator runs in one product: row ``(h, i)``
-  holds row i's entries with head h's values and columns ``j * H + h``, which index
-  ``x [n, H, f]`` viewed as ``[n * H, f]`` without a copy, on
-  :func:`sparsegnn.sparse.ops._mm`'s kernel for the device.
-* :func:`heads_sddmm` is torch's batched ``sampled_addmm`` on the pattern repeated per
-  head; on the CPU it computes each entry's dot product in place, where the generic
-  form gathers both ``nnz x heads x f`` operands first (2.7-7x slower, same page).
+* :func:`heads_spmm` runs one FBGEMM embedding-bag product per head (float32; other
+  dtypes one :func:`~sparsegnn.sparse.ops._mm` per head) on int32 copies of the
+  pattern's indices, cached per pattern (half the index bytes, which every head reads
+  again), and returns a ``[rows, heads, f]`` view of a head-major result: each head's
+  product is one contiguous block, where interleaving the heads cost a strided copy as
+  large as the output. A head's values and features are copied out only when they are
+  not contiguous already. Elsewhere (CUDA) the block-diagonal operator of all heads
+  (:func:`head_blocks`) runs in one product: row ``(h, i)`` holds row i's entries with
+  head h's values and columns ``j * H + h``, which index ``x [n, H, f]`` viewed as
+  ``[n * H, f]`` without a copy.
+* :func:`heads_sddmm` on the CPU gathers both operands' ``[heads * f]`` rows for a chunk
+  of entries small enough to stay in cache, multiplies them in place and sums each
+  head's ``f`` products; torch's ``sampled_addmm`` runs a scalar loop per entry and
+  head without prefetching (4-6x slower, batched over heads 20x). Elsewhere
+  :func:`~sparsegnn.sparse.ops.sddmm`.
 """
 
 from __future__ import annotations
 
-import warnings
+import weakref
 
 import torch
+from torch.nn import functional as F
 
 from sparsegnn.sparse.csr import CSRMatrix
-from sparsegnn.sparse.ops import _mm, sddmm
+from sparsegnn.sparse.ops import _has_fbgemm, _mm, sddmm
 
 _INT32_MAX = 2**31 - 1
+# heads_sddmm gathers chunks of edges whose [chunk, f * H] operands hold about this many
+# elements (2 MiB of float32 each: the chunk stays in L2/L3 between gather and sum).
+_SDDMM_CHUNK_ELEMS = 1 << 19
+# id(pattern's col tensor) -> (weak reference to it, crow, col, rows as int32).
+_NARROW: dict[int, tuple[weakref.ref, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
 def _index_dtype(largest: int) -> torch.dtype:
     """int32 where every index fits (half the bytes to write and read), else int64."""
     return torch.int32 if largest <= _INT32_MAX else torch.int64
+
+
+def narrow_indices(a: CSRMatrix) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``a``'s row pointers, columns and per-entry rows in the narrowest index dtype,
+    cached per column tensor (patterns made by ``with_values`` share it) for as long as
+    that tensor lives: converting them costs a pass over the pattern per call."""
+    key = id(a.col)
+    hit = _NARROW.get(key)
+    if hit is not None and hit[0]() is a.col:
+        return hit[1], hit[2], hit[3]
+    dtype = _index_dtype(max(a.nnz, *a.shape))
+    entry = (weakref.ref(a.col), a.crow.to(dtype), a.col.to(dtype), a.row_indices().to(dtype))
+    _NARROW[key] = entry
+    weakref.finalize(a.col, _NARROW.pop, key, None)
+    return entry[1], entry[2], entry[3]
 
 
 def head_blocks(a: CSRMatrix, values: torch.Tensor) -> CSRMatrix:
@@ -50,32 +73,40 @@ def head_blocks(a: CSRMatrix, values: torch.Tensor) -> CSRMatrix:
     return CSRMatrix(crow, col.flatten(), val, (heads * a.shape[0], heads * a.shape[1]))
 
 
+def _head_mm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """One head's ``A_h @ x_h`` on the CPU: FBGEMM's weighted embedding bag on the cached
+    int32 indices for float32 (what ``_mm`` runs, without its int64 index reads)."""
+    if x.dtype != torch.float32 or not _has_fbgemm() or a.nnz == 0 or x.shape[1] == 0:
+        return _mm(a.with_values(values.contiguous()), x.contiguous())
+    crow, col, _ = narrow_indices(a)
+    return F.embedding_bag(col, x.contiguous(), crow, mode="sum",
+                           per_sample_weights=values.contiguous(), include_last_offset=True)
+
+
 def heads_spmm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``out[:, h] = A_h @ x[:, h]`` for every head: ``values [nnz, H]`` and ``x [n, H,
-    f]`` give ``[rows, H, f]`` (contiguous on the CPU, a view of a head-major result
-    elsewhere)."""
+    f]`` give ``[rows, H, f]``, a view of a head-major result (module docstring)."""
     heads = values.shape[1]
-    if heads == 1 or x.device.type == "cpu":  # one product per head (module docstring)
-        outs = [_mm(a.with_values(values[:, h].contiguous()), x[:, h].contiguous())
-                for h in range(heads)]
-        return outs[0].unsqueeze(1) if heads == 1 else torch.stack(outs, dim=1)
+    if x.device.type == "cpu":
+        out = torch.stack([_head_mm(a, values[:, h], x[:, h]) for h in range(heads)])
+        return out.transpose(0, 1)
     out = _mm(head_blocks(a, values), x.contiguous().view(-1, x.shape[2]))
     return out.view(heads, a.shape[0], x.shape[2]).transpose(0, 1)
 
 
 def heads_sddmm(a: CSRMatrix, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """``out[e, h] = <left[row_e, h], right[col_e, h]>``: ``[rows, H, f]`` and ``[cols, H,
-    f]`` give ``[nnz, H]`` (a view of a head-major result)."""
-    heads = left.shape[1]
+    f]`` give ``[nnz, H]`` (module docstring)."""
     if a.nnz == 0 or left.device.type != "cpu":
         return sddmm(a, left, right)
-    dtype = _index_dtype(max(a.nnz, a.shape[1]))
-    crow = a.crow.to(dtype).unsqueeze(0).expand(heads, -1).contiguous()
-    col = a.col.to(dtype).unsqueeze(0).expand(heads, -1).contiguous()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
-        pattern = torch.sparse_csr_tensor(crow, col, left.new_zeros(heads, a.nnz),
-                                          (heads, *a.shape), check_invariants=False)
-    out = torch.sparse.sampled_addmm(pattern, left.transpose(0, 1),
-                                     right.transpose(0, 1).transpose(1, 2), beta=0.0)
-    return out.values().t()
+    heads, f = left.shape[1], left.shape[2]
+    lt = left.contiguous().view(left.shape[0], heads * f)
+    rt = right.contiguous().view(right.shape[0], heads * f)
+    _, col, rows = narrow_indices(a)
+    out = torch.empty(a.nnz, heads, dtype=left.dtype)
+    step = max(1, _SDDMM_CHUNK_ELEMS // max(1, heads * f))
+    for s in range(0, a.nnz, step):
+        e = slice(s, s + step)
+        p = rt.index_select(0, col[e]).mul_(lt.index_select(0, rows[e]))
+        torch.sum(p.view(-1, heads, f), -1, out=out[e])
+    return out
