@@ -5,6 +5,7 @@ epochs of R-GCN + DistMult on the packaged UMLS beating an untrained model."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ def test_message_graph_adds_an_inverse_per_relation(tmp_path):
     ("a\tr\tb\nb\ts\n", "b\tr\tc\n", "train.txt:2: expected 3 tab-separated columns"),
     ("a\tr\tb\n", "b\tr\tc\textra\n", "test.txt:1: expected 3 tab-separated columns"),
     ("a\tr\tb\n", "b\tr\tc\nb\tq\ta\n", "test.txt:2: relation 'q' appears in no training"),
+    ("a\tr\tb\n", "\n", "test.txt: no triples"),
 ])
 def test_bad_triples_are_one_line(tmp_path, train, test, words):
     with pytest.raises(DataFormatError, match=words) as err:
@@ -111,6 +113,20 @@ def test_a_few_epochs_beat_an_untrained_model():
     assert outcome.epochs_run == 6 and 1 <= outcome.best_epoch <= 6
     assert outcome.test["mrr"] > max(2 * before, 0.2), (before, outcome.test)
     assert 0 < outcome.test["hits@1"] <= outcome.test["hits@3"] <= outcome.test["hits@10"] <= 1
+
+
+@needs_umls
+def test_resume_continues_bit_identically(tmp_path):
+    kg = load_kg("umls")
+    request = KGRequest(hidden=16, num_bases=2, epochs=4, seed=3)
+    whole, _ = train_kg_link(request, kg)
+    ckpt = tmp_path / "kg.ckpt"
+    train_kg_link(replace(request, epochs=2, checkpoint=ckpt), kg)
+    resumed, outcome = train_kg_link(replace(request, checkpoint=ckpt, resume=True), kg)
+    assert outcome.epochs_run == 4
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), name
 
 
 @needs_umls

@@ -100,6 +100,10 @@ def read_kg_folder(folder: str | os.PathLike[str], name: str | None = None) -> K
     """Read ``train.txt``, ``valid.txt`` and ``test.txt`` of ``folder`` (see the module)."""
     folder = Path(folder)
     rows = {split: _read_triples(folder / f) for split, f in SPLIT_FILES.items()}
+    for split, triples in rows.items():
+        if not triples:
+            raise DataFormatError(f"{folder / SPLIT_FILES[split]}: no triples (training, "
+                                  "validation and test each need some)")
     entities = sorted({e for triples in rows.values() for h, _, t in triples for e in (h, t)})
     relations = sorted({r for h, r, t in rows["train"]})
     ent_id = {e: i for i, e in enumerate(entities)}
