@@ -24,7 +24,7 @@ each test fold holds at most one graph per class) is a second real set, not part
 acceptance; both sides use its one-hot node labels, not its 3-d node attributes.
 
     python benchmarks/graph_classification.py [--quick] [--json] [--threads N]
-        [--epochs E] [--data-dir DIR] [--sets mutag,proteins,cuneiform]
+        [--epochs E] [--seed S] [--data-dir DIR] [--sets mutag,proteins,cuneiform]
 """
 
 from __future__ import annotations
@@ -240,6 +240,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="intra-op threads for both sides; 1 on a shared machine")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per fold")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of both sides' weights and shuffles (fold i: seed + i); "
+                        "the folds stay those of seed 0")
     parser.add_argument("--data-dir", default=None, help="folder holding PROTEINS/")
     parser.add_argument("--sets", default=None,
                         help=f"comma-separated sets of {','.join(SETS)} (default all; "
@@ -251,7 +254,7 @@ def main() -> None:
     if not have_pyg:
         print("PyG is not installed: only our runs.")
     epochs = args.epochs or (5 if args.quick else 100)
-    req = GraphRequest(epochs=epochs)
+    req = GraphRequest(epochs=epochs, seed=args.seed)
     results: list[Row] = []
     absent: dict[str, str] = {}
     names = args.sets.split(",") if args.sets else SETS[:1] if args.quick else SETS
