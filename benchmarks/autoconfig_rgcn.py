@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{top['measured_s'] * 1e3:.1f} ms", flush=True)
     speedups, metrics = judge(rows)
     metrics["fitted_overheads"] = {k: getattr(profile, k) for k in
-                                   ("epoch_overhead_s", "call_overhead_s", "row_overhead_s")}
+                                   ("epoch_overhead_s", "call_overhead_s", "row_overhead_s",
+                                    "relation_call_overhead_s")}
     metrics["profile"] = {k: v for k, v in profile.to_dict().items() if k != "notes"}
     emit(rows, speedups, metrics, args.json)
     return 0
