@@ -119,7 +119,7 @@ def test_rgcn_on_a_typed_graph(capsys):
     (["train", "--task", "graph", "--dataset", "cora"], "graph set"),
     (["train", "--model", "rgcn", "--dataset", "cora"], "typed graph"),
     (["train", "--dataset", HSBM], "--model rgcn"),
-    (["train", "--task", "link", "--dataset", HSBM], "--model rgcn"),
+    (["train", "--task", "link", "--dataset", HSBM], "triples instead: --model rgcn"),
     (["train", "--task", "graph", "--mode", "minibatch"], "drop --mode minibatch"),
     (["train", "--model", "rgcn", "--dataset", HSBM, "--nprocs", "2", "--topology",
       "partitioned"], "drop --topology partitioned"),

@@ -19,7 +19,8 @@ def add_task_flags(p: argparse.ArgumentParser) -> None:
         "--task", choices=TASKS, default="node",
         help="node: node classification (default; --model rgcn on a typed graph: R-GCN); "
         "link: link prediction with an edge decoder (gcn/sage encoder; defaults PyG's "
-        "example: hidden 128, out 64, dropout 0, weight decay 0, 100 epochs); graph: "
+        "example: hidden 128, out 64, dropout 0, weight decay 0, 100 epochs; --model "
+        "rgcn on a knowledge graph, e.g. umls: R-GCN + DistMult, filtered MRR); graph: "
         "whole-graph classification of a graph set, k-fold (gin/gcn; defaults the GIN "
         "paper's: 5 layers, hidden 32, batches of 32, lr 0.01 halved every 50 epochs, "
         "100 epochs)")

@@ -23,6 +23,7 @@ from typing import Any
 
 from sparsegnn.data.graph_set_io import load_graph_set
 from sparsegnn.data.hetero_io import is_hetero_source
+from sparsegnn.data.kg import KG_DATASETS, SPLIT_FILES
 from sparsegnn.errors import InvalidValueError
 from sparsegnn.train.graph_parallel import cross_validate_parallel
 from sparsegnn.train.graph_task import GraphRequest, cross_validate
@@ -128,9 +129,16 @@ def check_node_source(dataset: str, data_dir: str | None = None,
 
 
 def refuse_typed(dataset: str, data_dir: str | Path | None, what: str) -> None:
-    if is_hetero_source(dataset, data_dir):
-        raise InvalidValueError(f"{dataset} is a typed (heterogeneous) graph, which "
-                                f"{what} does not read; train it with --model rgcn")
+    """One line for a typed graph given to a path that reads plain graphs, saying where
+    typed graphs do train (link prediction on typed edges: the knowledge-graph path)."""
+    if not is_hetero_source(dataset, data_dir):
+        return
+    where = ("link prediction on typed edges reads knowledge-graph triples instead: "
+             f"--model rgcn with --dataset {'|'.join(KG_DATASETS)} or a folder of "
+             f"{', '.join(SPLIT_FILES.values())}" if what == "link prediction"
+             else "train it with --model rgcn")
+    raise InvalidValueError(f"{dataset} is a typed (heterogeneous) graph, which {what} "
+                            f"does not read; {where}")
 
 
 def metric_key(metric: str) -> str:
