@@ -160,6 +160,25 @@ def dense_seconds(graph: RelationalPlanGraph, cfg: PlanConfig, rows: int,
             + 3 * rows * values * profile.elementwise_s)
 
 
+# Passes over every weight per epoch beyond the forward and backward: Adam's step with
+# weight decay (the decay's add, the two moments' updates, the square root, the division
+# and the weights' update read or write each value ~8 times).
+OPTIMISER_PASSES = 8
+
+
+def weight_seconds(graph: RelationalPlanGraph, cfg: PlanConfig, profile: Profile) -> float:
+    """Work on the whole weights, the same on every rank of every grid: the optimiser's
+    passes, and a featureless first layer's gradient of its gathered rows of ``W_r``
+    (zeroed and scattered into at the size of ``R x n x hidden``). Negligible for a model
+    with features; a featureless one holds ``R x n x hidden`` weights (1.2M at 8,192
+    vertices and 8 relations), and without this every featureless configuration was
+    under-predicted (by 4-39%, docs/results/autoconfig.md)."""
+    values = OPTIMISER_PASSES * parameter_count(graph, cfg)
+    if graph.featureless:
+        values += 2 * graph.num_relations * graph.union.num_nodes * graph.widths(cfg)[1]
+    return values * profile.elementwise_s
+
+
 def compute_seconds(lay: Layout, graph: RelationalPlanGraph, cfg: PlanConfig,
                     profile: Profile) -> float:
     """Compute time of an epoch: every relation's SpMMs on the tiles each rank
@@ -179,6 +198,7 @@ def compute_seconds(lay: Layout, graph: RelationalPlanGraph, cfg: PlanConfig,
             seconds += sum(profile.spmm_time(float(n[rank]), rows, width, products)
                            for n in nnz)
         seconds += dense_seconds(graph, cfg, rows, profile)
+        seconds += weight_seconds(graph, cfg, profile)
         seconds += rows * sum(widths[1:-1]) * profile.dropout_s
         seconds += rows * elementwise_values(widths) * profile.elementwise_s
         per_rank.append(seconds)
