@@ -102,7 +102,7 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
                       help="auto: of the configurations `plan --auto` predicts fastest "
                            "(algorithm, replication, comm and partition), the model's "
                            "first choice unless another ran >10%% faster in a few trial "
-                           "epochs (--auto-trials)")
+                           "epochs (--auto-trials; --model rgcn: the first choice)")
     dist.add_argument("--auto-trials", type=int_range(1), default=None, metavar="K",
                       help="--algo auto: try up to K configurations predicted within 1.5x "
                            "of the fastest for a few epochs each; train the fastest "
