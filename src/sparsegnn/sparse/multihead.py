@@ -18,7 +18,7 @@ move few bytes beyond their compulsory ones (docs/results/attention.md, 2026-12-
 * :func:`heads_sddmm` on the CPU gathers both operands' ``[heads * f]`` rows for a chunk
   of entries small enough to stay in cache, multiplies them in place and sums each
   head's ``f`` products by a matrix-vector product with ones (BLAS; ``sum(-1)`` over an
-  innermost dimension of 8 took 1.7x as long). Torch's ``sampled_addmm``, which it
+  innermost dimension of 8 took 1.9x as long). Torch's ``sampled_addmm``, which it
   replaces, runs one short dot per entry and head without prefetching (3x slower
   batched over heads at 2^18 vertices). Elsewhere :func:`~sparsegnn.sparse.ops.sddmm`.
 """
