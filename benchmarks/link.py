@@ -20,17 +20,18 @@ held-out positive) is given to every side:
 Graphs: bundled Cora and CiteSeer (5 seeds x 100 epochs; ``--quick``: Cora, 1 seed x 20,
 without ``ours_dense``) and a generated SBM of 2^15 vertices (average degree 16, 128 dense
 Gaussian features; 1 seed x 10 epochs; ``--quick``: 2^11 x 3) for speed at a size where
-the graph, not the feature product, dominates. Then sampled link training throughput,
-ours against PyG's ``LinkNeighborLoader`` on Cora and the SBM (:mod:`link_sampled`, where
-the rows and their figure are described; where PyG's sampler is not built, its rows say
-so). An epoch is the training step plus the validation AUC, for every side. Each (graph, seed, side) runs in a fresh process, the
-sides interleaved seed by seed, so a drifting load touches all alike; training peak memory
-is the resident-set high-water mark of the whole run over the resident set once the graph
-and split are loaded (``_harness.PeakMemory``). Reported: median test AUC over the seeds,
-median epoch time, fastest epoch (what a shared machine's load disturbs least), highest
-peak; ``speedups`` are PyG's epoch time over ours (median and fastest). Acceptance
-(issue 47): median test AUC within 1 point of PyG's on Cora and CiteSeer and at least 0.90
-on Cora; the epoch at least 1.5x PyG's (both PyG sides) at no more than its peak memory.
+the graph, not the feature product, dominates. Then sampled link training throughput, ours
+against PyG's ``LinkNeighborLoader`` on Cora and the SBM (:mod:`link_sampled`, where the
+rows and their figure are described; where PyG's sampler is not built, its rows say so).
+An epoch is the training step plus the validation AUC, for every side. Each (graph, seed,
+side) runs in a fresh process, the sides interleaved seed by seed, so a drifting load
+touches all alike; training peak memory is the resident-set high-water mark of the whole
+run over the resident set once the graph and split are loaded (``_harness.PeakMemory``).
+Reported: median test AUC over the seeds, median epoch time, fastest epoch (what a shared
+machine's load disturbs least), highest peak; ``speedups`` are PyG's epoch time over ours
+(median and fastest). Acceptance (issue 47): median test AUC within 1 point of PyG's on
+Cora and CiteSeer and at least 0.90 on Cora; the epoch at least 1.5x PyG's (both PyG
+sides) at no more than its peak memory.
 
     python benchmarks/link.py [--quick] [--json] [--threads N] [--seeds S]
 """
