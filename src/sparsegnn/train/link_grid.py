@@ -229,6 +229,7 @@ def _run_rank(job: _Job) -> RankResult[_RankRun]:
     with rank_session(r.backend, r.timeout_s) as session, lost_peers_named():
         graph, split = load_link_graph(job.source, job.split, job.data_dir, r.link)
         rank = _GridRank(graph, split, r, session.world_size)
+        del graph  # this rank keeps its shard (the job keeps a graph passed in memory)
         outcome, weights, mine = rank.train()
         ranks = gather_objects(mine)
     last = ByteCounts(mine.measured[-1] if mine.measured else {})
@@ -263,7 +264,9 @@ class _GridRank:
         link = request.link
         self.request, self.split = request, split
         self.dtype = getattr(torch, request.dtype)
-        self.setup = link_setup(graph, split, link, torch.device("cpu"))
+        # the whole graph's features and operators live only while the shard is cut
+        setup = link_setup(graph, split, link, torch.device("cpu"))
+        self.lookup = setup.train_lookup
         self.shape = grid_shape(request.algo, world, request.replication)
         grid = ProcessGrid.create(self.shape)
         assert grid is not None  # the grid spans the whole job
@@ -271,11 +274,11 @@ class _GridRank:
         n = graph.num_nodes
         self.part = partition_for(n, self.shape, request.partition, split.train_message,
                                   link.seed)
-        rows = {"x": self.setup.x.to(self.dtype), "y": torch.zeros(n, dtype=torch.long),
+        rows = {"x": setup.x.to(self.dtype), "y": torch.zeros(n, dtype=torch.long),
                 **{f"{s}_mask": torch.zeros(n, dtype=torch.bool) for s in SPLITS}}
-        adj, rows = relabel(self.setup.train_op.to(dtype=self.dtype), rows, self.part.order)
+        adj, rows = relabel(setup.train_op.to(dtype=self.dtype), rows, self.part.order)
         self.shard = make_shard(graph.name, adj, rows, self.part, self.shape, grid.rank)
-        test_adj, _ = relabel(self.setup.test_op.to(dtype=self.dtype), {}, self.part.order)
+        test_adj, _ = relabel(setup.test_op.to(dtype=self.dtype), {}, self.part.order)
         op = build_operator(grid, self.comm, self.part, self.shard.blocks)
         test_op = build_operator(grid, self.comm, self.part,
                                  local_blocks(test_adj, self.part, self.shape, grid.rank))
@@ -326,7 +329,8 @@ class _GridRank:
         model = self.model
         model.train()
         optimizer.zero_grad(set_to_none=True)
-        neg = epoch_negatives(self.setup, link, batch_generator(link.seed, epoch, 0))
+        neg = epoch_negatives(self.split, self.lookup, link,
+                              batch_generator(link.seed, epoch, 0))
         pairs = torch.cat([train.pos, neg], dim=1)
         relation = pair_relations(train, neg.shape[1])
         labels = torch.cat([torch.ones(train.num_pos), torch.zeros(neg.shape[1])])

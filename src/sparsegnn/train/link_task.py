@@ -206,7 +206,8 @@ def link_epoch(model: LinkModel, setup: _Setup, optimizer: torch.optim.Optimizer
     model.train()
     optimizer.zero_grad(set_to_none=True)
     train = setup.split.train
-    neg = epoch_negatives(setup, request, batch_generator(request.seed, epoch, 0))
+    neg = epoch_negatives(setup.split, setup.train_lookup, request,
+                          batch_generator(request.seed, epoch, 0))
     pairs = torch.cat([train.pos, neg], dim=1).to(setup.x.device)
     relation = _on(pair_relations(train, neg.shape[1]), setup.x.device)
     labels = torch.cat([torch.ones(train.num_pos), torch.zeros(neg.shape[1])])
@@ -220,19 +221,20 @@ def link_epoch(model: LinkModel, setup: _Setup, optimizer: torch.optim.Optimizer
                      time.perf_counter() - start)
 
 
-def epoch_negatives(setup: _Setup, request: LinkRequest,
+def epoch_negatives(split: LinkSplit, lookup: EdgeLookup, request: LinkRequest,
                     gen: torch.Generator) -> torch.Tensor:
-    """Training negatives ``[2, Q]``: the split's own when it fixed them, else drawn."""
-    train, n = setup.split.train, setup.split.num_nodes
+    """Training negatives ``[2, Q]``: the split's own when it fixed them, else drawn
+    against ``lookup`` (the training message edges, which no negative may be)."""
+    train, n = split.train, split.num_nodes
     if train.num_neg:
         return train.neg
     count = max(1, int(train.num_pos * request.neg_ratio))
     if request.negatives == "uniform":
-        return uniform_negatives(setup.train_lookup, n, count, gen)
+        return uniform_negatives(lookup, n, count, gen)
     if request.negatives == "degree":
-        return degree_negatives(setup.train_lookup, n, count, gen)
+        return degree_negatives(lookup, n, count, gen)
     k = max(1, round(request.neg_ratio))
-    tails = tail_negatives(train.pos[0], n, k, gen, edge_index=setup.train_lookup)
+    tails = tail_negatives(train.pos[0], n, k, gen, edge_index=lookup)
     # column-major, so negative j corrupts positive j mod P (and takes its relation)
     return torch.stack([train.pos[0].repeat(k), tails.t().reshape(-1)])
 
