@@ -44,6 +44,7 @@ def test_heads_sddmm_equals_the_gathered_dot_across_chunks(monkeypatch: pytest.M
         want = (left[rows] * right[a.col]).sum(-1)
         for chunk in (1 << 19, 7, 1):
             monkeypatch.setattr(multihead, "_SDDMM_CHUNK_ELEMS", chunk)
+            monkeypatch.setattr(multihead, "_SDDMM_PARALLEL_CHUNK_ELEMS", chunk)
             torch.testing.assert_close(heads_sddmm(a, left, right), want)
 
 

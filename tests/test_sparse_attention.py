@@ -85,6 +85,7 @@ def test_chunked_kernels_equal_one_chunk(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(edge_kernels, "_EDGE_CHUNK_ELEMS", 1)
     monkeypatch.setattr("sparsegnn.sparse.ops._SDDMM_CHUNK_ELEMS", 1)
     monkeypatch.setattr("sparsegnn.sparse.multihead._SDDMM_CHUNK_ELEMS", 1)
+    monkeypatch.setattr("sparsegnn.sparse.multihead._SDDMM_PARALLEL_CHUNK_ELEMS", 1)
     for got, want in zip(run(), whole, strict=True):
         torch.testing.assert_close(got, want)
 

@@ -19,8 +19,9 @@ move few bytes beyond their compulsory ones (docs/results/attention.md, 2026-12-
   of entries small enough to stay in cache, multiplies them in place and sums each
   head's ``f`` products by a matrix-vector product with ones (BLAS; ``sum(-1)`` over an
   innermost dimension of 8 took 1.9x as long). Torch's ``sampled_addmm``, which it
-  replaces, runs one short dot per entry and head without prefetching (3x slower
-  batched over heads at 2^18 vertices). Elsewhere :func:`~sparsegnn.sparse.ops.sddmm`.
+  replaces, runs one short dot per entry and head without prefetching (1.3-6x slower
+  batched over heads at 2^18 vertices on one thread, depending on the machine's load).
+  Elsewhere :func:`~sparsegnn.sparse.ops.sddmm`.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ from sparsegnn.sparse.ops import _has_fbgemm, _mm, sddmm
 
 _INT32_MAX = 2**31 - 1
 # heads_sddmm gathers chunks of edges whose [chunk, f * H] operands hold about this many
-# elements (2 MiB of float32 each: the chunk stays in L2/L3 between gather and sum).
+# elements on one thread (2 MiB of float32: the chunk stays in L2/L3 between gather and
+# sum). With several threads each of a chunk's four ops is a parallel region whose
+# synchronisation dominated on a loaded 2-vCPU machine (2 threads, 2^18 vertices: 2.5 s
+# at the one-thread size, 0.82 s at this one), so chunks there hold this many per thread.
 _SDDMM_CHUNK_ELEMS = 1 << 19
+_SDDMM_PARALLEL_CHUNK_ELEMS = 1 << 22
 # id(pattern's col tensor) -> (weak reference to it, crow, col, rows as int32).
 _NARROW: dict[int, tuple[weakref.ref, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
@@ -106,7 +111,9 @@ def heads_sddmm(a: CSRMatrix, left: torch.Tensor, right: torch.Tensor) -> torch.
     _, col, rows = narrow_indices(a)
     out = torch.empty(a.nnz, heads, dtype=left.dtype)
     ones = torch.ones(f, dtype=left.dtype)
-    step = max(1, _SDDMM_CHUNK_ELEMS // max(1, heads * f))
+    threads = torch.get_num_threads()
+    elems = _SDDMM_CHUNK_ELEMS if threads == 1 else _SDDMM_PARALLEL_CHUNK_ELEMS * threads
+    step = max(1, elems // (heads * f))
     for s in range(0, a.nnz, step):
         e = slice(s, s + step)
         p = rt.index_select(0, col[e]).mul_(lt.index_select(0, rows[e]))
