@@ -42,8 +42,10 @@ _INT32_MAX = 2**31 - 1
 # at the one-thread size, 0.82 s at this one), so chunks there hold this many per thread.
 _SDDMM_CHUNK_ELEMS = 1 << 19
 _SDDMM_PARALLEL_CHUNK_ELEMS = 1 << 22
-# id(pattern's col tensor) -> (weak reference to it, crow, col, rows as int32).
-_NARROW: dict[int, tuple[weakref.ref, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+# ids of a pattern's (crow, col) tensors -> (weak references to them, crow, col, rows
+# narrowed).
+_NARROW: dict[tuple[int, int], tuple[weakref.ref, weakref.ref, torch.Tensor, torch.Tensor,
+                                     torch.Tensor]] = {}
 
 
 def _index_dtype(largest: int) -> torch.dtype:
@@ -53,17 +55,18 @@ def _index_dtype(largest: int) -> torch.dtype:
 
 def narrow_indices(a: CSRMatrix) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``a``'s row pointers, columns and per-entry rows in the narrowest index dtype,
-    cached per column tensor (patterns made by ``with_values`` share it) for as long as
-    that tensor lives: converting them costs a pass over the pattern per call."""
-    key = id(a.col)
+    cached per pair of index tensors (patterns made by ``with_values`` share them) for as
+    long as the columns live: converting them costs a pass over the pattern per call."""
+    key = (id(a.crow), id(a.col))
     hit = _NARROW.get(key)
-    if hit is not None and hit[0]() is a.col:
-        return hit[1], hit[2], hit[3]
+    if hit is not None and hit[0]() is a.crow and hit[1]() is a.col:
+        return hit[2], hit[3], hit[4]
     dtype = _index_dtype(max(a.nnz, *a.shape))
-    entry = (weakref.ref(a.col), a.crow.to(dtype), a.col.to(dtype), a.row_indices().to(dtype))
+    entry = (weakref.ref(a.crow), weakref.ref(a.col), a.crow.to(dtype), a.col.to(dtype),
+             a.row_indices().to(dtype))
     _NARROW[key] = entry
     weakref.finalize(a.col, _NARROW.pop, key, None)
-    return entry[1], entry[2], entry[3]
+    return entry[2], entry[3], entry[4]
 
 
 def head_blocks(a: CSRMatrix, values: torch.Tensor) -> CSRMatrix:
