@@ -21,7 +21,7 @@ Graphs: bundled Cora and CiteSeer (5 seeds x 100 epochs; ``--quick``: Cora, 1 se
 without ``ours_dense``) and a generated SBM of 2^15 vertices (average degree 16, 128 dense
 Gaussian features; 1 seed x 10 epochs; ``--quick``: 2^11 x 3) for speed at a size where
 the graph, not the feature product, dominates. Then sampled link training throughput, ours
-against PyG's ``LinkNeighborLoader`` on Cora and the SBM (:mod:`link_sampled`, where the
+against PyG's ``LinkNeighborLoader`` on Cora and the SBM (:mod:`_link_sampled`, where the
 rows and their figure are described; where PyG's sampler is not built, its rows say so).
 An epoch is the training step plus the validation AUC, for every side. Each (graph, seed,
 side) runs in a fresh process, the sides interleaved seed by seed, so a drifting load
@@ -51,9 +51,9 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import PeakMemory, Row, emit, gib, parse_args, print_table, rss_bytes, run_isolated
+from _link_sampled import COLUMNS as SAMPLED_COLUMNS
+from _link_sampled import sampled_rows
 from _workloads import have_module
-from link_sampled import COLUMNS as SAMPLED_COLUMNS
-from link_sampled import sampled_rows
 from sparsegnn.data import load_any, row_normalize
 from sparsegnn.data.generators import sbm
 from sparsegnn.data.graph import GraphData
