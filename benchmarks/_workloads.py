@@ -18,13 +18,21 @@ from torch.nn import functional as F
 
 from sparsegnn.data import load_cora
 from sparsegnn.data.generators import rmat, sbm, uniform_random
-from sparsegnn.data.graph import GraphData
+from sparsegnn.data.graph import GraphData, row_normalize
 from sparsegnn.nn import GCN
 from sparsegnn.sparse import CSRMatrix, gcn_norm
 from sparsegnn.sparse.reorder import Reordering, reorder
 
 
 # ---------------------------------------------------------------------- bandwidth
+def link_features(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """Features as PyG's link example feeds them and whether they were row-normalised:
+    ``NormalizeFeatures`` scales rows of counts (Cora, CiteSeer) to sum 1, but rows of
+    Gaussians (the generated SBM) can sum to about zero, which would blow them up."""
+    counts = bool((x >= 0).all())
+    return (row_normalize(x) if counts else x), counts
+
+
 def stream_probe(nbytes: int) -> Callable[[], object]:
     """A copy of ``nbytes / 2`` bytes: ``nbytes`` of streaming traffic (read + write)."""
     src = torch.ones(max(1, nbytes // 8))
