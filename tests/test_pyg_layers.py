@@ -273,6 +273,30 @@ def test_sage_sparse_tensor_equals_pyg() -> None:
                     (adj,), gen, f"{n_src}->{n_dst}")
 
 
+class _StoredEntries:
+    """What a ``torch_sparse.SparseTensor`` shows the layers (``coo``, ``sparse_sizes``),
+    its entries stored as given, a repeated one twice: runs where torch_sparse is absent."""
+
+    def __init__(self, rows: torch.Tensor, cols: torch.Tensor, sizes: tuple[int, int]):
+        self.rows, self.cols, self.sizes = rows, cols, sizes
+
+    def coo(self) -> tuple[torch.Tensor, torch.Tensor, None]:
+        return self.rows, self.cols, None
+
+    def sparse_sizes(self) -> tuple[int, int]:
+        return self.sizes
+
+
+def test_sage_mean_over_a_sparse_tensor_counts_repeats_as_an_edge_index_does() -> None:
+    gen = torch.Generator().manual_seed(23)
+    for ei, n_src, n_dst in graphs(24, bipartite=True):
+        x = (torch.randn(n_src, FIN, dtype=torch.float64, generator=gen),
+             torch.randn(n_dst, FIN, dtype=torch.float64, generator=gen))
+        layer = SAGEConv(FIN, FOUT).double()
+        stored = _StoredEntries(ei[1], ei[0], (n_dst, n_src))
+        torch.testing.assert_close(layer(x, stored), layer(x, ei), rtol=0, atol=1e-12)
+
+
 # --------------------------------------------------------------------------- checkpoints
 LAYERS: list[tuple[str, Callable[[Any], torch.nn.Module]]] = [
     ("gcn", lambda m: m.GCNConv(FIN, FOUT)),

@@ -17,7 +17,8 @@ is written down once (measured against PyG 2.8 in float64, ``tests/test_pyg_laye
   uses the values: ``sum`` is ``A X``, ``mean`` divides that by the row's stored entries,
   ``max`` takes the maximum of ``a_ij x_j``.
 * ``SparseTensor``: GCN replaces the diagonal by ``fill`` (``fill_diag``); SAGE ignores
-  the values (``set_value(None)``).
+  the values (``set_value(None)``), and its mean counts a repeated entry as often as it is
+  stored, as an ``edge_index`` does.
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def sage_operator(adj: Any, shape: tuple[int | None, int], aggr: Aggr,
     mat = CSRMatrix.from_coo(e.rows, e.cols, weights, e.shape)
     if aggr == "sum":
         return mat
-    # mean: over listed edges (an edge_index's unit weights, summed) or stored entries.
-    count = mat.row_sums() if e.form == "edge_index" else mat.row_degrees().to(dtype)
+    # mean: over listed edges (unit weights, summed: an edge_index, or a SparseTensor,
+    # which keeps a repeated entry twice) or a torch.sparse matrix's coalesced entries.
+    count = mat.row_sums() if val is None else mat.row_degrees().to(dtype)
     inv = torch.where(count > 0, 1.0 / count.clamp(min=1.0), torch.zeros_like(count))
     return mat.with_values(mat.val * inv[mat.row_indices()])
