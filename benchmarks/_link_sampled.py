@@ -45,8 +45,8 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, emit, parse_args, print_table, run_isolated
-from _workloads import link_features
-from sparsegnn.data import load_any
+from _workloads import counts_like
+from sparsegnn.data import load_any, row_normalize
 from sparsegnn.data.generators import sbm
 from sparsegnn.data.graph import GraphData
 from sparsegnn.data.link_edges import LinkSplit
@@ -161,7 +161,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     graph = load_graph(config["graph"])
     assert graph.x is not None
     x = graph.x.to(torch.float32)
-    x, _ = link_features(x)
+    x = row_normalize(x) if counts_like(x) else x
     split = random_link_split(graph.edge_index, graph.num_nodes, seed=0)
     steps, impl = steps_for(config["graph"], split), config["impl"]
     if impl == "pyg":

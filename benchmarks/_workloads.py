@@ -18,19 +18,18 @@ from torch.nn import functional as F
 
 from sparsegnn.data import load_cora
 from sparsegnn.data.generators import rmat, sbm, uniform_random
-from sparsegnn.data.graph import GraphData, row_normalize
+from sparsegnn.data.graph import GraphData
 from sparsegnn.nn import GCN
 from sparsegnn.sparse import CSRMatrix, gcn_norm
 from sparsegnn.sparse.reorder import Reordering, reorder
 
 
 # ---------------------------------------------------------------------- bandwidth
-def link_features(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """Features as PyG's link example feeds them and whether they were row-normalised:
-    ``NormalizeFeatures`` scales rows of counts (Cora, CiteSeer) to sum 1, but rows of
-    Gaussians (the generated SBM) can sum to about zero, which would blow them up."""
-    counts = bool((x >= 0).all())
-    return (row_normalize(x) if counts else x), counts
+def counts_like(x: torch.Tensor) -> bool:
+    """Whether PyG's link example would row-normalise ``x``: ``NormalizeFeatures`` scales
+    rows of counts (Cora, CiteSeer) to sum 1, but rows of Gaussians (the generated SBM)
+    can sum to about zero, which would blow them up."""
+    return bool((x >= 0).all())
 
 
 def stream_probe(nbytes: int) -> Callable[[], object]:

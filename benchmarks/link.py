@@ -53,8 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import PeakMemory, Row, emit, gib, parse_args, print_table, rss_bytes, run_isolated
 from _link_sampled import COLUMNS as SAMPLED_COLUMNS
 from _link_sampled import sampled_rows
-from _workloads import have_module, link_features
-from sparsegnn.data import load_any
+from _workloads import counts_like, have_module
+from sparsegnn.data import load_any, row_normalize
 from sparsegnn.data.generators import sbm
 from sparsegnn.data.graph import GraphData
 from sparsegnn.data.link_edges import LinkSplit
@@ -71,10 +71,9 @@ PEERS = ("pyg", "pyg_same_negatives")
 def run_ours(graph: GraphData, split: LinkSplit, seed: int, epochs: int,
              sparse_features: bool = True) -> dict[str, Any]:
     assert graph.x is not None
-    _, normalize = link_features(graph.x)
     _, out = train_link(graph, LinkRequest(seed=seed, epochs=epochs,
                                            sparse_features=sparse_features,
-                                           normalize_features=normalize), split)
+                                           normalize_features=counts_like(graph.x)), split)
     return {"test_auc": out.test["auc"], "val_auc": out.val["auc"],
             "epoch_s": out.epoch_time_s, "epoch_min_s": min(h.seconds for h in out.history),
             "best_epoch": out.best_epoch}
@@ -113,7 +112,8 @@ def run_pyg(graph: GraphData, split: LinkSplit, seed: int, epochs: int,
 
     torch.manual_seed(seed)
     assert graph.x is not None
-    (x, _), n = link_features(graph.x), graph.num_nodes
+    x = row_normalize(graph.x) if counts_like(graph.x) else graph.x
+    n = graph.num_nodes
     lookup = EdgeLookup.of(split.train_message, n)
     model = Net(x.shape[1])
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
