@@ -12,10 +12,11 @@ once per (vertex blocks, partitioner) and shared by the configurations that use 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sparsegnn.distributed.layout.grid import GridError, grid_shape
+from sparsegnn.distributed.layout.grid import GridError, GridShape, grid_shape
 from sparsegnn.distributed.planning.cost import EpochCost, predict_epoch
 from sparsegnn.distributed.planning.cost_profile import Profile
 from sparsegnn.distributed.planning.planner import (
@@ -76,6 +77,23 @@ def configurations(parts: int, partitioners: tuple[str, ...], base: PlanConfig
     return out
 
 
+def configurations_with_cuts(
+    graph: PlanGraph, parts: int, partitioners: tuple[str, ...], base: PlanConfig,
+) -> Iterator[tuple[PlanConfig, GridShape, Layout]]:
+    """Each of :func:`configurations` with its grid shape and its vertex partition (a
+    ``graph`` layout on as many 1D blocks as the grid has block rows), each partition
+    computed once and shared by the configurations with the same block rows and
+    partitioner: METIS on a large graph takes seconds."""
+    cuts: dict[tuple[int, str], Layout] = {}
+    for cfg in configurations(parts, partitioners, base):
+        shape = grid_shape(cfg.algo, parts, cfg.replication)
+        key = (shape.row_blocks, cfg.partitioner)
+        if key not in cuts:
+            cuts[key] = partitioned(graph, grid_shape("1d", shape.row_blocks),
+                                    cfg.partitioner, cfg.seed)
+        yield cfg, shape, cuts[key]
+
+
 def auto_plan(
     graph: PlanGraph, parts: int, profile: Profile, base: PlanConfig, *,
     partitioners: tuple[str, ...] = ("block",), max_rank_memory_gib: float | None = None,
@@ -88,15 +106,8 @@ def auto_plan(
     each 1D/1.5D configuration's memory with overlap (``train --overlap auto`` tries
     that twin only where it fits)."""
     limit = None if max_rank_memory_gib is None else max_rank_memory_gib * 2**30
-    layouts: dict[tuple[int, str], Layout] = {}
     found = []
-    for cfg in configurations(parts, partitioners, base):
-        shape = grid_shape(cfg.algo, parts, cfg.replication)
-        key = (shape.row_blocks, cfg.partitioner)
-        if key not in layouts:
-            layouts[key] = partitioned(graph, grid_shape("1d", shape.row_blocks),
-                                       cfg.partitioner, cfg.seed)
-        cut = layouts[key]
+    for cfg, shape, cut in configurations_with_cuts(graph, parts, partitioners, base):
         lay = Layout(graph, shape, cut.part, cut.partition_seconds)
         volumes = {**plan_epoch(lay, cfg.comm, cfg, cfg.value_bytes),
                    "value_bytes": cfg.value_bytes}

@@ -40,7 +40,7 @@ import torch
 from sparsegnn.data.hetero import RelationalGraph
 from sparsegnn.distributed.layout.block_partition import split_sizes
 from sparsegnn.distributed.layout.grid import grid_shape
-from sparsegnn.distributed.planning.autoplan import Candidate, configurations
+from sparsegnn.distributed.planning.autoplan import Candidate, configurations_with_cuts
 from sparsegnn.distributed.planning.comm_model import SpmmCall
 from sparsegnn.distributed.planning.cost import (
     EpochCost,
@@ -306,15 +306,9 @@ def relational_auto_plan(graph: RelationalPlanGraph, parts: int, profile: Profil
     :func:`~sparsegnn.distributed.planning.autoplan.auto_plan` admits them), fitting ones
     first, each group by predicted epoch; memory for ranks that load the graph whole."""
     limit = None if max_rank_memory_gib is None else max_rank_memory_gib * 2**30
-    cuts: dict[tuple[int, str], Layout] = {}
     found = []
-    for cfg in configurations(parts, partitioners, base):
-        shape = grid_shape(cfg.algo, parts, cfg.replication)
-        key = (shape.row_blocks, cfg.partitioner)
-        if key not in cuts:
-            cuts[key] = partitioned(graph.union, grid_shape("1d", shape.row_blocks),
-                                    cfg.partitioner, cfg.seed)
-        planned, lay = relational_plan(graph, cfg, None, process_bytes, cuts[key])
+    for cfg, _, cut in configurations_with_cuts(graph.union, parts, partitioners, base):
+        planned, lay = relational_plan(graph, cfg, None, process_bytes, cut)
         cost = predict_relational_epoch(lay, graph, cfg, planned["phases"], profile)
         memory = planned["memory_bytes_per_rank"]
         found.append(Candidate(cfg, cost, memory, limit is None or memory <= limit,
