@@ -36,7 +36,7 @@ from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.names import Algorithm
 from sparsegnn.train import dist_checkpoint
 from sparsegnn.train.checkpoint import read_checkpoint, save_checkpoint
-from sparsegnn.train.dist_checkpoint import MANIFEST, file_sha256
+from sparsegnn.train.dist_checkpoint import MANIFEST, file_sha256, remove_killed_saves
 from sparsegnn.train.fullgraph import TrainConfig
 from sparsegnn.train.rank_train import DistributedConfig, train_rank
 
@@ -356,3 +356,17 @@ def test_cli_resumes_a_two_rank_checkpoint_on_one_rank(tmp_path, capsys):
     assert out["resumed_from"]["epoch"] == 4 and out["epochs_run"] == 6
     assert out["world_size"] == 1 and out["losses"][:4] == first["losses"]
     assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-000004", "epoch-000006"]
+
+
+def test_killed_saves_are_removed_and_nothing_else(tmp_path):
+    """What a rank killed mid-save leaves (a shard's or the manifest's temp file) goes;
+    shards, manifests and files of other names stay."""
+    epoch = tmp_path / "epoch-000001"
+    epoch.mkdir()
+    keep = ["rank0.pt", MANIFEST, ".other.tmp", "notes.txt"]
+    gone = [".rank1.pt.k2j3x9aa.tmp", f".{MANIFEST}.q1w2e3r4.tmp"]
+    for name in keep + gone:
+        (epoch / name).write_bytes(b"x")
+    remove_killed_saves(tmp_path)
+    assert sorted(p.name for p in epoch.iterdir()) == sorted(keep)
+    remove_killed_saves(tmp_path / "absent")  # no folder: nothing to do

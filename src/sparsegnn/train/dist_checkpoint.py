@@ -95,6 +95,18 @@ def epoch_folders(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def remove_killed_saves(root: Path) -> None:
+    """Delete the shard and manifest temp files under ``root``'s epoch folders: what a
+    rank stopped mid-save leaves (its own ``atomic_write`` removes them when it can
+    unwind; a rank killed after the stop grace cannot). Only while no rank of a run on
+    ``root`` is alive: at a run's start (rank 0, holding the folder's lock) and after a
+    spawned run has failed and every rank is gone."""
+    for _, folder in epoch_folders(root):
+        for stale in folder.iterdir():
+            if _TEMP.fullmatch(stale.name):
+                stale.unlink(missing_ok=True)
+
+
 def is_checkpoint_folder(path: Path) -> bool:
     """Whether ``path`` holds checkpoints of a distributed run (at least one epoch folder)."""
     return bool(epoch_folders(path))
@@ -350,10 +362,7 @@ class DistributedStore:
                 f"checkpoint {self.root} holds saved epochs (the newest {saved[-1][1].name}): "
                 "add --resume to continue from them, or --restart to train from epoch 0 "
                 "(its epoch folders are deleted once this run's first checkpoint is saved)")
-        for _, folder in saved:
-            for stale in folder.iterdir():
-                if _TEMP.fullmatch(stale.name):
-                    stale.unlink(missing_ok=True)
+        remove_killed_saves(self.root)
 
     def close(self) -> None:
         if self.lock is not None:

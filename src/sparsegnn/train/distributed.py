@@ -21,9 +21,11 @@ from sparsegnn.data import load_any, row_normalize
 from sparsegnn.distributed import (
     GridError,
     GridShape,
+    RankFailedError,
     RankResult,
     gather_objects,
     grid_shape,
+    in_torchrun,
     lost_peers_named,
     rank_session,
     ranks_for,
@@ -33,6 +35,7 @@ from sparsegnn.distributed.layout.partitioned import check_manifest
 from sparsegnn.distributed.layout.shard import is_shard_dir, manifest_shape, read_manifest
 from sparsegnn.distributed.planning.planner import PlanConfig
 from sparsegnn.names import Algorithm, replicates, row_wise
+from sparsegnn.train.dist_checkpoint import remove_killed_saves
 from sparsegnn.train.fullgraph import TrainConfig, TrainResult
 from sparsegnn.train.rank_report import RankReport, comm_summary
 from sparsegnn.train.rank_train import DistributedConfig, train_rank
@@ -143,8 +146,13 @@ def run_distributed(job: DistributedJob) -> DistributedRun | None:
     if is_shard_dir(job.dataset):
         check_manifest(job.dataset, shape, job.cfg.model)
     threads = max(1, (os.cpu_count() or 1) // shape.size)
-    lead = run_on_ranks(_run_job, shape.size, (job,), threads=threads,
-                        heartbeat_timeout_s=job.dcfg.timeout_s).lead
+    try:
+        lead = run_on_ranks(_run_job, shape.size, (job,), threads=threads,
+                            heartbeat_timeout_s=job.dcfg.timeout_s).lead
+    except RankFailedError:
+        if job.cfg.checkpoint is not None and not in_torchrun():  # every rank is gone
+            remove_killed_saves(Path(job.cfg.checkpoint))
+        raise
     return None if lead is None else lead.value
 
 
