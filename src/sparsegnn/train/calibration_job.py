@@ -105,15 +105,21 @@ def fit_overheads(session: Session, rates: Profile, quick: bool = False) -> Prof
                    row_overhead_s=float(coef[2]), notes=notes)
 
 
+def _per_call(calls: list[int], points: list[tuple[EpochCost, float]]) -> float:
+    """Seconds per call that the priced epochs miss of the measured ones: least squares
+    through the origin over ``(cost, measured)`` points, never negative."""
+    n = np.array(calls, dtype=float)
+    missed = np.array([measured - cost.total_s for cost, measured in points])
+    return max(0.0, float(n @ missed / max(float(n @ n), 1.0)))
+
+
 def fit_edge_overhead(session: Session, fitted: Profile, quick: bool = False) -> Profile:
     """``fitted`` with ``edge_call_overhead_s``: what it misses of a GAT's epochs on every
     configuration (512p vertices), per call of the edge protocol (least squares through
     the origin, >= 0)."""
     graph = sbm(max(2048, 512 * session.world_size), 4, 8, num_features=32, seed=0)
     points = _epochs(session, fitted, graph, quick, "gat")
-    calls = np.array([cost.edge_calls for cost, _ in points], dtype=float)
-    missed = np.array([measured - cost.total_s for cost, measured in points])
-    coef = max(0.0, float(calls @ missed / max(float(calls @ calls), 1.0)))
+    coef = _per_call([cost.edge_calls for cost, _ in points], points)
     notes = {**fitted.notes, "edge_overhead_fit": [[c.total_s, c.edge_calls, m]
                                                    for c, m in points]}
     return replace(fitted, edge_call_overhead_s=coef, notes=notes)
@@ -145,9 +151,7 @@ def fit_relation_overhead(session: Session, fitted: Profile, quick: bool = False
             every = gather_objects([h.seconds for h in run.outcome.history])
             epochs += [max(e) for e in zip(*every, strict=True)][1:]
         points.append((cand.cost, statistics.median(epochs)))
-    calls = np.array([cost.relation_calls for cost, _ in points], dtype=float)
-    missed = np.array([measured - cost.total_s for cost, measured in points])
-    coef = max(0.0, float(calls @ missed / max(float(calls @ calls), 1.0)))
+    coef = _per_call([cost.relation_calls for cost, _ in points], points)
     notes = {**fitted.notes, "relation_overhead_fit": [[c.total_s, c.relation_calls, m]
                                                        for c, m in points]}
     return replace(fitted, relation_call_overhead_s=coef, notes=notes)
