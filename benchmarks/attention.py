@@ -17,11 +17,8 @@ Epoch = forward + backward + Adam step, loss on the training vertices.
 * ``kernels``: our attention kernels in community order (GAT's additive SDDMM, the
   multi-head dot SDDMM, the edge softmax, the multi-head SpMM; 8 heads of 8) against a
   copy of their compulsory bytes (the streaming bound, as ``benchmarks/spmm.py``),
-  interleaved; also the forms they replaced, written out: for the SpMM a loop of
-  single-head products on int64 indices stacked head by head (the CPU's until the
-  last 2026-12-06 entry of docs/results/attention.md) and one product by the
-  block-diagonal operator of all heads (what CUDA runs); for the dot SDDMM torch's
-  ``sampled_addmm`` batched over heads (the CPU's until that entry).
+  interleaved; each as the fused C kernel (``sparsegnn.sparse.native``, where it
+  builds) and on the torch path it replaced (``_torch``, the kernels turned off).
 
 Each configuration runs in a fresh process (fastest epoch over the rounds); rounds go
 over all configurations in turn, so the load of a shared machine falls on each. Training
@@ -38,7 +35,6 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,9 +59,7 @@ from _harness import (
 from _workloads import have_module, stream_probe
 from sparsegnn.data.generators import sbm
 from sparsegnn.nn import GAT, GIN, RGCNConv, operator_for, relation_operators
-from sparsegnn.sparse import CSRMatrix, edge_softmax, sddmm_add
-from sparsegnn.sparse.multihead import head_blocks
-from sparsegnn.sparse.ops import _mm
+from sparsegnn.sparse import CSRMatrix, edge_softmax, native, sddmm_add
 from sparsegnn.sparse.reorder import reorder
 
 HEADS, CHANNELS, GAT_DROPOUT = 8, 8, 0.6
@@ -175,31 +169,12 @@ def epoch_fn(model: nn.Module, graph: tuple[Any, ...], d: dict[str, Any]) -> Cal
 
 
 # ---------------------------------------------------------------------- kernels
-def per_head_spmm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The multi-head SpMM as a loop of single-head products, for comparison."""
-    return torch.stack([_mm(a.with_values(values[:, h].contiguous()), x[:, h].contiguous())
-                        for h in range(values.shape[1])], dim=1)
-
-
-def block_spmm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The multi-head SpMM as one product by the block-diagonal operator of all heads,
-    made contiguous as its callers need it (``heads_spmm``'s form off the CPU)."""
-    out = _mm(head_blocks(a, values), x.view(-1, x.shape[2]))
-    return out.view(values.shape[1], a.shape[0], x.shape[2]).transpose(0, 1).contiguous()
-
-
-def sampled_addmm_sddmm(a: CSRMatrix, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """The multi-head dot SDDMM as torch's ``sampled_addmm`` batched over heads."""
-    heads = left.shape[1]
-    crow = a.crow.to(torch.int32).expand(heads, -1).contiguous()
-    col = a.col.to(torch.int32).expand(heads, -1).contiguous()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Sparse CSR tensor support is in beta.*")
-        pattern = torch.sparse_csr_tensor(crow, col, left.new_zeros(heads, a.nnz),
-                                          (heads, *a.shape), check_invariants=False)
-    out = torch.sparse.sampled_addmm(pattern, left.transpose(0, 1),
-                                     right.transpose(0, 1).transpose(1, 2), beta=0.0)
-    return out.values().t()
+def torch_path(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` with the fused C kernels turned off: torch's ops, as before them."""
+    def run() -> object:
+        with native.disabled():
+            return fn()
+    return run
 
 
 def kernels(d: dict[str, Any], repeats: int) -> dict[str, Any]:
@@ -222,15 +197,14 @@ def kernels(d: dict[str, Any], repeats: int) -> dict[str, Any]:
     fns: dict[str, Callable[[], object]] = {
         "sddmm_add": lambda: sddmm_add(a, u, v),
         "sddmm_dot": lambda: heads_sddmm(a, left, right),
-        "sddmm_dot_sampled_addmm": lambda: sampled_addmm_sddmm(a, left, right),
         "edge_softmax": lambda: edge_softmax(a, scores),
         "spmm_heads": lambda: heads_spmm(a, alpha, right),
-        "spmm_per_head_loop": lambda: per_head_spmm(a, alpha, right),
-        "spmm_block_one_call": lambda: block_spmm(a, alpha, right),
     }
+    fns.update({f"{k}_torch": torch_path(fn) for k, fn in list(fns.items())})
     fns.update({f"bound_{k}": stream_probe(b) for k, b in bytes_of.items()})
     timings = time_many(fns, repeats=repeats)
-    out: dict[str, Any] = {"nnz": nnz, "heads": h, "channels": f}
+    out: dict[str, Any] = {"nnz": nnz, "heads": h, "channels": f,
+                           "native": native.library() is not None}
     out.update({k: t.min for k, t in timings.items()})
     return out
 
@@ -337,12 +311,8 @@ def summarize(results: list[Row], k: Row, quick: bool) -> tuple[dict[str, float]
     if "error" not in k:
         for name in ("sddmm_add", "sddmm_dot", "edge_softmax", "spmm_heads"):
             metrics[f"kernels/{name}_over_streaming_bound"] = k[name] / k[f"bound_{name}"]
-        metrics["kernels/spmm_heads_speedup_over_per_head"] = (
-            k["spmm_per_head_loop"] / k["spmm_heads"])
-        metrics["kernels/spmm_heads_speedup_over_block"] = (
-            k["spmm_block_one_call"] / k["spmm_heads"])
-        metrics["kernels/sddmm_dot_speedup_over_sampled_addmm"] = (
-            k["sddmm_dot_sampled_addmm"] / k["sddmm_dot"])
+            metrics[f"kernels/{name}_speedup_over_torch_path"] = k[f"{name}_torch"] / k[name]
+        metrics["kernels/native"] = k["native"]
     if not quick and speedups:  # the acceptance lines are defined for the 2^18 graph
         metrics.update(acceptance(speedups, metrics))
     return speedups, metrics

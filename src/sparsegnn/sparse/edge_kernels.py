@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from sparsegnn.errors import ShapeError
+from sparsegnn.sparse import native
 from sparsegnn.sparse.csr import CSRMatrix
 from sparsegnn.sparse.multihead import heads_sddmm, heads_spmm
 
@@ -53,7 +54,7 @@ def heads_mm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tenso
 def _transposed_mm(a: CSRMatrix, values: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """``A_h^T @ g[:, h]`` per head, on the cached transposed pattern."""
     at, perm = pattern_transpose(a)
-    return heads_mm(at, values[perm], g)
+    return heads_spmm(at, values, g, perm)
 
 
 class _SpMMValues(torch.autograd.Function):
@@ -133,11 +134,36 @@ def sddmm_dot(a: CSRMatrix, left: torch.Tensor, right: torch.Tensor) -> torch.Te
     return _SDDMMDot.apply(left.contiguous(), right.contiguous(), a)
 
 
+class _SDDMMAdd(torch.autograd.Function):
+    """The fused kernel forward; backward sums the gradient over each row's entries and,
+    on the transposed pattern, over each column's."""
+
+    @staticmethod
+    def forward(ctx, u: torch.Tensor, v: torch.Tensor, a: CSRMatrix) -> torch.Tensor:  # type: ignore[override]
+        ctx.a = a
+        return native.sddmm_add(a, u, v)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        grad = grad.contiguous()
+        grad_u = native.segment_sum(ctx.a, grad) if ctx.needs_input_grad[0] else None
+        grad_v = None
+        if ctx.needs_input_grad[1]:
+            at, perm = pattern_transpose(ctx.a)
+            grad_v = native.segment_sum(at, grad, perm)
+        return grad_u, grad_v, None
+
+
 def sddmm_add(a: CSRMatrix, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``out[e] = u[row_e] + v[col_e]``: the additive SDDMM of GAT's scores, per head
-    (``u [rows, heads]``, ``v [cols, heads]``, or 1-D). ``index_select`` gathers, and its
-    backward is an ``index_add`` over the rows and columns: no dense intermediate."""
+    (``u [rows, heads]``, ``v [cols, heads]``, or 1-D). The fused kernel where it runs,
+    else ``index_select`` gathers, whose backward is an ``index_add`` over the rows and
+    columns: no dense intermediate either way."""
     _check(a, u, v, "sddmm_add")
+    if native.usable(u, v):
+        if u.dim() == 1:
+            return _SDDMMAdd.apply(u.unsqueeze(1), v.unsqueeze(1), a).squeeze(1)
+        return _SDDMMAdd.apply(u, v, a)
     return u.index_select(0, a.row_indices()) + v.index_select(0, a.col)
 
 

@@ -1,5 +1,8 @@
 """Multi-head SpMM and SDDMM: ``heads`` matrices that share one pattern (no autograd).
 
+On the CPU both run the fused C kernels of :mod:`sparsegnn.sparse.native` where they
+built (float32/float64); what follows is the torch path that runs otherwise.
+
 Attention gives each stored edge one value per head, so the products run ``heads``
 matrices on one pattern. Both are memory-bound, and on the CPU they are written to
 move few bytes beyond their compulsory ones (docs/results/attention.md, 2026-12-06,
@@ -31,6 +34,7 @@ import weakref
 import torch
 from torch.nn import functional as F
 
+from sparsegnn.sparse import native
 from sparsegnn.sparse.csr import CSRMatrix
 from sparsegnn.sparse.ops import _has_fbgemm, _mm, sddmm
 
@@ -92,10 +96,16 @@ def _head_mm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tenso
                            per_sample_weights=values.contiguous(), include_last_offset=True)
 
 
-def heads_spmm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def heads_spmm(a: CSRMatrix, values: torch.Tensor, x: torch.Tensor,
+               perm: torch.Tensor | None = None) -> torch.Tensor:
     """``out[:, h] = A_h @ x[:, h]`` for every head: ``values [nnz, H]`` and ``x [n, H,
-    f]`` give ``[rows, H, f]``, a view of a head-major result (module docstring)."""
+    f]`` give ``[rows, H, f]`` (module docstring). ``perm`` takes the values from another
+    order, ``values[perm]``, which the fused kernel reads without gathering them."""
     heads = values.shape[1]
+    if native.usable(values, x, width=heads * x.shape[2]):
+        return native.spmm_heads(a, values, x, perm)
+    if perm is not None:
+        values = values[perm]
     if x.device.type == "cpu":
         out = torch.stack([_head_mm(a, values[:, h], x[:, h]) for h in range(heads)])
         return out.transpose(0, 1)
@@ -107,6 +117,8 @@ def heads_sddmm(a: CSRMatrix, left: torch.Tensor, right: torch.Tensor) -> torch.
     """``out[e, h] = <left[row_e, h], right[col_e, h]>``: ``[rows, H, f]`` and ``[cols, H,
     f]`` give ``[nnz, H]`` (module docstring)."""
     heads, f = left.shape[1], left.shape[2]
+    if native.usable(left, right):
+        return native.sddmm_dot(a, left, right)
     if a.nnz == 0 or f == 0 or left.device.type != "cpu":
         return sddmm(a, left, right)
     lt = left.contiguous().view(left.shape[0], heads * f)

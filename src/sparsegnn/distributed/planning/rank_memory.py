@@ -31,6 +31,7 @@ from sparsegnn.distributed.planning.attention_cost import model_widths
 from sparsegnn.distributed.planning.cost import feature_column_count
 from sparsegnn.names import ATTENTION_MODELS, row_wise
 from sparsegnn.nn.model_size import parameter_count
+from sparsegnn.sparse import native
 
 # What a rank holds, as its RankMemory measures it (``held_bytes``), and what the
 # prediction adds: ``training`` (gradients, activations, blocks in flight), ``graph``
@@ -49,7 +50,8 @@ DEFAULT_PROCESS_BYTES = 384 * 2**20
 # as autograd saves them (tests/test_attention_pricing.py counts them): the softmax
 # weights, the attention dropout's mask and the dropped-out weights the SpMM multiplies;
 # GAT also the additive SDDMM's output (its LeakyReLU's input; GATv2's fused SDDMM keeps
-# none) and, in index_select's backward, an int64 row index per edge.
+# none) and, where the torch path's index_select runs (no fused CPU kernel:
+# sparsegnn.sparse.native), an int64 row index per edge for its backward.
 EDGE_TENSORS = {"gat": 4, "gatv2": 3}
 EDGE_INDICES = {"gat": 1, "gatv2": 0}
 
@@ -117,14 +119,15 @@ def activation_width(algo: str, feature_cols: int, widths: list[int]) -> int:
 
 def edge_bytes(cfg: Any, value_bytes: int) -> int:
     """Bytes per stored nonzero that training keeps: none for the SpMM models; for
-    GAT/GATv2 :data:`EDGE_TENSORS` tensors of ``nnz x heads`` values and
-    :data:`EDGE_INDICES` int64 indices per layer (one head in the last), alive
-    together through the backward pass."""
+    GAT/GATv2 :data:`EDGE_TENSORS` tensors of ``nnz x heads`` values and, without the
+    fused CPU kernels, :data:`EDGE_INDICES` int64 indices per layer (one head in the
+    last), alive together through the backward pass."""
     if cfg.model not in ATTENTION_MODELS:
         return 0
     heads = cfg.heads * (cfg.num_layers - 1) + 1
+    indices = 0 if native.library() is not None else EDGE_INDICES[cfg.model]
     return (EDGE_TENSORS[cfg.model] * heads * value_bytes
-            + EDGE_INDICES[cfg.model] * cfg.num_layers * INDEX_BYTES)
+            + indices * cfg.num_layers * INDEX_BYTES)
 
 
 def tile_bytes(row_pointers: int, nonzeros: int, value_bytes: int) -> int:

@@ -1,0 +1,92 @@
+"""Compile ``kernels.c`` once per machine into the user cache and load it with ctypes.
+
+Why a C file compiled on first use rather than a torch extension: it includes no torch
+header, so it builds in about a second with the system's C compiler (a torch extension
+takes minutes), and the wheel stays pure Python. The library is keyed by a hash of the
+source, the flags, the compiler's version and the CPU's model and flags, since
+``-march=native`` code must not run on another CPU. It is written to a temporary file and
+renamed into place, so ranks that start together never load a half-written library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("kernels.c")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
+COMPILE_TIMEOUT_S = 120
+
+
+class BuildError(RuntimeError):
+    """The kernels could not be compiled or loaded here (no compiler, a failed build)."""
+
+
+def compiler() -> str:
+    """``$CC``, else ``cc``; a :class:`BuildError` naming it when it is not on ``PATH``."""
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        raise BuildError(f"no C compiler {cc!r} on PATH (set CC)")
+    return cc
+
+
+def _cpu_signature() -> str:
+    """The CPU's model name and feature flags (Linux), else the platform's description."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [ln for ln in lines if ln.startswith(("model name", "flags"))]
+    return "\n".join(dict.fromkeys(keep))
+
+
+def library_path(cc: str) -> Path:
+    """Where the compiled library for this source, compiler and CPU lives."""
+    from sparsegnn.data.paths import user_cache_dir
+
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                             timeout=COMPILE_TIMEOUT_S, check=False).stdout
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
+                 _cpu_signature().encode()):
+        key.update(part)
+    return user_cache_dir() / "native" / f"attention-{key.hexdigest()[:16]}.so"
+
+
+def _compile(cc: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True,
+                              text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["(no message)"])[0]
+            raise BuildError(f"{cc} failed on {SOURCE.name}: {first}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load() -> ctypes.CDLL:
+    """The compiled kernels, built first when this machine has no copy yet."""
+    cc = compiler()
+    try:
+        target = library_path(cc)
+        if not target.exists():
+            _compile(cc, target)
+        try:
+            return ctypes.CDLL(str(target))
+        except OSError:  # a damaged copy (a full disk, another machine's file): once more
+            target.unlink(missing_ok=True)
+            _compile(cc, target)
+            return ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError) as err:
+        raise BuildError(str(err)) from err
