@@ -1,7 +1,8 @@
 """One entry point for typed graphs, as :func:`~sparsegnn.data.io.load_any` is for plain ones.
 
 :func:`load_hetero` takes a generator spec (``hsbm:nodes=65536,blocks=8,degree=8``), a
-dataset name found in the data root (an OpenHINE folder such as ``acm``), or a path: a
+dataset name (an OpenHINE folder in the data root such as ``acm``; ``cora_words`` and
+``citeseer_words``, the paper-word graphs of :mod:`~sparsegnn.data.word_graph`), or a path: a
 PyG ``HeteroData`` ``.pt`` file, a DGL heterograph ``CSVDataset`` folder (``meta.yaml``) or
 an OpenHINE folder. :func:`is_hetero_source` lets a command route a source here instead of
 to the homogeneous loaders.
@@ -18,11 +19,12 @@ from sparsegnn.data.openhine import is_openhine_dir, read_openhine
 from sparsegnn.data.paths import dataset_dir
 from sparsegnn.data.pyg_hetero import is_pyg_hetero_file, read_pyg_hetero
 from sparsegnn.data.typed_sbm import typed_sbm
+from sparsegnn.data.word_graph import WORD_GRAPHS, load_word_graph
 from sparsegnn.errors import DataFormatError
 
 SPEC = "hsbm:"
-# Typed datasets known by name: the folder name under the data root.
-HETERO_DATASETS = ("acm",)
+# Typed datasets known by name: the folder name under the data root, or a paper-word graph.
+HETERO_DATASETS = ("acm", *WORD_GRAPHS)
 _SPEC_KEYS = {"nodes": int, "blocks": int, "degree": float, "features": int, "p_in": float}
 
 
@@ -43,6 +45,8 @@ def load_hetero(source: str | os.PathLike[str], root: str | os.PathLike[str] | N
     text = os.fspath(source)
     if text.startswith(SPEC):
         return hsbm_from_spec(text, seed=seed or 0)
+    if text.lower() in WORD_GRAPHS:
+        return load_word_graph(text.lower(), root)
     if text.lower() in HETERO_DATASETS:
         return read_openhine(dataset_dir(text.lower(), root), seed=seed or 0)
     path = Path(text)
