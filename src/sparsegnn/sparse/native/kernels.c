@@ -43,13 +43,33 @@ static inline vec_f32 sum8_f32(const vec_f32 p[8]) {
     return SHUF(b[0], b[1], 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(b[0], b[1], 4, 5, 6, 7, 12, 13, 14, 15);
 }
 
+/* expf without a call, so that a loop of it vectorises: 2^n * e^r with n = round(x /
+ * ln 2), |r| <= ln 2 / 2, e^r by a degree-6 polynomial (Cephes expf's coefficients;
+ * within 2 ulp of expf). Below -87.3 it gives 0, above 88.7 infinity, NaN stays NaN. */
+static inline float exp_poly_f32(float x) {
+    const float t = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+    const float n = __builtin_rintf(t * 1.44269504088896341f);
+    const float r = t - n * 0.693359375f + n * 2.12194440e-4f;
+    float q = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    q = q * r + 8.3334519073e-3f;
+    q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f;
+    q = q * r + 5.0000001201e-1f;
+    q = q * r * r + r + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    const float y = q * scale;
+    return x != x ? x : (x > 88.7228f ? INFINITY : (x < -87.3365f ? 0.0f : y));
+}
+
 #define REAL float
 #define SUFFIX f32
 #define LANES 8
 #define VEC vec_f32
 #define UVEC uvec_f32
 #define SUM8 sum8_f32
-#define EXP expf
+#define EXP exp_poly_f32
 #include __FILE__
 #undef REAL
 #undef SUFFIX
@@ -197,6 +217,11 @@ void CAT(segment_sum, SUFFIX)(int64_t rows, const int64_t *crow, const int64_t *
     }
 }
 
+/* p[k] = exp(p[k]) for k < n (vectorised for float: exp_poly_f32). */
+static inline void CAT(exp_inplace, SUFFIX)(REAL *restrict p, int64_t n) {
+    for (int64_t k = 0; k < n; k++) p[k] = EXP(p[k]);
+}
+
 /* Row softmax per head: alpha = exp(s - max) / sum exp(s - max) over each row. */
 void CAT(softmax_rows, SUFFIX)(int64_t rows, const int64_t *crow, const REAL *scores,
                                int64_t heads, REAL *out, int threads) {
@@ -212,11 +237,10 @@ void CAT(softmax_rows, SUFFIX)(int64_t rows, const int64_t *crow, const REAL *sc
                 m[h] = z > m[h] ? z : m[h];
             }
         for (int64_t e = b; e < end; e++)
-            for (int64_t h = 0; h < heads; h++) {
-                const REAL z = EXP(scores[e * heads + h] - m[h]);
-                out[e * heads + h] = z;
-                s[h] += z;
-            }
+            for (int64_t h = 0; h < heads; h++) out[e * heads + h] = scores[e * heads + h] - m[h];
+        CAT(exp_inplace, SUFFIX)(out + b * heads, (end - b) * heads);
+        for (int64_t e = b; e < end; e++)
+            for (int64_t h = 0; h < heads; h++) s[h] += out[e * heads + h];
         for (int64_t h = 0; h < heads; h++) s[h] = 1 / s[h];
         for (int64_t e = b; e < end; e++)
             for (int64_t h = 0; h < heads; h++) out[e * heads + h] *= s[h];
