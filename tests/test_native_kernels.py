@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from sparsegnn.errors import ShapeError
-from sparsegnn.sparse import CSRMatrix, edge_softmax, native, sddmm_add, sddmm_dot, spmm_values
+from sparsegnn.sparse import (
+    CSRMatrix,
+    edge_softmax,
+    native,
+    sddmm_add,
+    sddmm_dot,
+    sddmm_leaky,
+    spmm_values,
+)
 from sparsegnn.sparse.edge_kernels import pattern_transpose
 from sparsegnn.sparse.multihead import heads_sddmm, heads_spmm
 from sparsegnn.sparse.native import build
@@ -48,8 +56,10 @@ def test_every_kernel_equals_the_torch_path(dtype: torch.dtype, heads: int, f: i
         v = torch.randn(29, heads, generator=gen, dtype=dtype)
         vals = torch.randn(a.nnz, heads, generator=gen, dtype=dtype)
         tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+        att = torch.randn(heads, f, generator=gen, dtype=dtype)
         for fn, args in ((heads_sddmm, (a, left, right)), (heads_spmm, (a, vals, right)),
-                         (sddmm_add, (a, u, v)), (edge_softmax, (a, vals))):
+                         (sddmm_add, (a, u, v)), (edge_softmax, (a, vals)),
+                         (sddmm_leaky, (a, left, right, att))):
             ours, ref = both(fn, *args)
             assert ours.dtype == dtype
             torch.testing.assert_close(ours, ref, **tol)
@@ -87,8 +97,34 @@ def test_gradients_are_exact() -> None:
     assert torch.autograd.gradcheck(lambda p, q: spmm_values(a, p, q), (vals, right))
     assert torch.autograd.gradcheck(lambda p, q: sddmm_add(a, p, q), (u, v))
     assert torch.autograd.gradcheck(lambda s: edge_softmax(a, s), (vals,))
+    att = torch.randn(2, 3, **opts)
+    assert torch.autograd.gradcheck(lambda p, q, w: sddmm_leaky(a, p, q, w), (left, right, att))
     one_u, one_v = torch.randn(12, **opts), torch.randn(10, **opts)
     assert torch.autograd.gradcheck(lambda p, q: sddmm_add(a, p, q), (one_u, one_v))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gatv2_gradients_equal_the_torch_path(threads: int) -> None:
+    """u, v and att gradients of GATv2's score, the attention vector's summed over
+    per-thread parts."""
+    a = pattern(50, 40, 5)
+    gen = torch.Generator().manual_seed(0)
+    u, v = torch.randn(50, 3, 8, generator=gen), torch.randn(40, 3, 8, generator=gen)
+    att, g = torch.randn(3, 8, generator=gen), torch.randn(a.nnz, 3, generator=gen)
+
+    def grads() -> list[torch.Tensor]:
+        leaves = [t.clone().requires_grad_() for t in (u, v, att)]
+        (sddmm_leaky(a, *leaves, negative_slope=0.3) * g).sum().backward()
+        return [t.grad for t in leaves]
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        ours, ref = both(grads)
+    finally:
+        torch.set_num_threads(before)
+    for p, q in zip(ours, ref, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
 
 
 def test_threads_split_rows_without_changing_a_bit() -> None:

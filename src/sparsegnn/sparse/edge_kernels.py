@@ -172,14 +172,17 @@ def _leaky_grad(z: torch.Tensor, slope: float) -> torch.Tensor:
 
 
 class _SDDMMLeaky(torch.autograd.Function):
-    """GATv2's score ``sum_c att[h, c] * leaky_relu(u[i, h, c] + v[j, h, c])``, chunked
-    over edges, the chunk recomputed in backward instead of saved."""
+    """GATv2's score ``sum_c att[h, c] * leaky_relu(u[i, h, c] + v[j, h, c])``: the fused
+    kernels where they run, else chunked over edges, the chunk recomputed in backward
+    instead of saved."""
 
     @staticmethod
     def forward(ctx, u: torch.Tensor, v: torch.Tensor, att: torch.Tensor,  # type: ignore[override]
                 a: CSRMatrix, slope: float) -> torch.Tensor:
         ctx.a, ctx.slope = a, slope
         ctx.save_for_backward(u, v, att)
+        if native.usable(u, v, att, width=u[:1].numel()):
+            return native.sddmm_leaky(a, u, v, att, slope)
         rows, cols = a.row_indices(), a.col
         out = torch.empty(a.nnz, u.shape[1], dtype=u.dtype, device=u.device)
         for e in _chunks(a.nnz, u[:1].numel()):
@@ -191,6 +194,9 @@ class _SDDMMLeaky(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         u, v, att = ctx.saved_tensors
         a, slope = ctx.a, ctx.slope
+        if native.usable(u, v, att, grad, width=u[:1].numel()):
+            at, perm = pattern_transpose(a)
+            return (*native.sddmm_leaky_grads(a, at, perm, u, v, att, grad, slope), None, None)
         rows, cols = a.row_indices(), a.col
         grad_u, grad_v, grad_att = torch.zeros_like(u), torch.zeros_like(v), torch.zeros_like(att)
         for e in _chunks(a.nnz, u[:1].numel()):

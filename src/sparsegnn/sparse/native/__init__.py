@@ -195,3 +195,46 @@ def softmax_backward(a: CSRMatrix, alpha: torch.Tensor, grad: torch.Tensor) -> t
     _call("softmax_backward", alpha.dtype, _I64(a.shape[0]), a.crow, alpha, grad,
           _I64(alpha.shape[1]), out, _INT(torch.get_num_threads()))
     return out
+
+
+def sddmm_leaky(a: CSRMatrix, u: torch.Tensor, v: torch.Tensor, att: torch.Tensor,
+                slope: float) -> torch.Tensor:
+    """GATv2's score ``sum_c att[h, c] leaky_relu(u[row_e, h, c] + v[col_e, h, c])`` from
+    ``[rows, H, f]``, ``[cols, H, f]`` and ``att [H, f]``: ``[nnz, H]``."""
+    _checked(a)
+    _need(u.dim() == 3 and u.shape[0] == a.shape[0] and v.shape == (a.shape[1], *u.shape[1:])
+          and att.shape == u.shape[1:], "sddmm_leaky", a.shape, u.shape, v.shape, att.shape)
+    heads, f = u.shape[1], u.shape[2]
+    u, v, att = u.contiguous(), v.contiguous(), att.contiguous()
+    out = torch.empty(a.nnz, heads, dtype=u.dtype)
+    _call("sddmm_leaky", u.dtype, _I64(a.shape[0]), a.crow, a.col, u, v, att, _I64(heads),
+          _I64(f), _real(u.dtype, slope), out, _INT(torch.get_num_threads()))
+    return out
+
+
+def sddmm_leaky_grads(a: CSRMatrix, at: CSRMatrix, perm: torch.Tensor, u: torch.Tensor,
+                      v: torch.Tensor, att: torch.Tensor, grad: torch.Tensor, slope: float
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`sddmm_leaky` for ``u``, ``v`` and ``att`` given the score
+    gradient ``grad [nnz, H]``: one pass over A's rows (``u``, ``att``) and one over its
+    transpose ``at`` (``v``; ``perm`` maps its entries to A's), no atomics."""
+    _checked(a)
+    _checked(at)
+    _need(at.shape == (a.shape[1], a.shape[0]) and _perm_fits(perm, a.nnz)
+          and grad.shape == (a.nnz, u.shape[1]), "sddmm_leaky_grads", a.shape, at.shape,
+          grad.shape)
+    heads, f = u.shape[1], u.shape[2]
+    u, v, att, grad = u.contiguous(), v.contiguous(), att.contiguous(), grad.contiguous()
+    threads = torch.get_num_threads()
+    grad_u, grad_v = torch.empty_like(u), torch.empty_like(v)
+    parts = torch.zeros(threads, heads, f, dtype=u.dtype)
+    common = (att, grad, _I64(heads), _I64(f), _real(u.dtype, slope))
+    _call("leaky_backward", u.dtype, _I64(a.shape[0]), a.crow, a.col, None, u, v, *common,
+          grad_u, parts, _INT(threads))
+    _call("leaky_backward", u.dtype, _I64(at.shape[0]), at.crow, at.col, perm.contiguous(),
+          v, u, *common, grad_v, None, _INT(threads))
+    return grad_u, grad_v, parts.sum(0)
+
+
+def _real(dtype: torch.dtype, value: float) -> ctypes.c_float | ctypes.c_double:
+    return ctypes.c_float(value) if dtype == torch.float32 else ctypes.c_double(value)

@@ -12,6 +12,7 @@
  */
 #ifndef REAL
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -200,6 +201,94 @@ void CAT(spmm_heads, SUFFIX)(int64_t rows, const int64_t *crow, const int64_t *c
         else if (f == 8) CAT(spmm_row, SUFFIX)(crow, col, perm, val, x, heads, 8, out, i, crow[rows]);
         else if (f == 16) CAT(spmm_row, SUFFIX)(crow, col, perm, val, x, heads, 16, out, i, crow[rows]);
         else CAT(spmm_row, SUFFIX)(crow, col, perm, val, x, heads, f, out, i, crow[rows]);
+    }
+}
+
+/* GATv2's score for row i: out[e, h] = sum_c att[h, c] * leaky(u[i, h, c] + v[col[e], h, c]). */
+static inline __attribute__((always_inline)) void CAT(leaky_row, SUFFIX)(
+    const int64_t *restrict crow, const int64_t *restrict col, const REAL *restrict u,
+    const REAL *restrict v, const REAL *restrict att, int64_t heads, int64_t f, REAL slope,
+    REAL *restrict out, int64_t i, int64_t limit) {
+    const int64_t w = heads * f;
+    const REAL *ui = u + i * w;
+    for (int64_t e = crow[i]; e < crow[i + 1]; e++) {
+        CAT(prefetch_row, SUFFIX)(v, col, e, limit, w);
+        const REAL *vj = v + col[e] * w;
+        for (int64_t h = 0; h < heads; h++) {
+            REAL s = 0;
+            for (int64_t c = 0; c < f; c++) {
+                const REAL z = ui[h * f + c] + vj[h * f + c];
+                s += att[h * f + c] * (z > 0 ? z : slope * z);
+            }
+            out[e * heads + h] = s;
+        }
+    }
+}
+
+void CAT(sddmm_leaky, SUFFIX)(int64_t rows, const int64_t *crow, const int64_t *col,
+                              const REAL *u, const REAL *v, const REAL *att, int64_t heads,
+                              int64_t f, REAL slope, REAL *out, int threads) {
+#pragma omp parallel for schedule(dynamic, 256) num_threads(threads)
+    for (int64_t i = 0; i < rows; i++) {
+        if (heads == 8 && f == 8)
+            CAT(leaky_row, SUFFIX)(crow, col, u, v, att, 8, 8, slope, out, i, crow[rows]);
+        else CAT(leaky_row, SUFFIX)(crow, col, u, v, att, heads, f, slope, out, i, crow[rows]);
+    }
+}
+
+/* One row of leaky_backward (below); ga the thread's part of att's gradient, or NULL. */
+static inline __attribute__((always_inline)) void CAT(leaky_grad_row, SUFFIX)(
+    const int64_t *restrict crow, const int64_t *restrict col, const int64_t *restrict perm,
+    const REAL *restrict fixed, const REAL *restrict gathered, const REAL *restrict att,
+    const REAL *restrict grad, int64_t heads, int64_t f, REAL slope,
+    REAL *restrict grad_fixed, REAL *restrict ga, int64_t i, int64_t limit) {
+    const int64_t w = heads * f;
+    const REAL *xi = fixed + i * w;
+    REAL acc[w];
+    for (int64_t k = 0; k < w; k++) acc[k] = 0;
+    for (int64_t e = crow[i]; e < crow[i + 1]; e++) {
+        CAT(prefetch_row, SUFFIX)(gathered, col, e, limit, w);
+        const REAL *xj = gathered + col[e] * w;
+        const REAL *g = grad + (perm ? perm[e] : e) * heads;
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t c = 0; c < f; c++) {
+                const int64_t k = h * f + c;
+                const REAL z = xi[k] + xj[k];
+                acc[k] += g[h] * att[k] * (z > 0 ? 1 : slope);
+            }
+        if (ga)
+            for (int64_t h = 0; h < heads; h++)
+                for (int64_t c = 0; c < f; c++) {
+                    const int64_t k = h * f + c;
+                    const REAL z = xi[k] + xj[k];
+                    ga[k] += g[h] * (z > 0 ? z : slope * z);
+                }
+    }
+    memcpy(grad_fixed + i * w, acc, (size_t)w * sizeof(REAL));
+}
+
+/* The gradient of sddmm_leaky for the operand on this pattern's row side, ``fixed``
+ * (u on A, v on A^T with perm mapping to A's entries): grad_fixed[i] = sum_e g[p(e), h]
+ * att[h, c] leaky'(z). With parts non-NULL, also the attention vector's gradient
+ * sum_e g[p(e), h] leaky(z), one partial sum per thread (static schedule: the same rows
+ * per thread on every call, so the caller's sum over parts is deterministic). */
+void CAT(leaky_backward, SUFFIX)(int64_t rows, const int64_t *crow, const int64_t *col,
+                                 const int64_t *perm, const REAL *fixed,
+                                 const REAL *gathered, const REAL *att, const REAL *grad,
+                                 int64_t heads, int64_t f, REAL slope, REAL *grad_fixed,
+                                 REAL *parts, int threads) {
+#pragma omp parallel num_threads(threads)
+    {
+        REAL *ga = parts ? parts + (int64_t)omp_get_thread_num() * heads * f : NULL;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < rows; i++) {
+            if (heads == 8 && f == 8)
+                CAT(leaky_grad_row, SUFFIX)(crow, col, perm, fixed, gathered, att, grad, 8, 8,
+                                            slope, grad_fixed, ga, i, crow[rows]);
+            else
+                CAT(leaky_grad_row, SUFFIX)(crow, col, perm, fixed, gathered, att, grad, heads,
+                                            f, slope, grad_fixed, ga, i, crow[rows]);
+        }
     }
 }
 
