@@ -187,6 +187,28 @@ def test_a_failing_compiler_is_named(tmp_path, monkeypatch) -> None:
     assert not list(tmp_path.rglob("*.so"))  # no half-written library left
 
 
+def test_a_compiler_without_openmp_builds_one_thread_kernels(tmp_path, monkeypatch) -> None:
+    """Apple's clang refuses -fopenmp: the second try without it gives kernels that run
+    the rows on one thread, with the same results."""
+    cc = tmp_path / "cc-no-openmp"
+    cc.write_text('#!/bin/sh\ncase "$*" in *-fopenmp*) exit 1;; esac\nexec cc "$@"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("SPARSEGNN_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setattr(native, "_lib", [])
+    a = pattern(30, 30, 2)
+    u, v = torch.randn(30, 3, 8), torch.randn(30, 3, 8)
+    att, g = torch.randn(3, 8), torch.randn(a.nnz, 3)
+    at, perm = pattern_transpose(a)
+    ours = native.sddmm_leaky_grads(a, at, perm, u, v, att, g, 0.2)
+    assert native.library() is not None and list(tmp_path.rglob("*.so"))
+    with native.disabled():
+        leaves = [t.clone().requires_grad_() for t in (u, v, att)]
+        (sddmm_leaky(a, *leaves) * g).sum().backward()
+    for p, q in zip(ours, (t.grad for t in leaves), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
+
+
 def test_a_damaged_library_in_the_cache_is_built_again(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SPARSEGNN_CACHE", str(tmp_path))
     target = build.library_path(build.compiler())

@@ -12,7 +12,12 @@
  */
 #ifndef REAL
 #include <math.h>
+#ifdef _OPENMP
 #include <omp.h>
+#define THREAD_NUM() omp_get_thread_num()
+#else /* built without OpenMP (a compiler without it): one thread, pragmas ignored */
+#define THREAD_NUM() 0
+#endif
 #include <stdint.h>
 #include <string.h>
 
@@ -279,7 +284,7 @@ void CAT(leaky_backward, SUFFIX)(int64_t rows, const int64_t *crow, const int64_
                                  REAL *parts, int threads) {
 #pragma omp parallel num_threads(threads)
     {
-        REAL *ga = parts ? parts + (int64_t)omp_get_thread_num() * heads * f : NULL;
+        REAL *ga = parts ? parts + (int64_t)THREAD_NUM() * heads * f : NULL;
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < rows; i++) {
             if (heads == 8 && f == 8)
