@@ -9,6 +9,7 @@ Epoch = forward + backward + Adam step, loss on the training vertices.
 * ``gat``: 2 layers, 8 heads of 8 concatenated, ELU, one averaged head at the output,
   dropout 0.6 on the inputs and the attention (PyG's GAT example). Ours: ``GAT`` on
   ``operator_for("gat", A)``; PyG: two ``GATConv`` on ``edge_index``.
+* ``gatv2``: the same with ``GATv2Conv`` (PyG's and ours, ``GAT(v2=True)``).
 * ``gin``: 2 ``GINConv`` layers with a 2-layer MLP (hidden 128), dropout 0.5. PyG on
   ``edge_index`` and on a torch CSR ``adj_t`` (``pyg_csr``, its fastest form).
 * ``rgcn``: 2 ``RGCNConv`` layers (hidden 64, mean aggregation per relation, root
@@ -64,8 +65,8 @@ from sparsegnn.sparse.reorder import reorder
 
 HEADS, CHANNELS, GAT_DROPOUT = 8, 8, 0.6
 HIDDEN, RGCN_HIDDEN, DROPOUT, RELATIONS = 128, 64, 0.5, 4
-CONFIGS = ("gat/ours", "gat/pyg", "gin/ours", "gin/pyg", "gin/pyg_csr", "rgcn/ours",
-           "rgcn/pyg")
+CONFIGS = ("gat/ours", "gat/pyg", "gatv2/ours", "gatv2/pyg", "gin/ours", "gin/pyg",
+           "gin/pyg_csr", "rgcn/ours", "rgcn/pyg")
 
 
 # ---------------------------------------------------------------------- the graph
@@ -102,11 +103,12 @@ def pyg_model(kind: str, fin: int, classes: int) -> nn.Module:
     class Model(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            if kind == "gat":
+            if kind in ("gat", "gatv2"):
+                conv = pyg.GATConv if kind == "gat" else pyg.GATv2Conv
                 self.convs = nn.ModuleList([
-                    pyg.GATConv(fin, CHANNELS, heads=HEADS, dropout=GAT_DROPOUT),
-                    pyg.GATConv(CHANNELS * HEADS, classes, heads=1, concat=False,
-                                dropout=GAT_DROPOUT)])
+                    conv(fin, CHANNELS, heads=HEADS, dropout=GAT_DROPOUT),
+                    conv(CHANNELS * HEADS, classes, heads=1, concat=False,
+                         dropout=GAT_DROPOUT)])
             elif kind == "gin":
                 self.convs = nn.ModuleList([pyg.GINConv(nn.Sequential(
                     nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b))) for a, b in
@@ -119,8 +121,9 @@ def pyg_model(kind: str, fin: int, classes: int) -> nn.Module:
             if kind == "rgcn":
                 x = F.dropout(F.relu(self.convs[0](x, *graph)), DROPOUT, self.training)
                 return self.convs[1](x, *graph)
-            p = GAT_DROPOUT if kind == "gat" else DROPOUT
-            act = F.elu if kind == "gat" else F.relu
+            attention = kind in ("gat", "gatv2")
+            p = GAT_DROPOUT if attention else DROPOUT
+            act = F.elu if attention else F.relu
             x = self.convs[1](F.dropout(act(self.convs[0](F.dropout(x, p, self.training), *graph)),
                                         p, self.training), *graph)
             return x
@@ -137,8 +140,8 @@ def setup(config: str, d: dict[str, Any]) -> tuple[nn.Module, tuple[Any, ...]]:
         if kind == "rgcn":
             return OursRGCN(fin, classes), (relation_operators(ei, d["edge_type"], RELATIONS, n),)
         adj = operator_for(kind, CSRMatrix.from_edge_index(ei, n))
-        model = GAT(fin, CHANNELS, classes, heads=HEADS, dropout=GAT_DROPOUT) if kind == "gat" \
-            else GIN(fin, HIDDEN, classes, dropout=DROPOUT)
+        model = GIN(fin, HIDDEN, classes, dropout=DROPOUT) if kind == "gin" else \
+            GAT(fin, CHANNELS, classes, heads=HEADS, dropout=GAT_DROPOUT, v2=kind == "gatv2")
         return model, (adj,)
     model = pyg_model(kind, fin, classes)
     if kind == "rgcn":
@@ -296,7 +299,7 @@ def summarize(results: list[Row], k: Row, quick: bool) -> tuple[dict[str, float]
     rows = {r["impl"]: r for r in results if "error" not in r}
     speedups: dict[str, float] = {}
     metrics: dict[str, Any] = {}
-    for kind in ("gat", "gin", "rgcn"):
+    for kind in ("gat", "gatv2", "gin", "rgcn"):
         ours = rows.get(f"{kind}/ours")
         peers = [r for i, r in rows.items() if i.startswith(f"{kind}/pyg")]
         if ours is None or not peers:
