@@ -5,6 +5,10 @@ outside a pattern, and a machine without a working compiler keeps the torch path
 
 from __future__ import annotations
 
+import fnmatch
+import tomllib
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -22,8 +26,18 @@ from sparsegnn.sparse.edge_kernels import pattern_transpose
 from sparsegnn.sparse.multihead import heads_sddmm, heads_spmm
 from sparsegnn.sparse.native import build
 
-pytestmark = pytest.mark.skipif(native.library() is None,
-                                reason="the fused kernels did not build on this machine")
+ROOT = Path(__file__).resolve().parents[1]
+needs_kernels = pytest.mark.skipif(native.library() is None,
+                                   reason="the fused kernels did not build on this machine")
+
+
+def test_a_wheel_carries_the_c_source() -> None:
+    """The source is compiled where the package is installed, so package data must
+    list it (an installed wheel without it would warn and run the torch path)."""
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = table["tool"]["setuptools"]["package-data"]["sparsegnn"]
+    source = build.SOURCE.relative_to(ROOT / "src" / "sparsegnn").as_posix()
+    assert any(fnmatch.fnmatch(source, p) for p in patterns)
 
 
 def pattern(rows: int, cols: int, seed: int) -> CSRMatrix:
@@ -44,6 +58,7 @@ def both(fn, *args):
     return fn(*args), ref
 
 
+@needs_kernels
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(("heads", "f"), [(1, 1), (3, 5), (8, 8), (16, 8), (2, 16), (4, 12)])
 def test_every_kernel_equals_the_torch_path(dtype: torch.dtype, heads: int, f: int) -> None:
@@ -65,6 +80,7 @@ def test_every_kernel_equals_the_torch_path(dtype: torch.dtype, heads: int, f: i
             torch.testing.assert_close(ours, ref, **tol)
 
 
+@needs_kernels
 def test_the_softmax_exp_holds_across_the_float_range() -> None:
     """Scores hundreds apart within a row (underflow to 0) and a large shift: the
     vectorised exp against float64 torch, per entry within a few ulp."""
@@ -77,6 +93,7 @@ def test_the_softmax_exp_holds_across_the_float_range() -> None:
         torch.testing.assert_close(ours.double(), ref, rtol=1e-6, atol=1e-30)
 
 
+@needs_kernels
 def test_a_permutation_reads_values_in_another_order() -> None:
     """The transposed SpMM reads A's values through the permutation, as if gathered."""
     a = pattern(40, 40, 7)
@@ -87,6 +104,7 @@ def test_a_permutation_reads_values_in_another_order() -> None:
                                native.segment_sum(at, vals[perm]))
 
 
+@needs_kernels
 def test_gradients_are_exact() -> None:
     a = pattern(12, 10, 3)
     opts = {"dtype": torch.float64, "requires_grad": True}
@@ -103,6 +121,7 @@ def test_gradients_are_exact() -> None:
     assert torch.autograd.gradcheck(lambda p, q: sddmm_add(a, p, q), (one_u, one_v))
 
 
+@needs_kernels
 @pytest.mark.parametrize("threads", [1, 2])
 def test_gatv2_gradients_equal_the_torch_path(threads: int) -> None:
     """u, v and att gradients of GATv2's score, the attention vector's summed over
@@ -127,6 +146,7 @@ def test_gatv2_gradients_equal_the_torch_path(threads: int) -> None:
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
 
 
+@needs_kernels
 def test_threads_split_rows_without_changing_a_bit() -> None:
     a = pattern(300, 300, 11)
     vals, x = torch.randn(a.nnz, 8), torch.randn(300, 8, 8)
@@ -141,6 +161,7 @@ def test_threads_split_rows_without_changing_a_bit() -> None:
     assert all(torch.equal(p, q) for p, q in zip(one, two, strict=True))
 
 
+@needs_kernels
 def test_indices_outside_the_pattern_are_refused_not_read() -> None:
     crow, col = torch.tensor([0, 1, 2]), torch.tensor([0, 5])
     bad = CSRMatrix.from_csr(crow, col, None, (2, 3), check=False)
@@ -158,6 +179,7 @@ def test_indices_outside_the_pattern_are_refused_not_read() -> None:
         native.spmm_heads(good, torch.ones(good.nnz, 1), x, torch.zeros(1, dtype=torch.long))
 
 
+@needs_kernels
 def test_wide_rows_and_other_dtypes_take_the_torch_path() -> None:
     x = torch.randn(3, 1, 4)
     assert native.usable(x) and not native.usable(x.half())
@@ -170,6 +192,7 @@ def test_wide_rows_and_other_dtypes_take_the_torch_path() -> None:
 def test_without_a_compiler_the_torch_path_runs_after_one_warning(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SPARSEGNN_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.delenv("SPARSEGNN_NATIVE", raising=False)
     monkeypatch.setattr(native, "_lib", [])
     a = pattern(20, 20, 1)
     u, v = torch.randn(20, 2), torch.randn(20, 2)
@@ -187,6 +210,7 @@ def test_a_failing_compiler_is_named(tmp_path, monkeypatch) -> None:
     assert not list(tmp_path.rglob("*.so"))  # no half-written library left
 
 
+@needs_kernels
 def test_a_compiler_without_openmp_builds_one_thread_kernels(tmp_path, monkeypatch) -> None:
     """Apple's clang refuses -fopenmp: the second try without it gives kernels that run
     the rows on one thread, with the same results."""
@@ -209,6 +233,7 @@ def test_a_compiler_without_openmp_builds_one_thread_kernels(tmp_path, monkeypat
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-5)
 
 
+@needs_kernels
 def test_a_damaged_library_in_the_cache_is_built_again(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SPARSEGNN_CACHE", str(tmp_path))
     target = build.library_path(build.compiler())
