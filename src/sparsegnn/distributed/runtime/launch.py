@@ -437,7 +437,12 @@ def _failure(
         )
     if stalled:
         return _stalled_error(stalled[0], world, silence_s)
-    reports = [(report["at"], r, report) for r in failed if (report := ranks[r].error())]
+    # A rank whose pipe is closed has exited, even when its exit code has not reached this
+    # process yet (the fork server relays it): its report counts, so the rank that failed
+    # first is named, not a peer that saw it go (CI: rank 0's "rank 1 has exited" was
+    # shown instead of rank 1's refusal of its shard).
+    reports = [(report["at"], r, report) for r in range(world)
+               if (r in failed or ranks[r].eof) and (report := ranks[r].error())]
     if not reports:
         return RankFailedError(
             f"rank {failed[0]} of {world} failed (exit code {codes[failed[0]]}); "

@@ -1,0 +1,54 @@
+"""Which rank a failed spawned run names: the one that failed first, also when its exit
+code has not reached the launcher yet (the fork server relays exit codes, so a rank can
+be gone, its report in its closed pipe, while only the peer that saw it go counts as
+failed)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import pytest
+
+from sparsegnn.distributed.runtime.launch import _failure, _Rank
+from sparsegnn.distributed.runtime.peers import PeerLostError
+from sparsegnn.errors import DataFormatError
+
+
+def _rank(rank: int, report: dict[str, object] | None, *, closed: bool) -> _Rank:
+    received = bytearray(b"E" + json.dumps(report).encode()) if report else bytearray()
+    return _Rank(rank, proc=None, reader=None, received=received, eof=closed)
+
+
+def _report(at: float, kind: type, message: str) -> dict[str, object]:
+    return {"at": at, "class": f"{kind.__module__}.{kind.__qualname__}", "kind": "user",
+            "message": message, "traceback": ""}
+
+
+LOST = _report(2.0, PeerLostError, "rank 0 of 2: rank 1 on host 127.0.0.1 has exited; "
+               "the collective failed: Connection reset by peer")
+REFUSED = _report(1.0, DataFormatError, "part/rank1.npz: fingerprint of another graph")
+
+
+def test_the_rank_that_failed_first_is_named_before_its_exit_code_arrives() -> None:
+    ranks = [_rank(0, LOST, closed=True), _rank(1, REFUSED, closed=True)]
+    err = _failure(ranks, failed=[0], codes=[1, None], stalled=[], silence_s=0.0)
+    assert isinstance(err, DataFormatError)
+    assert str(err) == "rank 1 of 2: part/rank1.npz: fingerprint of another graph"
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_rank_still_writing_or_without_a_report_is_not_read(closed: bool) -> None:
+    """An open pipe may hold half a report; a closed one without an error has none."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    other = _rank(1, REFUSED if not closed else None, closed=closed)
+    other.reader = reader
+    if not closed:
+        other.received = other.received[:20]  # half-written, the writer still open
+    try:
+        err = _failure([_rank(0, LOST, closed=True), other], failed=[0], codes=[1, None],
+                       stalled=[], silence_s=0.0)
+    finally:
+        reader.close()
+        writer.close()
+    assert isinstance(err, PeerLostError) and "has exited" in str(err)
