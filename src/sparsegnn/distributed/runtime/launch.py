@@ -131,13 +131,10 @@ def spawn(
 
 @contextmanager
 def _sigterm_raises() -> Iterator[None]:
-    """While ranks run, SIGTERM raises :class:`Terminated` in the main thread.
-
-    By default SIGTERM ends a process without running ``finally`` blocks, which would
-    leave the ranks running. Only where SIGTERM still has its default action (an
-    application's own handler wins) and only in the main thread (where Python runs
-    handlers).
-    """
+    """While ranks run, SIGTERM raises :class:`Terminated` in the main thread: by default
+    it ends a process without running ``finally`` blocks, leaving the ranks running. Only
+    where SIGTERM has its default action (an application's handler wins), in the main
+    thread (where Python runs handlers)."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         yield
@@ -437,10 +434,8 @@ def _failure(
         )
     if stalled:
         return _stalled_error(stalled[0], world, silence_s)
-    # A rank whose pipe is closed has exited, even when its exit code has not reached this
-    # process yet (the fork server relays it): its report counts, so the rank that failed
-    # first is named, not a peer that saw it go (CI: rank 0's "rank 1 has exited" was
-    # shown instead of rank 1's refusal of its shard).
+    # A closed pipe is an exited rank whose exit code the fork server has not relayed yet:
+    # its report counts, or a peer that saw it go would be named instead of it.
     reports = [(report["at"], r, report) for r in range(world)
                if (r in failed or ranks[r].eof) and (report := ranks[r].error())]
     if not reports:
