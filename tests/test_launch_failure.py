@@ -10,14 +10,14 @@ import multiprocessing
 
 import pytest
 
-from sparsegnn.distributed.runtime.launch import _failure, _Rank
 from sparsegnn.distributed.runtime.peers import PeerLostError
+from sparsegnn.distributed.runtime.rank_failure import RankChannel, rank_failure
 from sparsegnn.errors import DataFormatError
 
 
-def _rank(rank: int, report: dict[str, object] | None, *, closed: bool) -> _Rank:
+def _rank(rank: int, report: dict[str, object] | None, *, closed: bool) -> RankChannel:
     received = bytearray(b"E" + json.dumps(report).encode()) if report else bytearray()
-    return _Rank(rank, proc=None, reader=None, received=received, eof=closed)
+    return RankChannel(rank, proc=None, reader=None, received=received, eof=closed)
 
 
 def _report(at: float, kind: type, message: str) -> dict[str, object]:
@@ -32,7 +32,7 @@ REFUSED = _report(1.0, DataFormatError, "part/rank1.npz: fingerprint of another 
 
 def test_the_rank_that_failed_first_is_named_before_its_exit_code_arrives() -> None:
     ranks = [_rank(0, LOST, closed=True), _rank(1, REFUSED, closed=True)]
-    err = _failure(ranks, failed=[0], codes=[1, None], stalled=[], silence_s=0.0)
+    err = rank_failure(ranks, failed=[0], codes=[1, None], stalled=[], silence_s=0.0)
     assert isinstance(err, DataFormatError)
     assert str(err) == "rank 1 of 2: part/rank1.npz: fingerprint of another graph"
 
@@ -46,7 +46,7 @@ def test_a_rank_still_writing_or_without_a_report_is_not_read(closed: bool) -> N
     if not closed:
         other.received = other.received[:20]  # half-written, the writer still open
     try:
-        err = _failure([_rank(0, LOST, closed=True), other], failed=[0], codes=[1, None],
+        err = rank_failure([_rank(0, LOST, closed=True), other], failed=[0], codes=[1, None],
                        stalled=[], silence_s=0.0)
     finally:
         reader.close()

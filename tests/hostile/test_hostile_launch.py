@@ -28,7 +28,8 @@ import pytest
 import torch
 
 from conftest import assert_user_error, run_cli
-from sparsegnn.distributed.runtime.launch import _load_result, _Rank
+from sparsegnn.distributed.runtime.launch import _load_result
+from sparsegnn.distributed.runtime.rank_failure import RankChannel
 
 pytestmark = pytest.mark.distributed
 
@@ -226,7 +227,7 @@ def test_a_rank_reply_cannot_run_code_in_the_launcher(workdir):
         def __reduce__(self) -> tuple[object, tuple[str]]:
             return (os.system, (f"touch {marker}",))
 
-    rank = _Rank(0, None, None)  # type: ignore[arg-type]
+    rank = RankChannel(0, None, None)  # type: ignore[arg-type]
     rank.eof = True
     crafted = io.BytesIO()
     torch.save(Payload(), crafted)

@@ -23,8 +23,9 @@ from sparsegnn.distributed.planning.comm_model import SpmmCall, predict, spmm_sc
 from sparsegnn.distributed.planning.plan import RankVolume, block_pairs, epoch_volume, row_volume
 from sparsegnn.distributed.runtime.comm import ByteCounts, Communicator, Group, ProcessGrid
 from sparsegnn.distributed.runtime.dispatch import OnRanks, ranks_for, run_on_ranks
-from sparsegnn.distributed.runtime.launch import RankFailedError, spawn
+from sparsegnn.distributed.runtime.launch import spawn
 from sparsegnn.distributed.runtime.peers import PeerLostError, lost_peers_named
+from sparsegnn.distributed.runtime.rank_failure import RankFailedError
 from sparsegnn.distributed.runtime.session import (
     RankResult,
     Session,

@@ -31,7 +31,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,12 @@ import tqdm
 from sparsegnn.data.leftovers import launcher_temp_dir
 from sparsegnn.data.limits import require_ranks
 from sparsegnn.distributed.runtime.affinity import rank_cpus
+from sparsegnn.distributed.runtime.rank_failure import (
+    RankChannel,
+    RankFailedError,
+    rank_failure,
+    stalled_error,
+)
 from sparsegnn.errors import SparseGNNError
 
 # Seconds a stopped rank gets to exit after SIGTERM before it is killed.
@@ -54,10 +59,6 @@ _POLL_S = 0.05
 _BEAT_S = 1.0
 _STALLED_S = 3 * _BEAT_S
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-class RankFailedError(SparseGNNError, RuntimeError):
-    """A rank raised, died or stopped responding; the message names it and says how."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -106,7 +107,7 @@ def spawn(
     beats = ctx.Array("Q", nprocs, lock=False)  # shared memory: one counter per rank
     pipes = [ctx.Pipe(duplex=False) for _ in range(nprocs)]
     ranks = [
-        _Rank(rank, ctx.Process(
+        RankChannel(rank, ctx.Process(
             target=_child,
             args=(rank, nprocs, port, threads, cpus[rank], fn, args, beats, writer),
         ), reader)
@@ -323,38 +324,6 @@ def _rebuild(name: str, fields: dict[str, Any]) -> Any:
 
 
 # ---------------------------------------------------------------------- the launcher's side
-@dataclass
-class _Rank:
-    """A started rank and what it has sent so far (its reply or its error report)."""
-
-    rank: int
-    proc: Any
-    reader: Connection
-    received: bytearray = dataclasses.field(default_factory=bytearray)
-    eof: bool = False
-
-    def drain(self) -> None:
-        """Read what the pipe holds now (the reader is made non-blocking on first use)."""
-        if self.eof:
-            return
-        fd = self.reader.fileno()
-        os.set_blocking(fd, False)
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 20)
-            except BlockingIOError:
-                return
-            if not chunk:
-                self.eof = True
-                return
-            self.received += chunk
-
-    def error(self) -> dict[str, Any] | None:
-        if self.received[:1] != b"E":
-            return None
-        return dict(json.loads(self.received[1:].decode()))
-
-
 class _Heartbeats:
     """When each rank last beat, by this process's clock (a rank only bumps a counter)."""
 
@@ -376,7 +345,7 @@ class _Heartbeats:
         return sorted(quiet, key=lambda r: self.last[r])
 
 
-def _watch(ranks: list[_Rank], heart: _Heartbeats, wall_timeout_s: float | None) -> None:
+def _watch(ranks: list[RankChannel], heart: _Heartbeats, wall_timeout_s: float | None) -> None:
     deadline = None if wall_timeout_s is None else time.monotonic() + wall_timeout_s
     procs = [r.proc for r in ranks]
     while True:
@@ -391,14 +360,14 @@ def _watch(ranks: list[_Rank], heart: _Heartbeats, wall_timeout_s: float | None)
         if failed:
             stalled = heart.silent(now, running, _STALLED_S)
             _stop(procs, stalled)
-            raise _failure(ranks, failed, codes, stalled, now - heart.last[stalled[0]]
+            raise rank_failure(ranks, failed, codes, stalled, now - heart.last[stalled[0]]
                            if stalled else 0.0)
         if not running:
             return
         stalled = heart.silent(now, running, heart.timeout_s)
         if stalled:
             _stop(procs, stalled)
-            raise _stalled_error(stalled[0], len(ranks), heart.timeout_s)
+            raise stalled_error(stalled[0], len(ranks), heart.timeout_s)
         if deadline is not None and now > deadline:
             _stop(procs)
             raise RankFailedError(
@@ -406,70 +375,7 @@ def _watch(ranks: list[_Rank], heart: _Heartbeats, wall_timeout_s: float | None)
             )
 
 
-def _stalled_error(rank: int, world: int, silence_s: float) -> RankFailedError:
-    return RankFailedError(
-        f"rank {rank} of {world} stopped responding (no heartbeat for {silence_s:.0f} s); "
-        "stopped the other ranks"
-    )
-
-
-def _failure(
-    ranks: list[_Rank], failed: list[int], codes: list[int | None], stalled: list[int],
-    silence_s: float,
-) -> BaseException:
-    """The error that names the rank at fault, as that rank would have said it.
-
-    A killed rank comes first, then a rank that had stopped beating (the errors of its
-    peers, which kept beating while they waited for it, are the consequence), then the
-    earliest error report. Only the culprit's traceback is shown, and only for a bug.
-    """
-    world = len(ranks)
-    for r in ranks:
-        r.drain()
-    killed = [r for r in failed if (codes[r] or 0) < 0]
-    if killed:
-        name = signal.Signals(-(codes[killed[0]] or 0)).name
-        return RankFailedError(
-            f"rank {killed[0]} of {world} failed (killed by {name}); stopped the other ranks"
-        )
-    if stalled:
-        return _stalled_error(stalled[0], world, silence_s)
-    # A closed pipe is an exited rank whose exit code the fork server has not relayed yet:
-    # its report counts, or a peer that saw it go would be named instead of it.
-    reports = [(report["at"], r, report) for r in range(world)
-               if (r in failed or ranks[r].eof) and (report := ranks[r].error())]
-    if not reports:
-        return RankFailedError(
-            f"rank {failed[0]} of {world} failed (exit code {codes[failed[0]]}); "
-            "stopped the other ranks"
-        )
-    _, culprit, report = min(reports, key=lambda item: item[:2])
-    if report["kind"] == "user":
-        prefix = f"rank {culprit} of {world}: "
-        message = report["message"]  # a PeerLostError names its rank already
-        return _user_error(report["class"],
-                           message if message.startswith(prefix) else prefix + message)
-    sys.stderr.write(report["traceback"])
-    return RankFailedError(
-        f"rank {culprit} of {world} failed ({report['message']}); stopped the other ranks"
-    )
-
-
-def _user_error(name: str, message: str) -> SparseGNNError:
-    """The rank's own error class (when this process knows it) carrying ``message``."""
-    pending: list[type[SparseGNNError]] = [SparseGNNError]
-    while pending:
-        kind = pending.pop()
-        if f"{kind.__module__}.{kind.__qualname__}" == name:
-            try:
-                return kind(message)
-            except TypeError:  # a constructor that wants more than a message
-                break
-        pending.extend(kind.__subclasses__())
-    return RankFailedError(message)
-
-
-def _load_result(rank: _Rank) -> Any:
+def _load_result(rank: RankChannel) -> Any:
     """The reply of a rank that has exited, read to the pipe's end."""
     deadline = time.monotonic() + _STOP_GRACE_S
     rank.drain()

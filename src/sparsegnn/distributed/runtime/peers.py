@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
-from sparsegnn.distributed.runtime.launch import RankFailedError
+from sparsegnn.distributed.runtime.rank_failure import RankFailedError
 
 PROBE_S = 3.0  # how long a peer may take to accept a probe and to answer it
 _PING, _PONG = b"?", b"!"
