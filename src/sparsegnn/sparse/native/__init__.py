@@ -1,10 +1,11 @@
-"""Fused CPU kernels for attention: SDDMM (dot, additive), multi-head SpMM, row sums and
-the edge softmax with its backward, each one pass over a CSR pattern.
+"""Fused CPU kernels for attention: SDDMM (dot, additive, GATv2's LeakyReLU form), the
+multi-head SpMM, row sums and the edge softmax, with their backwards, each one pass over
+a CSR pattern.
 
 Torch composes these products from gathers, products and reductions that each write an
 ``nnz``-sized temporary, 15-24x the streaming bound of their compulsory bytes at 2^18
 vertices; one C loop per row that reads each operand row once and prefetches the rows it
-gathers runs within 5x (docs/results/attention.md). The C source ships with the package
+gathers runs at 4.6-5.6x (docs/results/attention.md). The C source ships with the package
 and is compiled on first use (:mod:`.build`); where that cannot happen (no compiler, a
 failed build) every caller keeps its torch path, after one warning. ``SPARSEGNN_NATIVE=0``
 or :func:`disabled` turns them off, e.g. to compare the two paths.
