@@ -359,14 +359,18 @@ def test_cli_resumes_a_two_rank_checkpoint_on_one_rank(tmp_path, capsys):
 
 
 def test_killed_saves_are_removed_and_nothing_else(tmp_path):
-    """What a rank killed mid-save leaves (a shard's or the manifest's temp file) goes;
-    shards, manifests and files of other names stay."""
+    """What a rank killed mid-save leaves (a shard's or the manifest's temp file) goes,
+    and a folder then empty; shards, manifests and files of other names stay."""
     epoch = tmp_path / "epoch-000001"
     epoch.mkdir()
     keep = ["rank0.pt", MANIFEST, ".other.tmp", "notes.txt"]
     gone = [".rank1.pt.k2j3x9aa.tmp", f".{MANIFEST}.q1w2e3r4.tmp"]
     for name in keep + gone:
         (epoch / name).write_bytes(b"x")
+    left = tmp_path / "epoch-000002"  # a failed save's folder, its temp file only
+    left.mkdir()
+    (left / ".rank0.pt.a1b2c3d4.tmp").write_bytes(b"x")
     remove_killed_saves(tmp_path)
     assert sorted(p.name for p in epoch.iterdir()) == sorted(keep)
+    assert not left.exists()
     remove_killed_saves(tmp_path / "absent")  # no folder: nothing to do

@@ -96,15 +96,17 @@ def epoch_folders(root: Path) -> list[tuple[int, Path]]:
 
 
 def remove_killed_saves(root: Path) -> None:
-    """Delete the shard and manifest temp files under ``root``'s epoch folders: what a
-    rank stopped mid-save leaves (its own ``atomic_write`` removes them when it can
-    unwind; a rank killed after the stop grace cannot). Only while no rank of a run on
-    ``root`` is alive: at a run's start (rank 0, holding the folder's lock) and after a
-    spawned run has failed and every rank is gone."""
+    """Delete the shard and manifest temp files under ``root``'s epoch folders, and the
+    folders then empty: what a failed or stopped save leaves (a rank's ``atomic_write``
+    removes its temp file when it can unwind; a rank killed after the stop grace cannot).
+    Only while no rank of a run on ``root`` is saving: at a run's start (rank 0, holding
+    the folder's lock) and after a spawned run has failed and every rank is gone."""
     for _, folder in epoch_folders(root):
         for stale in folder.iterdir():
             if _TEMP.fullmatch(stale.name):
                 stale.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # only an empty folder goes
+            folder.rmdir()
 
 
 def is_checkpoint_folder(path: Path) -> bool:
@@ -425,15 +427,11 @@ class DistributedStore:
         """Write this rank's shard; after every rank's acknowledgement, rank 0 writes the
         manifest and prunes older folders (:meth:`_prune`)."""
         folder = epoch_folder(self.root, epoch)
+        # A failed save leaves the folder for remove_killed_saves: a rank removing it here
+        # raced a peer's mkdir (CI: "epoch-000001: File exists" instead of the full disk).
         folder.mkdir(parents=True, exist_ok=True)
         shard = folder / shard_name(self.grid.rank)
-        try:
-            save_checkpoint(shard, payload,
-                            {**self.identity, "rank": self.grid.rank, "epoch": epoch})
-        except BaseException:
-            with contextlib.suppress(OSError):  # an empty folder a failed save made
-                folder.rmdir()
-            raise
+        save_checkpoint(shard, payload, {**self.identity, "rank": self.grid.rank, "epoch": epoch})
         replicated = content_hash([payload["model"], payload["optimizer"]])
         ack = [shard.stat().st_size, *_ints(file_sha256(shard)), *_ints(replicated)]
         acks = gather_grid(self.comm, self.grid, ack)
