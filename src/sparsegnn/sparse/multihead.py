@@ -29,14 +29,13 @@ move few bytes beyond their compulsory ones (docs/results/attention.md, 2026-12-
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch.nn import functional as F
 
 from sparsegnn.sparse import native
 from sparsegnn.sparse.csr import CSRMatrix
 from sparsegnn.sparse.ops import _has_fbgemm, _mm, sddmm
+from sparsegnn.sparse.pattern_cache import Store, per_pattern
 
 _INT32_MAX = 2**31 - 1
 # heads_sddmm gathers chunks of edges whose [chunk, f * H] operands hold about this many
@@ -46,10 +45,8 @@ _INT32_MAX = 2**31 - 1
 # at the one-thread size, 0.82 s at this one), so chunks there hold this many per thread.
 _SDDMM_CHUNK_ELEMS = 1 << 19
 _SDDMM_PARALLEL_CHUNK_ELEMS = 1 << 22
-# ids of a pattern's (crow, col) tensors -> (weak references to them, crow, col, rows
-# narrowed).
-_NARROW: dict[tuple[int, int], tuple[weakref.ref, weakref.ref, torch.Tensor, torch.Tensor,
-                                     torch.Tensor]] = {}
+# A pattern's row pointers, columns and per-entry rows in the narrowest index dtype.
+_NARROW: Store = {}
 
 
 def _index_dtype(largest: int) -> torch.dtype:
@@ -61,16 +58,11 @@ def narrow_indices(a: CSRMatrix) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     """``a``'s row pointers, columns and per-entry rows in the narrowest index dtype,
     cached per pair of index tensors (patterns made by ``with_values`` share them) for as
     long as the columns live: converting them costs a pass over the pattern per call."""
-    key = (id(a.crow), id(a.col))
-    hit = _NARROW.get(key)
-    if hit is not None and hit[0]() is a.crow and hit[1]() is a.col:
-        return hit[2], hit[3], hit[4]
-    dtype = _index_dtype(max(a.nnz, *a.shape))
-    entry = (weakref.ref(a.crow), weakref.ref(a.col), a.crow.to(dtype), a.col.to(dtype),
-             a.row_indices().to(dtype))
-    _NARROW[key] = entry
-    weakref.finalize(a.col, _NARROW.pop, key, None)
-    return entry[2], entry[3], entry[4]
+    def narrow() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dtype = _index_dtype(max(a.nnz, *a.shape))
+        return a.crow.to(dtype), a.col.to(dtype), a.row_indices().to(dtype)
+
+    return per_pattern(_NARROW, a, narrow)
 
 
 def head_blocks(a: CSRMatrix, values: torch.Tensor) -> CSRMatrix:

@@ -21,7 +21,6 @@ import ctypes
 import os
 import threading
 import warnings
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,11 +29,12 @@ import torch
 from sparsegnn.errors import ShapeError
 from sparsegnn.sparse.csr import CSRMatrix
 from sparsegnn.sparse.native.build import BuildError, load
+from sparsegnn.sparse.pattern_cache import Store, per_pattern
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 _state = threading.local()
 _lib: list[ctypes.CDLL | None] = []
-_CHECKED: dict[tuple[int, int], tuple[weakref.ref, weakref.ref]] = {}
+_CHECKED: Store = {}
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 # The C loops keep a row's per-head sums on the stack: at most this many elements
 # (heads * f for the SpMM, heads for the softmax), 8 KiB of float64.
@@ -80,11 +80,12 @@ def usable(*tensors: torch.Tensor, width: int = 1) -> bool:
 
 
 def _checked(a: CSRMatrix) -> None:
-    """Refuse a pattern whose indices would send a C loop outside its operands."""
-    key = (id(a.crow), id(a.col))
-    hit = _CHECKED.get(key)
-    if hit is not None and hit[0]() is a.crow and hit[1]() is a.col:
-        return
+    """Refuse a pattern whose indices would send a C loop outside its operands (checked
+    once per pattern)."""
+    per_pattern(_CHECKED, a, lambda: _check_indices(a))
+
+
+def _check_indices(a: CSRMatrix) -> bool:
     crow, col, (rows, cols) = a.crow, a.col, a.shape
     if (crow.dtype != torch.int64 or col.dtype != torch.int64 or crow.numel() != rows + 1
             or int(crow[0]) != 0 or int(crow[-1]) != col.numel()
@@ -92,8 +93,7 @@ def _checked(a: CSRMatrix) -> None:
             or (col.numel() and (int(col.min()) < 0 or int(col.max()) >= cols))):
         raise ShapeError(f"a CSR pattern of shape {a.shape} with {col.numel()} entries "
                          "has row pointers or columns outside it")
-    _CHECKED[key] = (weakref.ref(a.crow), weakref.ref(a.col))
-    weakref.finalize(a.col, _CHECKED.pop, key, None)
+    return True
 
 
 def _need(ok: bool, what: str, *shapes: object) -> None:
