@@ -92,15 +92,18 @@ def tracking_summary(rows: list[Row]) -> tuple[dict[str, float], dict[str, Any]]
         gnn, ckf = by_key[(name, "gnn")], by_key[(name, "ckf")]
         speedups[f"{name}_gnn_vs_ckf"] = ckf["seconds_per_event"] / gnn["seconds_per_event"]
         for r in (gnn, ckf):
-            for key in ("tracking_efficiency", "fake_rate", "duplicate_rate",
-                        "seconds_per_event"):
-                metrics[f"{name}_{r['method']}_{key}"] = r[key]
+            for key in ("tracking_efficiency", "tracking_efficiency_pt1", "fake_rate",
+                        "duplicate_rate", "trackml_score", "seconds_per_event"):
+                if key in r:
+                    metrics[f"{name}_{r['method']}_{key}"] = r[key]
     return speedups, metrics
 
 
 def tracking_report(rows: list[Row], as_json: bool) -> None:
     """The table, the speedups and metrics, and the JSON line of GNN and CKF rows."""
+    soft = ["tracking_efficiency_pt1"] if any("tracking_efficiency_pt1" in r for r in rows) else []
     print_table(rows, ["dataset", "method", "events", "hits_per_event", "tracking_efficiency",
-                       "fake_rate", "duplicate_rate", "seconds_per_event"])
+                       *soft, "fake_rate", "duplicate_rate", "trackml_score",
+                       "seconds_per_event"])
     speedups, metrics = tracking_summary(rows)
     emit(rows, speedups, metrics, as_json)

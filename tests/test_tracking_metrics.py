@@ -87,6 +87,17 @@ def test_reconstructable_cuts_are_configurable() -> None:
     assert loose.num_reconstructable == 2 and loose.efficiency == 1.0
 
 
+def test_a_soft_models_tracks_scored_against_the_hard_targets_too() -> None:
+    # three particles of 0.6, 1.5 and 3 GeV; the 1.5 GeV one's hits are split in two
+    ev = toy_event([0, 0, 0, 1, 1, 1, 1, 2, 2, 2], pt=[0.6, 1.5, 3.0])
+    tracks = Tracks("toy", np.array([0, 0, 0, 1, 1, 2, 2, 3, 3, 3]))
+    soft, matches = track_metrics(ev, tracks, TargetConfig(min_pt=0.5))
+    assert (soft.num_matched, soft.num_reconstructable) == (2, 3)
+    assert matches.efficiency_above(1.0) == (0.5, 2)  # only the 3 GeV particle matched
+    assert matches.efficiency_above(2.0) == (1.0, 1)
+    assert np.isnan(matches.efficiency_above(5.0)[0])
+
+
 def test_two_hit_track_does_not_match_a_three_hit_particle() -> None:
     ev = toy_event([0, 0, 0], pt=[2.0])
     tracks = Tracks("toy", np.array([0, 0, -1]))  # 2/3 of the particle, 2/2 of the track

@@ -69,6 +69,14 @@ class ParticleMatches:
     reconstructable: np.ndarray  # bool
     matched: np.ndarray  # bool: double-majority matched to some track
 
+    def efficiency_above(self, min_pt: float) -> tuple[float, int]:
+        """Efficiency over the reconstructable particles of at least ``min_pt`` GeV, and
+        how many there are: one model's tracks scored against a harder target (pT > 1
+        GeV for a model trained for 0.5). A bound below the targets' own counts none of
+        the particles between them."""
+        reco = self.reconstructable & (self.pt >= min_pt)
+        return _ratio(int((reco & self.matched).sum()), int(reco.sum())), int(reco.sum())
+
 
 def edge_metrics(graph: HitGraph, scores: np.ndarray, cut: float = 0.5) -> EdgeMetrics:
     """Efficiency, purity (both at ``cut``) and ROC AUC of ``scores`` on ``graph``'s edges."""
