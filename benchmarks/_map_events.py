@@ -45,7 +45,16 @@ def map_folder(root: Path, min_pt: float = 1.0, straight: bool = False) -> Path:
 
 def map_chunks(root: Path, events: int, workers: int, min_pt: float = 1.0) -> list[Path]:
     """The chunk folders holding the first ``events`` map events for targets above
-    ``min_pt`` GeV, simulated where missing (``workers`` processes): soft chunks, every
+    ``min_pt`` GeV, simulated where missing (``workers`` processes)."""
+    tasks = chunk_tasks(root, events, min_pt)
+    if workers <= 1:
+        return [Path(simulate_chunk(*task)) for task in tasks]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return [Path(d) for d in pool.map(simulate_chunk, *zip(*tasks, strict=True))]
+
+
+def chunk_tasks(root: Path, events: int, min_pt: float) -> list[tuple[str, int, float, float]]:
+    """Each chunk's folder, seed and muon pT range: soft chunks, every
     :data:`STRAIGHT_EVERY`-th one stiff (each kind numbered and seeded on its own, so a
     longer sequence starts with the chunks of a shorter one)."""
     base = 8000 if min_pt == 1.0 else 8500
@@ -57,7 +66,4 @@ def map_chunks(root: Path, events: int, workers: int, min_pt: float = 1.0) -> li
         low, high = STRAIGHT_PT if straight else CURVED_PT
         tasks.append((str(map_folder(root, min_pt, straight) / f"chunk{n:03d}"),
                       base + 1000 * straight + n, low * min_pt, high * min_pt))
-    if workers <= 1:
-        return [Path(simulate_chunk(*task)) for task in tasks]
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return [Path(d) for d in pool.map(simulate_chunk, *zip(*tasks, strict=True))]
+    return tasks

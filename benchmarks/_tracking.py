@@ -42,13 +42,20 @@ TTBAR_PU200 = TrackingDataset("ttbar_pu200", None, 200, 0, 4, 2, 71)
 _SPLIT_SEED = {"train": 0, "test": 1, "map": 2}
 
 
+def event_set(ds: TrackingDataset, split: str) -> dict[str, Any]:
+    """What ``ds``'s ``split`` is: its generator, event count and simulation seed."""
+    count = {"train": ds.train_events, "test": ds.test_events, "map": ds.map_events}[split]
+    return {"dataset": ds.name, "split": split, "gun_muons": ds.gun, "pileup": ds.pileup,
+            "events": count, "seed": ds.seed + _SPLIT_SEED[split]}
+
+
 def events_dir(root: Path, ds: TrackingDataset, split: str) -> Path:
     """Simulated events of ``ds``'s ``split``, simulated now unless already there."""
     from sparsegnn.tracking.events import event_files
 
     directory = root / ds.name / split
-    count = {"train": ds.train_events, "test": ds.test_events, "map": ds.map_events}[split]
-    seed = ds.seed + _SPLIT_SEED[split]
+    found = event_set(ds, split)
+    count, seed = found["events"], found["seed"]
     if directory.is_dir() and len(event_files(directory)) == count:
         return directory
     if ds.gun is not None:

@@ -66,6 +66,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -77,11 +78,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _harness import Row, make_parser
-from _map_events import LEARN_BELOW, map_chunks, map_folder
+from _map_events import CHUNK_EVENTS, LEARN_BELOW, chunk_tasks, map_chunks, map_folder
 from _tracking import (
     TRACKING_DATA,
     TTBAR_PU200,
     TrackingDataset,
+    event_set,
     events_dir,
     gnn_figures,
     tracking_report,
@@ -106,6 +108,7 @@ from sparsegnn.tracking.pipeline import (
 )
 from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import walkthrough_settings
+from sparsegnn.tracking.shipped import describe, write_provenance
 from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.tracking.truth import TargetConfig
 
@@ -195,13 +198,14 @@ def simulate_all(args: argparse.Namespace, conditions: list[Condition]) -> None:
 
 def module_map(root: Path, events: int, min_pt: float, workers: int) -> ModuleMap:
     """The windowed map of the first ``events`` map events for targets above ``min_pt``,
-    cached beside them (missing map events simulated ``workers`` at a time)."""
+    cached beside them (missing map events simulated and read ``workers`` at a time;
+    windows rounded outwards to float32, the precision a model file stores)."""
     suffix = "" if min_pt == 1.0 else f"_pt{min_pt:g}"
     path = map_folder(root, min_pt).parent / f"map_{events}{suffix}.npz"
     if path.is_file():
         return ModuleMap.load(path)
     found = learn_module_map(map_chunks(root, events, workers, min_pt), "module",
-                             LEARN_BELOW * min_pt, True, limit=events)
+                             LEARN_BELOW * min_pt, True, workers, events).rounded()
     found.save(path)
     return found
 
@@ -331,7 +335,36 @@ def bench(args: argparse.Namespace) -> list[Row]:
                                  hard_targets(ckf_matches, targets)))
         if args.plots:
             plot_results(run.results, reco.targets, args.plots / c.name)
+    if args.save_model:
+        write_provenance(args.save_model, describe(
+            args.save_model, "python benchmarks/tracking.py " + " ".join(sys.argv[1:]),
+            head_commit(), data_record(args, conditions), {"rows": rows, **shared}))
     return rows
+
+
+def data_record(args: argparse.Namespace, conditions: list[Condition]) -> dict:
+    """The event sets behind a saved model, with their seeds: the map's chunks (unless the
+    model came from ``--model``), training, validation and held-out events."""
+    record: dict = {"test": [event_set(c.test, "test")
+                             for c in conditions + (UNSEEN if args.unseen else [])]}
+    if not args.model or args.retune:
+        record["validation"] = [event_set(VALIDATION.get(c.name, c.train),
+                                          "test" if c.name in VALIDATION else "train")
+                                for c in conditions]
+    if not args.model:
+        record["train"] = [event_set(c.train, "train") for c in conditions]
+        record["map"] = [{"folder": Path(d).relative_to(args.data).as_posix(), "seed": seed,
+                          "events": CHUNK_EVENTS, "pt_range_gev": [low, high]}
+                         for d, seed, low, high in chunk_tasks(args.data, args.map_events,
+                                                               args.min_pt)]
+    return record
+
+
+def head_commit() -> str:
+    """The commit this benchmark runs from (``unknown`` outside a git checkout)."""
+    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                           capture_output=True, text=True, check=False)
+    return found.stdout.strip() if found.returncode == 0 else "unknown"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

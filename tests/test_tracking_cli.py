@@ -13,6 +13,7 @@ import torch
 from sparsegnn.cli.main import main
 from sparsegnn.data.paths import BUNDLED
 from sparsegnn.tracking.infer import load_model
+from sparsegnn.tracking.shipped import shipped_model
 from tracking_toys import toy_graphs
 
 SAMPLE = BUNDLED / "trackml_sample"  # the copy the package ships: runs from a clone alone
@@ -26,7 +27,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
 
 
 def test_evaluate_truth_graph_on_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    result = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE),
+    result = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--oracle",
                       "--plots", str(tmp_path))
     assert (result["graph"], result["scores"], result["num_edges"]) == ("truth", "oracle", 4230)
     assert result["num_reconstructable"] == 54 and result["tracking_efficiency"] == 1.0
@@ -37,8 +38,9 @@ def test_evaluate_truth_graph_on_sample(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_min_track_hits_drops_short_tracks(capsys: pytest.CaptureFixture[str]) -> None:
-    every = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE))
-    long = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--min-track-hits", "8")
+    every = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--oracle")
+    long = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--oracle",
+                    "--min-track-hits", "8")
     assert long["num_tracks"] < every["num_tracks"] and long["fake_rate"] == 0.0
     # reconstructable particles with 3-7 hits lose their (only) track
     assert long["num_matched"] < every["num_matched"] == 54
@@ -178,3 +180,32 @@ def test_a_missing_model_is_named_a_model_file(stage: str, tmp_path: Path,
     assert main([*argv, "--out", str(tmp_path / "t")] if stage == "reconstruct" else argv) == 2
     err = capsys.readouterr().err
     assert f"model file {tmp_path / 'm.pt'} does not exist" in err and "checkpoint" not in err
+
+
+def test_reconstruct_with_no_model_uses_the_shipped_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fresh clone reconstructs without training first; the tracks it writes score as
+    ``evaluate`` (same shipped model) scores them directly."""
+    shipped = str(shipped_model())
+    built = run_json(capsys, "track", "reconstruct", "--events", str(SAMPLE), "--out",
+                     str(tmp_path / "t"))
+    assert built["model"] == shipped and built["events"][0]["num_tracks"] > 0
+    assert set(built["stage_seconds_per_event"]) == {"graph", "score", "build"}
+    written = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE), "--tracks",
+                       str(tmp_path / "t"))
+    direct = run_json(capsys, "track", "evaluate", "--events", str(SAMPLE))
+    assert (direct["scores"], direct["model"], direct["graph"]) == ("model", shipped,
+                                                                    "module-map")
+    assert written["model"] == shipped
+    for key in ("tracking_efficiency", "fake_rate", "trackml_score", "num_tracks"):
+        assert written[key] == direct[key], key
+    assert direct["num_tracks"] == built["events"][0]["num_tracks"]
+
+
+def test_oracle_and_a_model_are_refused_together(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["track", "evaluate", "--events", str(SAMPLE), "--oracle"]
+    assert main([*argv, "--model", str(shipped_model())]) == 2
+    assert "--oracle scores edges by their truth labels" in capsys.readouterr().err
+    assert main([*argv, "--tracks", str(tmp_path)]) == 2
+    assert "--oracle does not apply" in capsys.readouterr().err

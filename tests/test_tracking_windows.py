@@ -145,6 +145,27 @@ def test_map_with_windows_round_trips_through_files(tmp_path: Path) -> None:
     np.testing.assert_array_equal(carried.pairs, mm.pairs)
 
 
+def test_a_rounded_map_keeps_every_edge_in_half_the_bytes(tmp_path: Path) -> None:
+    ev = straight_tracks(40, seed=5, n_noise=60)
+    mm = ModuleMap.learn([ev], windows=True)
+    small = mm.rounded()
+    w, r = mm.windows, small.windows
+    defined = ~np.isnan(w.low)
+    assert (r.low[defined] <= w.low[defined]).all() and (r.high[defined] >= w.high[defined]).all()
+    assert np.array_equal(np.isnan(r.low), ~defined)
+    assert (r.low[defined] < w.low[defined]).any()  # float64 bounds did move outwards
+    assert np.array_equal(r.low.astype(np.float32).astype(np.float64), r.low, equal_nan=True)
+    cuts = DoubletCuts(window_margin=0.0)
+    assert edges_of(module_map_graph(ev, mm, cuts)) <= edges_of(module_map_graph(ev, small, cuts))
+    arrays = small.to_arrays()
+    assert arrays["window_low"].dtype == np.float32 and arrays["window_count"].dtype == np.int32
+    assert mm.to_arrays()["window_low"].dtype == np.float64  # not exact in float32: kept
+    small.save(tmp_path / "mm.npz")
+    back = ModuleMap.load(tmp_path / "mm.npz")
+    np.testing.assert_array_equal(back.windows.low, r.low)
+    assert back.windows.count.dtype == np.int64 and np.array_equal(back.pairs, mm.pairs)
+
+
 def test_maps_learnt_in_worker_processes_equal_one_process() -> None:
     ev = read_event(SAMPLE, "event000000001")
     alone = ModuleMap.learn([ev], min_pt=0.5, windows=True)

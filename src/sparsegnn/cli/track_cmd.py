@@ -5,8 +5,9 @@ Stages, each reading the previous one's files so a run restarts anywhere:
 ``build-graphs`` [-> ``train-filter``, then ``build-graphs --filter``] -> ``train`` ->
 ``reconstruct`` -> ``evaluate --tracks``. A model file carries how it is used (graph
 settings, module map, filter, score cut, track length), so ``reconstruct --model M``
-needs no other flags; flags override. ``evaluate`` also runs on raw events alone: with
-``--graph truth`` and no ``--model`` it scores the truth-built graph with an oracle.
+needs no other flags; flags override. Without ``--model``, ``reconstruct`` and
+``evaluate`` use the model the package ships (:mod:`sparsegnn.tracking.shipped`);
+``evaluate --oracle`` scores the truth-built graph by its labels instead.
 ``ckf`` runs the traditional peer (ACTS seeding + combinatorial Kalman filter) on
 simulated events and scores it with the same metrics. The reconstruction itself is
 ``sparsegnn.tracking.pipeline.Reconstruction``: options become its settings, results are printed.
@@ -33,6 +34,7 @@ from sparsegnn.cli.common import (
 )
 from sparsegnn.cli.track_evaluate import register_ckf, register_evaluate
 from sparsegnn.cli.track_options import (
+    MODEL_HELP,
     clean,
     events_dir,
     events_flags,
@@ -252,7 +254,7 @@ def _register_reconstruct(stages: argparse._SubParsersAction) -> None:
     p = stages.add_parser("reconstruct", help="score edges and build tracks (TrackML CSV), "
                           "as the model's saved settings say unless flags override them")
     events_flags(p)
-    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
     p.add_argument("--graphs", type=Path, default=None,
                    help="saved graphs (default: build them as the model was tuned)")
     p.add_argument("--out", type=output_dir, required=True,

@@ -23,6 +23,7 @@ from sparsegnn.cli.common import (
     output_file,
 )
 from sparsegnn.cli.track_options import (
+    MODEL_HELP,
     clean,
     events_dir,
     events_flags,
@@ -45,8 +46,10 @@ def register_evaluate(stages: argparse._SubParsersAction) -> None:
                         "only) instead of reconstructing")
     p.add_argument("--graphs", type=Path, default=None,
                    help="saved graphs (default: build them with the graph flags)")
-    p.add_argument("--model", type=Path, default=None,
-                   help="trained model (default: oracle scores from the truth labels)")
+    p.add_argument("--model", type=Path, default=None, help=MODEL_HELP)
+    p.add_argument("--oracle", action="store_true",
+                   help="score edges by their truth labels instead of a model (the "
+                        "graph and track building alone; default graph: truth)")
     p.add_argument("--plots", type=output_dir, default=None, help="write PNG plots here")
     p.add_argument("--report", type=output_file, default=None, metavar="HTML",
                    help="write one static HTML page: settings, metrics, efficiency vs pT "
@@ -71,7 +74,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     pooled, cfg, building = evaluation.tracks, reco.config, reco.config.building
     result = {
         "events": len(events), "graph": "saved" if args.graphs else cfg.graph,
-        "scores": "model" if found is not None else "oracle", "cut": building.cut,
+        "scores": "model" if found is not None else "oracle",
+        "model": None if args.model is None else str(args.model), "cut": building.cut,
         "method": building.method, "min_track_hits": building.min_track_hits,
         **evaluation.edges(), **pooled.to_dict(), "missed_particles": evaluation.missed(),
         **evaluation.timing(),
@@ -106,6 +110,8 @@ def _evaluate_tracks(args: argparse.Namespace) -> int:
     from sparsegnn.tracking.events import read_events
     from sparsegnn.tracking.pipeline import score_written_tracks
 
+    if args.oracle:
+        raise InvalidValueError("--tracks scores written tracks; --oracle does not apply")
     for flag in ("model", "graphs", "plots", "report"):
         if getattr(args, flag) is not None:
             raise InvalidValueError(f"--tracks scores written tracks; --{flag} does not apply")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sparsegnn.cli.common import float_range, int_range, resolve_device
+from sparsegnn.errors import InvalidValueError
 from sparsegnn.names import SCORING_PRECISIONS, TRACK_METHODS
 
 
@@ -172,15 +173,35 @@ def clean(obj: Any) -> Any:
     return None if isinstance(obj, float) and math.isnan(obj) else obj
 
 
+MODEL_HELP = ("trained model file (default: the one the package ships, trained for "
+              "targets above 0.5 GeV; see docs/tracking.md)")
+
+
+def model_file(args: argparse.Namespace) -> Path | None:
+    """``--model``, else the shipped model; None where ``--oracle`` asks for truth scores."""
+    if getattr(args, "oracle", False):
+        if args.model is not None:
+            raise InvalidValueError("--oracle scores edges by their truth labels; --model "
+                                    "does not apply")
+        return None
+    if args.model is not None:
+        return args.model
+    from sparsegnn.tracking.shipped import shipped_model
+
+    return shipped_model()
+
+
 def model_and_events(args: argparse.Namespace) -> tuple[Any, list[Any], list[Any] | None]:
     """The model file (read first: a bad --model is refused before minutes of reading),
-    the events, and their saved graphs when --graphs is given."""
+    the events, and their saved graphs when --graphs is given. ``args.model`` becomes
+    the file used (the shipped one when none was given), for the summaries."""
     from sparsegnn.tracking.events import read_events
     from sparsegnn.tracking.infer import load_track_model
     from sparsegnn.tracking.pipeline import graphs_by_event
     from sparsegnn.tracking.stage_outputs import load_graphs
 
     device = resolve_device(args.device)
+    args.model = model_file(args)
     found = None if args.model is None else load_track_model(args.model, device)
     events = read_events(events_dir(args), args.limit)
     graphs = (None if args.graphs is None

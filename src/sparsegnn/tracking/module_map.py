@@ -145,12 +145,21 @@ class ModuleMap:
         return {}
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """Plain arrays (an ``.npz``, or a model file's entry)."""
+        """Plain arrays (an ``.npz``, or a model file's entry); windows and counts in the
+        narrowest type that holds them exactly (float32 once :meth:`rounded`: half the
+        bytes of a shipped model)."""
         out = {"pairs": self.pairs, "level": np.array(self.level)}
         if self.windows is not None:
-            out.update(window_low=self.windows.low, window_high=self.windows.high,
-                       window_count=self.windows.count)
+            out.update(window_low=_narrowest(self.windows.low),
+                       window_high=_narrowest(self.windows.high),
+                       window_count=_narrowest(self.windows.count))
         return out
+
+    def rounded(self) -> ModuleMap:
+        """This map with its windows widened to float32 bounds (:meth:`PairWindows.rounded`)."""
+        if self.windows is None:
+            return self
+        return ModuleMap(self.pairs, self.level, self.windows.rounded())
 
     @classmethod
     def from_arrays(cls, data: dict[str, np.ndarray], source: str | Path) -> ModuleMap:
@@ -176,6 +185,16 @@ class ModuleMap:
         data = read_arrays(path, ("pairs", "level"), "module map",
                             optional=("window_low", "window_high", "window_count"))
         return cls.from_arrays(data, path)
+
+
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    """``values`` as int32 or float32 where that type holds every value exactly."""
+    narrow = {"i": np.int32, "f": np.float32}.get(values.dtype.kind)
+    if narrow is None or values.dtype.itemsize <= 4:
+        return values
+    cast = values.astype(narrow)
+    same = np.array_equal(cast, values, equal_nan=values.dtype.kind == "f")
+    return cast if same else values
 
 
 def _event_map(event: Event, level: str, min_pt: float, windows: bool) -> ModuleMap:

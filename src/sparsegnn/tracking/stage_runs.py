@@ -62,14 +62,17 @@ class ReconstructOutcome:
     settings: dict[str, Any]
     events: list[EventTracks]
     timing: dict[str, Any]
+    model: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"out": str(self.out), "settings": self.settings,
+        return {"out": str(self.out), "model": self.model, "settings": self.settings,
                 "events": [{"event": e.event, "num_tracks": e.num_tracks}
                            for e in self.events], **self.timing}
 
     def summary(self) -> str:
-        return (f"tracks of {len(self.events)} events -> {self.out}\n"
+        tracks = sum(e.num_tracks for e in self.events)
+        model = "" if self.model is None else f" (model {self.model})"
+        return (f"{tracks} tracks of {len(self.events)} events -> {self.out}{model}\n"
                 f"reconstruction: {timing_line(self.timing)}")
 
 
@@ -91,7 +94,7 @@ def reconstruct(request: ReconstructRequest) -> ReconstructOutcome:
         manifest([tracks_file(c.event) for c in counts], settings=settings,
                  model=request.model, graphs=request.graphs_source)
     timing = per_event_timing(sum(stages.values()), stages, len(counts))
-    return ReconstructOutcome(request.out, settings, counts, timing)
+    return ReconstructOutcome(request.out, settings, counts, timing, request.model)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,14 @@ class PairWindows:
     def __len__(self) -> int:
         return int(self.count.shape[0])
 
+    def rounded(self) -> PairWindows:
+        """The windows widened to the nearest float32 bounds outside them: a map stored in
+        half the bytes (what the package ships) that keeps every segment it kept."""
+        low, high = self.low.astype(np.float32), self.high.astype(np.float32)
+        low = np.where(low > self.low, np.nextafter(low, np.float32(-np.inf)), low)
+        high = np.where(high < self.high, np.nextafter(high, np.float32(np.inf)), high)
+        return PairWindows(low.astype(np.float64), high.astype(np.float64), self.count)
+
     def widened(self, margin: float, count_margin: float = 0.0, min_count: int = 1
                 ) -> tuple[np.ndarray, np.ndarray]:
         """``(low, high)`` pushed out on each side by ``margin + count_margin / count``
