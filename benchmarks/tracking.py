@@ -4,7 +4,7 @@ Run: ``python benchmarks/tracking.py [--quick] [--json] [--data DIR] [--epochs N
 [--conditions NAME,...] [--train-events N] [--test-events N] [--map-events N]
 [--sample-nodes N] [--hidden N] [--iterations N] [--precision fp32|bf16] [--lr LR]
 [--lr-final LR] [--checkpoint PATH [--resume]] [--plots DIR]
-[--save-model PATH | --model PATH [--retune]]``.
+[--save-model PATH | --model PATH [--retune] | --shipped] [--workers N]``.
 
 Four conditions (``--quick``: a smoke run on two small ones): muon guns of 1000 and 5000
 muons per event (pT 0.5-10 GeV, |eta| < 2.5) and Pythia8 ttbar with 50 and 200 pileup
@@ -13,7 +13,7 @@ present, seeds fixed; the training and held-out sets of earlier releases where t
 existed). One reconstruction serves them all:
 
 1. Graph construction: a module map with per-pair cut windows learnt from
-   ``--map-events`` (500) 4000-muon map events (``benchmarks/tracking_graph.py``'s, one
+   ``--map-events`` (200) 4000-muon map events (``benchmarks/tracking_graph.py``'s, one
    vertex per muon, one in five of stiff muons; none of them a training or test event),
    windows widened by ``0.3 + 16 / count`` of their width (:data:`WINDOW_CUTS`: the
    setting that reached graph efficiency 0.9965 at pileup 200 with a 400-event map of
@@ -46,16 +46,22 @@ existed). One reconstruction serves them all:
 
 ``--model PATH`` skips 1-3 and evaluates a model saved by ``--save-model`` (its map,
 filter and tuned settings); with ``--retune`` step 4 chooses its track building again
-(``--save-model`` then writes the retuned model). Each condition's held-out events are
-reconstructed by that pipeline and by ACTS's seeding + CKF, both scored by
-``sparsegnn.tracking.metrics.track_metrics`` (double majority; reconstructable = pT >= 1
-GeV (``--min-pt``), >= 3 hits, |eta| < 4). A third row per condition,
-``gnn_plain``, rebuilds the same edge scores at the same cut and track length with the
-score-only walkthrough (no geometry, layer requirement, extension or merging): what track
-building recovers. Seconds per event, one thread each, CSV reading
-excluded: GNN = graph construction + filter + scoring + track building; CKF = ACTS's
-timing of space points, seeding, parameter estimation, CKF and ambiguity resolution.
-``--plots DIR`` writes efficiency vs pT and eta per condition. ``--unseen`` also scores
+(``--save-model`` then writes the retuned model). ``--shipped`` evaluates the model the
+package ships (``sparsegnn.tracking.shipped``). Every missing event set is simulated
+first, ``--workers`` at a time; with ``--save-model`` a provenance record (command,
+commit, the seed of every event set, the rows) is written beside the model. Each
+condition's held-out events are reconstructed by that pipeline and by ACTS's seeding +
+CKF, both scored by ``sparsegnn.tracking.metrics.track_metrics`` (double majority;
+reconstructable = pT above ``--min-pt``, >= 3 hits, |eta| < 4). ``--min-pt`` is 0.5 GeV
+by default: one model for the TrackML score, which weighs every hit, and for the
+pT >= 1 GeV table, which each GNN and CKF row also gives (``tracking_efficiency_pt1``).
+A third row per condition, ``gnn_plain``, rebuilds the same edge scores at the same cut
+and track length with the score-only walkthrough (no geometry, layer requirement,
+extension or merging): what track building recovers. Seconds per event, one thread
+each, CSV reading excluded: GNN = graph construction + filter + scoring + track
+building; CKF = ACTS's timing of space points, seeding, parameter estimation, CKF and
+ambiguity resolution. ``--plots DIR`` writes efficiency vs pT and eta per condition.
+``--unseen`` also scores
 configurations absent from training (:data:`UNSEEN`: a 3000-muon gun, ttbar at pileup
 100), rows marked ``trained_on: false``.
 """
@@ -108,7 +114,7 @@ from sparsegnn.tracking.pipeline import (
 )
 from sparsegnn.tracking.reco import build_tracks
 from sparsegnn.tracking.settings import walkthrough_settings
-from sparsegnn.tracking.shipped import describe, write_provenance
+from sparsegnn.tracking.shipped import describe, shipped_model, write_provenance
 from sparsegnn.tracking.train import TrackTrainConfig, train
 from sparsegnn.tracking.truth import TargetConfig
 
@@ -372,7 +378,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "events, 3 epochs: a smoke run, not a measurement")
     p.add_argument("--data", type=Path, default=TRACKING_DATA,
                    help=f"where simulated events are kept and reused (default {TRACKING_DATA})")
-    p.add_argument("--epochs", type=int, default=None, help="GNN epochs (default 30, --quick 3)")
+    p.add_argument("--epochs", type=int, default=None, help="GNN epochs (default 20, --quick 3)")
     p.add_argument("--conditions", default=None,
                    help="comma-separated subset of the conditions (default: all four)")
     p.add_argument("--train-events", type=int, default=None,
@@ -380,12 +386,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--test-events", type=int, default=None,
                    help="at most this many held-out events per condition (default: all)")
     p.add_argument("--map-events", type=int, default=None,
-                   help="map events the module map is learnt from (default 500, --quick 20)")
+                   help="map events the module map is learnt from (default 200, --quick 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the filter and the GNN")
-    p.add_argument("--min-pt", type=float, default=1.0,
-                   help="GeV: targets and reconstructable particles above this pT (default 1; "
-                        "0.5 reconstructs soft particles too: map events, training and "
-                        "metrics all follow)")
+    p.add_argument("--min-pt", type=float, default=0.5,
+                   help="GeV: targets and reconstructable particles above this pT (default "
+                        "0.5, with the pT >= 1 GeV efficiency beside; 1: the hard targets "
+                        "alone; map events, training and metrics all follow)")
     p.add_argument("--plots", type=Path, default=None,
                    help="efficiency vs pT and eta per condition under this folder")
     p.add_argument("--save-model", type=Path, default=None,
@@ -393,6 +399,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--model", type=Path, default=None,
                    help="evaluate this --save-model file instead of training (its map, "
                         "filter and tuned settings; --map-events is then only recorded)")
+    p.add_argument("--shipped", action="store_true",
+                   help="evaluate the model the package ships (as --model FILE)")
     p.add_argument("--retune", action="store_true",
                    help="with --model: choose its track building again on the validation "
                         "events (step 4), conditions weighing the same")
@@ -426,8 +434,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "identically from the seed, so --resume continues the run)")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     args = p.parse_args(argv)
-    args.epochs = args.epochs or (3 if args.quick else 30)
-    args.map_events = args.map_events or (20 if args.quick else 500)
+    if args.shipped:
+        if args.model:
+            p.error("--shipped evaluates the package's model; --model names another")
+        args.model = shipped_model()
+    args.epochs = args.epochs or (3 if args.quick else 20)
+    args.map_events = args.map_events or (20 if args.quick else 200)
     return args
 
 
