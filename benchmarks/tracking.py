@@ -438,6 +438,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.model:
             p.error("--shipped evaluates the package's model; --model names another")
         args.model = shipped_model()
+    if args.model and args.save_model and not args.retune:
+        p.error("--save-model with --model writes a retuned model: add --retune")
     args.epochs = args.epochs or (3 if args.quick else 20)
     args.map_events = args.map_events or (20 if args.quick else 200)
     return args
