@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -296,7 +297,9 @@ def test_checkpoint_of_another_run_is_refused(graph, base, tmp_path):
 # ---------------------------------------------------------------------- a rank killed mid-save
 def _dying_save(path: Path, state: dict[str, Any], fingerprint: Any = None) -> None:
     """save_checkpoint, except that epoch 4's shard is half written and the rank SIGKILLed
-    in the middle of it, inside the real atomic write."""
+    in the middle of it, inside the real atomic write, once rank 0's shard is in place
+    (on a loaded machine rank 0 could otherwise still be writing, and its folder would
+    hold nothing to call incomplete)."""
     if path.parent.name != "epoch-000004":
         save_checkpoint(path, state, fingerprint)
         return
@@ -306,6 +309,9 @@ def _dying_save(path: Path, state: dict[str, Any], fingerprint: Any = None) -> N
         torch.save(state, buffer)
         fh.write(buffer.getvalue()[: buffer.tell() // 2])
         fh.flush()
+        deadline = time.monotonic() + 60
+        while not (path.parent / "rank0.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
 
     atomic_write(path, half_then_die)
