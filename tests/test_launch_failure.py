@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 
 import pytest
 
+from sparsegnn.distributed.runtime.launch import spawn
 from sparsegnn.distributed.runtime.peers import PeerLostError
 from sparsegnn.distributed.runtime.rank_failure import RankChannel, rank_failure
 from sparsegnn.errors import DataFormatError
@@ -52,3 +54,16 @@ def test_a_rank_still_writing_or_without_a_report_is_not_read(closed: bool) -> N
         reader.close()
         writer.close()
     assert isinstance(err, PeerLostError) and "has exited" in str(err)
+
+
+def _cpp_log_level() -> str | None:
+    return os.environ.get("TORCH_CPP_LOG_LEVEL")
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif("TORCH_CPP_LOG_LEVEL" in os.environ, reason="the user chose a level")
+def test_ranks_keep_torchs_cpp_warnings_off_stderr() -> None:
+    """A rank that outlives the failed one hosting the store must not add torch's C++
+    warning (TCPStore "Connection reset by peer") under the one-line error (seen under
+    load in tests/hostile/test_hostile_launch.py)."""
+    assert spawn(_cpp_log_level, 2, wall_timeout_s=60) == ["ERROR", "ERROR"]

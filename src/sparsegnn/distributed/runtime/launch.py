@@ -101,6 +101,10 @@ def spawn(
     # clean (thread-free) process: much faster than a fresh interpreter per rank, and
     # safe where forking this possibly multi-threaded process would not be. torch._dynamo
     # too: the first optimiser a process builds imports it (seconds of CPU per rank).
+    # torch's C++ warnings (a TCPStore client reset because the failed rank hosting the
+    # store exited first) would follow a failed rank's one-line error on stderr; the
+    # fork server reads the level when it imports torch, so ranks keep it.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "torch._dynamo", "sparsegnn.data.leftovers",
                                 fn.__module__])
