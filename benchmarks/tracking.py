@@ -97,7 +97,7 @@ from _tracking import (
 )
 from sparsegnn.names import SCORING_PRECISIONS
 from sparsegnn.tracking.building import Triplets, Walkthrough, building_fields, candidates
-from sparsegnn.tracking.ckf import evaluate_ckf, tracks_for
+from sparsegnn.tracking.ckf import run_ckf, score_ckf
 from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.filter import FilterConfig, train_filter
@@ -192,18 +192,33 @@ QUICK = [Condition("gun200", *[TrackingDataset("gun200", 200, 0, 40, 2, 1, 31)] 
          Condition("ttbar_pu5", *[TrackingDataset("ttbar_pu5", None, 5, 10, 2, 1, 41)] * 2)]
 
 
+def validation_set(c: Condition) -> tuple[TrackingDataset, str]:
+    """The events step 4 tunes ``c`` on: its validation set, else (``--quick``) its
+    training events."""
+    found = VALIDATION.get(c.name)
+    return (c.train, "train") if found is None else (found, "test")
+
+
+def event_sets(args: argparse.Namespace, conditions: list[Condition]
+               ) -> dict[str, list[tuple[TrackingDataset, str]]]:
+    """Every event set the run reads, by role: held-out events, and the validation and
+    training events where it tunes and trains."""
+    sets = {"test": [(c.test, "test") for c in conditions + (UNSEEN if args.unseen else [])]}
+    if not args.model or args.retune:
+        sets["validation"] = [validation_set(c) for c in conditions]
+    if not args.model:
+        sets["train"] = [(c.train, "train") for c in conditions]
+    return sets
+
+
 def simulate_all(args: argparse.Namespace, conditions: list[Condition]) -> None:
     """Simulate every event set the run reads that is not there yet, ``--workers`` at a
     time (each set is seeded on its own, so the events are the same in any order): on
     this machine's two cores the pileup-200 and map events take half the wall time."""
-    sets = [(c.test, "test") for c in conditions + (UNSEEN if args.unseen else [])]
-    if not args.model:
-        sets += [(c.train, "train") for c in conditions]
-    if not args.model or args.retune:
-        sets += [(VALIDATION[c.name], "test") for c in conditions if c.name in VALIDATION]
-    sets = list(dict.fromkeys(sets))
     if args.workers <= 1:
         return
+    sets = list(dict.fromkeys(s for group in event_sets(args, conditions).values()
+                              for s in group))
     roots = [args.data] * len(sets)
     with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
         list(pool.map(events_dir, roots, *zip(*sets, strict=True)))
@@ -292,9 +307,7 @@ def tuned_building(reco: Reconstruction, args: argparse.Namespace,
     same, choices meeting :data:`MAX_FAKE` in more conditions first."""
     events, groups = [], []
     for c in conditions:
-        found = VALIDATION.get(c.name)
-        split = "train" if found is None else "test"
-        evs = read_events(events_dir(args.data, found or c.train, split), args.tune_events)
+        evs = read_events(events_dir(args.data, *validation_set(c)), args.tune_events)
         events += evs
         groups += [c.name] * len(evs)
     choices = [choice for s in TUNE_SCALES for choice in candidates(
@@ -345,10 +358,8 @@ def bench(args: argparse.Namespace) -> list[Row]:
                                  {**extra, **hard_targets(matches, targets)}))
         rows.append(tracking_row(c.test, "gnn_plain", test, plain_walkthrough(reco, test, run),
                                  seconds, {}))
-        ckf, ckf_run = evaluate_ckf(test_dir, args.test_events, targets)
-        ckf_matches = concat_matches([
-            track_metrics(ev, tracks_for(ev, ckf_run.tracks[ev.name]), targets)[1]
-            for ev in test])
+        ckf_run = run_ckf(test_dir, args.test_events)
+        ckf, ckf_matches = score_ckf(ckf_run, test, targets)
         rows.append(tracking_row(c.test, "ckf", test, ckf, ckf_run.seconds_per_event,
                                  hard_targets(ckf_matches, targets)))
         if args.plots:
@@ -363,14 +374,9 @@ def bench(args: argparse.Namespace) -> list[Row]:
 def data_record(args: argparse.Namespace, conditions: list[Condition]) -> dict:
     """The event sets behind a saved model, with their seeds: the map's chunks (unless the
     model came from ``--model``), training, validation and held-out events."""
-    record: dict = {"test": [event_set(c.test, "test")
-                             for c in conditions + (UNSEEN if args.unseen else [])]}
-    if not args.model or args.retune:
-        record["validation"] = [event_set(VALIDATION.get(c.name, c.train),
-                                          "test" if c.name in VALIDATION else "train")
-                                for c in conditions]
+    record: dict = {role: [event_set(*s) for s in sets]
+                    for role, sets in event_sets(args, conditions).items()}
     if not args.model:
-        record["train"] = [event_set(c.train, "train") for c in conditions]
         record["map"] = [{"folder": Path(d).relative_to(args.data).as_posix(), "seed": seed,
                           "events": CHUNK_EVENTS, "pt_range_gev": [low, high]}
                          for d, seed, low, high in chunk_tasks(args.data, args.map_events,

@@ -35,7 +35,13 @@ import numpy as np
 from sparsegnn.errors import DataFormatError
 from sparsegnn.optional import require
 from sparsegnn.tracking.events import Event, event_files, read_columns, read_event
-from sparsegnn.tracking.metrics import TrackMetrics, combine, track_metrics
+from sparsegnn.tracking.metrics import (
+    ParticleMatches,
+    TrackMetrics,
+    combine,
+    concat_matches,
+    track_metrics,
+)
 from sparsegnn.tracking.simulate import ACTS_SUBDIR, generic_detector
 from sparsegnn.tracking.tracks import Tracks
 from sparsegnn.tracking.truth import DEFAULT_TARGETS, TargetConfig
@@ -134,9 +140,17 @@ def evaluate_ckf(events_dir: str | Path, limit: int | None = None,
                  ) -> tuple[TrackMetrics, CkfResult]:
     """Run the CKF and score its tracks with our metrics, pooled over the events."""
     result = run_ckf(events_dir, limit, max_seeds_per_spm)
-    per_event = [track_metrics(ev, tracks_for(ev, result.tracks[ev.name]), targets)[0]
-                 for ev in (read_event(events_dir, name) for name in result.tracks)]
-    return combine(per_event), result
+    events = [read_event(events_dir, name) for name in result.tracks]
+    return score_ckf(result, events, targets)[0], result
+
+
+def score_ckf(result: CkfResult, events: list[Event], targets: TargetConfig = DEFAULT_TARGETS
+              ) -> tuple[TrackMetrics, ParticleMatches]:
+    """The CKF's tracks of ``events`` scored with our metrics, pooled, and per particle
+    (for efficiencies over other targets and plots)."""
+    scored = [track_metrics(ev, tracks_for(ev, result.tracks[ev.name]), targets)
+              for ev in events]
+    return combine([m for m, _ in scored]), concat_matches([p for _, p in scored])
 
 
 def tracks_for(event: Event, track_hit_ids: list[list[int]]) -> Tracks:
