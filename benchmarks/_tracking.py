@@ -7,6 +7,7 @@ pipeline.tune_and_evaluate).
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,3 +115,10 @@ def tracking_report(rows: list[Row], as_json: bool) -> None:
                        "seconds_per_event"])
     speedups, metrics = tracking_summary(rows)
     emit(rows, speedups, metrics, as_json)
+
+
+def head_commit() -> str:
+    """The commit this benchmark runs from (``unknown`` outside a git checkout)."""
+    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                           capture_output=True, text=True, check=False)
+    return found.stdout.strip() if found.returncode == 0 else "unknown"

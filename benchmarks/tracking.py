@@ -4,7 +4,7 @@ Run: ``python benchmarks/tracking.py [--quick] [--json] [--data DIR] [--epochs N
 [--conditions NAME,...] [--train-events N] [--test-events N] [--map-events N]
 [--sample-nodes N] [--hidden N] [--iterations N] [--precision fp32|bf16] [--lr LR]
 [--lr-final LR] [--checkpoint PATH [--resume]] [--plots DIR]
-[--save-model PATH | --model PATH [--retune] | --shipped] [--workers N]``.
+[--save-model PATH | --model PATH [--retune | --finetune] | --shipped] [--workers N]``.
 
 Four conditions (``--quick``: a smoke run on two small ones): muon guns of 1000 and 5000
 muons per event (pT 0.5-10 GeV, |eta| < 2.5) and Pythia8 ttbar with 50 and 200 pileup
@@ -46,7 +46,9 @@ existed). One reconstruction serves them all:
 
 ``--model PATH`` skips 1-3 and evaluates a model saved by ``--save-model`` (its map,
 filter and tuned settings); with ``--retune`` step 4 chooses its track building again
-(``--save-model`` then writes the retuned model). ``--shipped`` evaluates the model the
+(``--save-model`` then writes the retuned model); with ``--finetune`` its network is
+first trained ``--epochs`` more on every condition's training events, graphs built and
+pruned by its own map and filter (Adam restarted at ``--lr``). ``--shipped`` evaluates the model the
 package ships (``sparsegnn.tracking.shipped``). Every missing event set is simulated
 first, ``--workers`` at a time; with ``--save-model`` a provenance record (command,
 commit, the seed of every event set, the rows) is written beside the model. Each
@@ -72,7 +74,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -92,6 +93,7 @@ from _tracking import (
     event_set,
     events_dir,
     gnn_figures,
+    head_commit,
     tracking_report,
     tracking_row,
 )
@@ -204,9 +206,9 @@ def event_sets(args: argparse.Namespace, conditions: list[Condition]
     """Every event set the run reads, by role: held-out events, and the validation and
     training events where it tunes and trains."""
     sets = {"test": [(c.test, "test") for c in conditions + (UNSEEN if args.unseen else [])]}
-    if not args.model or args.retune:
+    if not args.model or args.retune or args.finetune:
         sets["validation"] = [validation_set(c) for c in conditions]
-    if not args.model:
+    if not args.model or args.finetune:
         sets["train"] = [(c.train, "train") for c in conditions]
     return sets
 
@@ -300,6 +302,25 @@ def trained(args: argparse.Namespace, conditions: list[Condition], targets: Targ
                   "final_loss": report.epochs[-1].loss if report.epochs else None}
 
 
+def finetuned(reco: Reconstruction, args: argparse.Namespace, conditions: list[Condition]
+              ) -> tuple[Reconstruction, dict]:
+    """``--finetune``: the ``--model``'s network trained ``--epochs`` more on every
+    condition's training events (its map and filter build them), then step 4 again."""
+    source = str(args.model)
+    graphs = [reco.graph(ev) for c in conditions
+              for ev in read_events(events_dir(args.data, c.train, "train"), args.train_events)]
+    start = time.perf_counter()
+    model, report = train(graphs, train_config(args), init=reco.model,
+                          checkpoint=args.checkpoint, resume=args.resume)
+    train_seconds = time.perf_counter() - start
+    reco = tuned_building(dataclasses.replace(reco, model=model), args, conditions)
+    if args.save_model:
+        reco.save(args.save_model, report)
+    return reco, {"model": source, "finetuned": True, "epochs": args.epochs, "lr": args.lr,
+                  "lr_final": args.lr_final, "train_seconds": train_seconds,
+                  "train_events": len(graphs), "final_loss": report.epochs[-1].loss}
+
+
 def tuned_building(reco: Reconstruction, args: argparse.Namespace,
                    conditions: list[Condition]) -> Reconstruction:
     """Step 4: triplet track building tuned on each condition's validation events (the
@@ -334,7 +355,9 @@ def bench(args: argparse.Namespace) -> list[Row]:
         reco = Reconstruction.from_model(args.model, targets=targets)
         reco = reco.with_config(precision=args.precision)
         shared: dict = {"model": str(args.model), "retuned": args.retune}
-        if args.retune:
+        if args.finetune:
+            reco, shared = finetuned(reco, args, conditions)
+        elif args.retune:
             reco = tuned_building(reco, args, conditions)
             if args.save_model:
                 reco.save(args.save_model, {"retuned_from": str(args.model)})
@@ -384,13 +407,6 @@ def data_record(args: argparse.Namespace, conditions: list[Condition]) -> dict:
     return record
 
 
-def head_commit() -> str:
-    """The commit this benchmark runs from (``unknown`` outside a git checkout)."""
-    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
-                           capture_output=True, text=True, check=False)
-    return found.stdout.strip() if found.returncode == 0 else "unknown"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = make_parser(__doc__.splitlines()[0], quick_help="200-muon and pileup-5 events, 20 map "
                     "events, 3 epochs: a smoke run, not a measurement")
@@ -422,6 +438,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--retune", action="store_true",
                    help="with --model: choose its track building again on the validation "
                         "events (step 4), conditions weighing the same")
+    p.add_argument("--finetune", action="store_true",
+                   help="with --model: train its network --epochs more on the training "
+                        "events (its own map and filter), then choose its track building "
+                        "again")
     p.add_argument("--precision", choices=SCORING_PRECISIONS, default=None,
                    help="edge scoring precision (default: the --model's, else fp32; bf16 "
                         "needs a CPU with AMX or AVX-512 BF16 to be faster)")
@@ -456,7 +476,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.model:
             p.error("--shipped evaluates the package's model; --model names another")
         args.model = shipped_model()
-    if args.model and args.save_model and not args.retune:
+    if args.finetune and not args.model:
+        p.error("--finetune trains a --model (or --shipped) further: name one")
+    if args.model and args.save_model and not (args.retune or args.finetune):
         p.error("--save-model with --model writes a retuned model: add --retune")
     args.epochs = args.epochs or (3 if args.quick else 20)
     args.map_events = args.map_events or (20 if args.quick else 200)
