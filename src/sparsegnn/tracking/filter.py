@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
 from sparsegnn.tracking.hit_graph import EDGE_SCALE, NODE_SCALE, HitGraph
-from sparsegnn.tracking.model import mlp
+from sparsegnn.tracking.model import forward_layers, mlp
 from sparsegnn.train.checkpoint import (
     content_hash,
     read_checkpoint,
@@ -38,7 +38,7 @@ from sparsegnn.train.checkpoint import (
 from sparsegnn.train.loop import LoopConfig, run_epochs
 
 NUM_FEATURES = 10  # r, z of both hits; dr, dphi, dz, deta; phi slope; z0
-_CHUNK = 65536  # edges per chunk when scoring without autograd
+_CHUNK = 16384  # edges per chunk when scoring without autograd (stays in cache)
 FILTER_KIND = "track-filter"  # the kind in a filter file's checkpoint fingerprint
 FILTER_TRAIN_KIND = "track-filter-train"  # ... and in a filter training checkpoint's
 
@@ -70,7 +70,7 @@ class EdgeFilter(nn.Module):
         self.register_buffer("threshold", torch.tensor(float("-inf")))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.net(features).squeeze(1)
+        return forward_layers(self.net, features).squeeze(1)
 
     @torch.no_grad()
     def logits(self, graph: HitGraph) -> torch.Tensor:
@@ -103,10 +103,13 @@ def doublet_features(graph: HitGraph) -> torch.Tensor:
     safe_dr = np.where(np.abs(dr) >= 10.0, dr, np.copysign(10.0, dr))
     r_src, z_src = node[src, 0], node[src, 2]
     z0 = z_src - r_src * dz / safe_dr
-    feats = np.stack([r_src / 1000, z_src / 1000, node[dst, 0] / 1000, node[dst, 2] / 1000,
-                      dr / 100, dphi / 0.05, dz / 100, deta / 0.1, dphi / safe_dr / 3e-4,
-                      (z0 - vertex_z(z0)) / 100], axis=1)
-    return torch.from_numpy(feats.astype(np.float32))
+    columns = (r_src / 1000, z_src / 1000, node[dst, 0] / 1000, node[dst, 2] / 1000,
+               dr / 100, dphi / 0.05, dz / 100, deta / 0.1, dphi / safe_dr / 3e-4,
+               (z0 - vertex_z(z0)) / 100)
+    feats = np.empty((src.size, NUM_FEATURES), dtype=np.float32)
+    for k, column in enumerate(columns):  # no float64 [E, 10] stack (a tenth of the graph time)
+        feats[:, k] = column
+    return torch.from_numpy(feats)
 
 
 def vertex_z(z0: np.ndarray, span: float = 300.0, bin_mm: float = 2.0) -> float:

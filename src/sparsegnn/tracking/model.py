@@ -27,13 +27,14 @@ SpMM each way, no concatenation, and the backward of each is the other.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sparsegnn.sparse import CSRMatrix, spmm
+from sparsegnn.sparse import CSRMatrix, native, spmm
 
 # Edges per chunk of chunked inference: a [chunk, hidden=64] float32 tensor is 2 MB.
 INFER_CHUNK = 8192
@@ -99,6 +100,27 @@ def mlp(inp: int, hidden: int, out: int, layers: int, final_act: bool = True) ->
     return nn.Sequential(*mods)
 
 
+def forward_layers(layers: Iterable[nn.Module], z: torch.Tensor) -> torch.Tensor:
+    """``layers`` applied to ``z`` in turn. Without autograd, each LayerNorm and the ReLU
+    after it run as one in-place pass over the rows (:func:`native.layer_norm_`) where the
+    native kernels run: torch makes two streaming passes of them, the largest cost of
+    scoring a pileup-200 event. ``z`` is overwritten: callers pass a temporary."""
+    mods = list(layers)
+    i = 0
+    while i < len(mods):
+        norm = mods[i]
+        if (isinstance(norm, nn.LayerNorm) and not torch.is_grad_enabled()
+                and norm.weight is not None and norm.bias is not None
+                and norm.normalized_shape == (z.shape[-1],) and native.norm_usable(z)):
+            relu = i + 1 < len(mods) and isinstance(mods[i + 1], nn.ReLU)
+            z = native.layer_norm_(z, norm.weight, norm.bias, norm.eps, relu)
+            i += 2 if relu else 1
+        else:
+            z = norm(z)
+            i += 1
+    return z
+
+
 class InteractionNetwork(nn.Module):
     """Edge classifier: encoders, ``iterations`` residual IN steps, edge decoder -> logits.
 
@@ -142,14 +164,14 @@ class InteractionNetwork(nn.Module):
         """
         chunks = [slice(lo, lo + INFER_CHUNK) for lo in range(0, edge_attr.shape[0], INFER_CHUNK)]
         node_chunks = [slice(lo, lo + INFER_CHUNK) for lo in range(0, x.shape[0], INFER_CHUNK)]
-        h = self.node_encoder(x).to(self.decoder[0].weight.dtype)
+        h = forward_layers(self.node_encoder, x).to(self.decoder[0].weight.dtype)
         e = h.new_empty(edge_attr.shape[0], h.shape[1])
         for c in chunks:
-            e[c] = self.edge_encoder(edge_attr[c])
+            e[c] = forward_layers(self.edge_encoder, edge_attr[c])
         for node_update, edge_update in zip(self.node_updates, self.edge_updates, strict=True):
             m = ops.aggregate(e)
             for c in node_chunks:
-                h[c] += node_update(torch.cat([h[c], m[c]], dim=1))
+                h[c] += forward_layers(node_update, torch.cat([h[c], m[c]], dim=1))
             p = node_projection(edge_update[0], h)
             for c in chunks:
                 e[c] += edge_rest(edge_update, p, e[c], ops, c)
@@ -186,9 +208,7 @@ def edge_rest(seq: nn.Sequential, p: torch.Tensor, e: torch.Tensor, ops: EdgeOpe
     width = p.shape[1] // 2
     w = seq[0].weight
     z = ops.gather(p, edges).addmm_(e, w[:, 2 * width:].t())
-    for layer in list(seq)[1:]:
-        z = layer(z)
-    return z
+    return forward_layers(list(seq)[1:], z)
 
 
 def weighted_bce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor,

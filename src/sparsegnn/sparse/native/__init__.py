@@ -1,6 +1,7 @@
 """Fused CPU kernels for attention: SDDMM (dot, additive, GATv2's LeakyReLU form), the
 multi-head SpMM, row sums and the edge softmax, with their backwards, each one pass over
-a CSR pattern.
+a CSR pattern; and, for inference, LayerNorm (+ ReLU) in one pass per row
+(:func:`layer_norm_`).
 
 Torch composes these products from gathers, products and reductions that each write an
 ``nnz``-sized temporary, 15-24x the streaming bound of their compulsory bytes at 2^18
@@ -32,6 +33,7 @@ from sparsegnn.sparse.native.build import BuildError, load
 from sparsegnn.sparse.pattern_cache import Store, per_pattern
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_ROW_SUFFIX = {torch.float32: "f32", torch.bfloat16: "bf16"}
 _state = threading.local()
 _lib: list[ctypes.CDLL | None] = []
 _CHECKED: Store = {}
@@ -239,3 +241,37 @@ def sddmm_leaky_grads(a: CSRMatrix, at: CSRMatrix, perm: torch.Tensor, u: torch.
 
 def _real(dtype: torch.dtype, value: float) -> ctypes.c_float | ctypes.c_double:
     return ctypes.c_float(value) if dtype == torch.float32 else ctypes.c_double(value)
+
+
+def norm_usable(x: torch.Tensor) -> bool:
+    """Whether :func:`layer_norm_` runs on ``x``: on, built, a contiguous float32 or
+    bfloat16 CPU matrix no wider than :data:`MAX_WIDTH` that autograd does not track."""
+    if (getattr(_state, "off", False) or x.dim() != 2 or x.dtype not in _ROW_SUFFIX
+            or x.device.type != "cpu" or not x.is_contiguous() or x.shape[1] > MAX_WIDTH
+            or (x.requires_grad and torch.is_grad_enabled())):
+        return False
+    return library() is not None
+
+
+def layer_norm_(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                relu: bool = False) -> torch.Tensor:
+    """``x`` normalised over each row in place, as ``layer_norm(x, (width,), weight, bias,
+    eps)`` (then ``relu_`` with ``relu``), in one pass; returns ``x``.
+
+    Why: on a pileup-200 event the Interaction Network's LayerNorms and ReLUs stream
+    ~20M-element tensors a dozen times, and torch's row loop for 64-wide rows is the
+    largest single cost of scoring (docs/results/tracking.md). Callers check
+    :func:`norm_usable` first; the statistics are float32 for bfloat16 rows too.
+    """
+    width = x.shape[1]
+    _need(weight.shape == (width,) and bias.shape == (width,), "layer_norm_", x.shape,
+          weight.shape, bias.shape)
+    lib = library()
+    assert lib is not None, "callers check norm_usable() first"
+    gamma = weight.detach().to(torch.float32).contiguous()
+    beta = bias.detach().to(torch.float32).contiguous()
+    getattr(lib, f"layer_norm_{_ROW_SUFFIX[x.dtype]}")(
+        _I64(x.shape[0]), _I64(width), _PTR(x.data_ptr()), _PTR(gamma.data_ptr()),
+        _PTR(beta.data_ptr()), ctypes.c_float(eps), _INT(int(relu)),
+        _INT(torch.get_num_threads()))
+    return x

@@ -69,6 +69,80 @@ static inline float exp_poly_f32(float x) {
     return x != x ? x : (x > 88.7228f ? INFINITY : (x < -87.3365f ? 0.0f : y));
 }
 
+/* LayerNorm over each row of x [rows, width] in place (mean and variance of the row,
+ * then gamma * normalised + beta), then max(., 0) if relu: one pass over a row held in
+ * L1, where torch's layer_norm and relu_ each stream the whole tensor through memory.
+ * Inference only: no statistics are kept for a backward. NaN stays NaN. bfloat16 rows
+ * are widened to float (the high half of its bits), normalised in float and rounded back
+ * to nearest even, as torch rounds; gamma and beta always come as float. */
+static inline float load_f32(const float *p) { return *p; }
+static inline void store_f32(float *p, float v) { *p = v; }
+static inline float load_bf16(const uint16_t *p) {
+    union { uint32_t u; float f; } c = {.u = (uint32_t)*p << 16};
+    return c.f;
+}
+static inline void store_bf16(uint16_t *p, float v) {
+    union { float f; uint32_t u; } c = {.f = v};
+    const uint32_t b = c.u;
+    *p = (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u
+                                                     : (b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+/* NORM_ROWS rows at a time: one row's sum, variance and square root form a chain of
+ * dependent reductions, and interleaving rows keeps the vector units busy meanwhile
+ * (bfloat16, 8192 x 64: one row at a time 0.63 ms, eight 0.35 ms). The width is a
+ * compile-time 64 (the tracking networks') where it can be, so the loops unroll. */
+#define NORM_ROWS 8
+#define LAYER_NORM(NAME, T, LOAD, STORE)                                                    \
+    static inline __attribute__((always_inline)) void NAME##_rows(                           \
+        T *restrict v, const int64_t n, const int64_t width, const float *restrict gamma,    \
+        const float *restrict beta, float eps, int relu) {                                   \
+        float mean[NORM_ROWS], rstd[NORM_ROWS];                                              \
+        for (int64_t r = 0; r < n; r++) {                                                    \
+            float s = 0;                                                                     \
+            _Pragma("omp simd reduction(+ : s)")                                             \
+            for (int64_t j = 0; j < width; j++) s += LOAD(v + r * width + j);                \
+            mean[r] = s / (float)width;                                                      \
+        }                                                                                    \
+        for (int64_t r = 0; r < n; r++) {                                                    \
+            float q = 0;                                                                     \
+            const float m = mean[r];                                                         \
+            _Pragma("omp simd reduction(+ : q)")                                             \
+            for (int64_t j = 0; j < width; j++) {                                            \
+                const float d = LOAD(v + r * width + j) - m;                                 \
+                q += d * d;                                                                  \
+            }                                                                                \
+            rstd[r] = q / (float)width + eps;                                                \
+        }                                                                                    \
+        _Pragma("omp simd")                                                                  \
+        for (int64_t r = 0; r < n; r++) rstd[r] = 1.0f / sqrtf(rstd[r]);                     \
+        for (int64_t r = 0; r < n; r++) {                                                    \
+            const float m = mean[r], k = rstd[r];                                            \
+            _Pragma("omp simd")                                                              \
+            for (int64_t j = 0; j < width; j++) {                                            \
+                const float y = (LOAD(v + r * width + j) - m) * k * gamma[j] + beta[j];      \
+                STORE(v + r * width + j, relu && y < 0 ? 0.0f : y);                          \
+            }                                                                                \
+        }                                                                                    \
+    }                                                                                        \
+    void NAME(int64_t rows, int64_t width, T *x, const float *gamma, const float *beta,      \
+              float eps, int relu, int threads) {                                            \
+        const int64_t blocks = (rows + NORM_ROWS - 1) / NORM_ROWS;                           \
+        _Pragma("omp parallel for schedule(static) num_threads(threads)")                    \
+        for (int64_t b = 0; b < blocks; b++) {                                               \
+            const int64_t lo = b * NORM_ROWS;                                                \
+            const int64_t n = rows - lo < NORM_ROWS ? rows - lo : NORM_ROWS;                 \
+            if (n == NORM_ROWS && width == 64)                                               \
+                NAME##_rows(x + lo * 64, NORM_ROWS, 64, gamma, beta, eps, relu);             \
+            else                                                                             \
+                NAME##_rows(x + lo * width, n, width, gamma, beta, eps, relu);               \
+        }                                                                                    \
+    }
+LAYER_NORM(layer_norm_f32, float, load_f32, store_f32)
+LAYER_NORM(layer_norm_bf16, uint16_t, load_bf16, store_bf16)
+#undef LAYER_NORM
+#undef NORM_ROWS
+
 #define REAL float
 #define SUFFIX f32
 #define LANES 8
