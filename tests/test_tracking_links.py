@@ -213,3 +213,27 @@ def test_bridge_misfit_needs_the_triplets() -> None:
     assert RecoConfig.from_dict(tuned.to_dict()) == tuned
     assert RecoConfig.from_dict({"method": "triplets"}).building.bridge_misfit is None  # older
     assert tuned.overridden(method="walkthrough").building == Walkthrough()
+
+
+def endcap_particle(jitter_mm: float) -> tuple[EdgeScores, HitGeometry]:
+    """A 1 GeV particle through eight pixel-endcap-like disks (eta ~ -2.9: 10-20 mm apart
+    in r, 90-200 mm in z), the third hit moved ``jitter_mm`` across its path in xy (hit
+    resolution), every segment an edge scored 0.9."""
+    r = np.array([65.5, 75.8, 88.1, 102.0, 116.9, 137.4, 157.9, 180.0])
+    phi = -2.28 + np.arcsin(r / (2 * 1667.0))
+    positions = np.stack([r * np.cos(phi), r * np.sin(phi), -9.1 * r], axis=1)
+    positions[2, :2] += jitter_mm * np.array([-np.sin(phi[2]), np.cos(phi[2])])
+    geometry = HitGeometry(positions, np.arange(8, dtype=np.int64))
+    return scored([(i, i + 1, 0.9) for i in range(7)], 8), geometry
+
+
+def test_short_xy_arms_widen_the_curvature_spread(monkeypatch) -> None:
+    """Hits 10 mm apart in xy give a curvature that 25 um of resolution moves by ~4e-4 / mm,
+    eight times the spread: that one triplet's kink used to cut the particle into pieces
+    the layer requirement dropped, as in the pixel endcaps at pileup 200."""
+    s, geometry = endcap_particle(0.025)
+    chains = Triplets(cut=0.5, min_layers=7, max_kink=36.0)  # kinks cut, as tuned
+    built = build_tracks(s, chains, geometry)
+    assert groups(built.hit_track) == [list(range(8))]
+    monkeypatch.setattr("sparsegnn.tracking.triplets._ARM_NOISE_MM", 0.0)  # the old spread
+    assert groups(build_tracks(s, chains, geometry).hit_track) == []
