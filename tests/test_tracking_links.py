@@ -237,3 +237,20 @@ def test_short_xy_arms_widen_the_curvature_spread(monkeypatch) -> None:
     assert groups(built.hit_track) == [list(range(8))]
     monkeypatch.setattr("sparsegnn.tracking.triplets._ARM_NOISE_MM", 0.0)  # the old spread
     assert groups(build_tracks(s, chains, geometry).hit_track) == []
+
+
+def test_geometry_outranks_a_better_scored_edge_onto_another_particle(monkeypatch) -> None:
+    """Where two particles cross, the network scores both continuations near 1: the
+    triplet that fits the helix wins even against an edge scored 0.35 higher whose
+    triplet bends by a fraction of a spread (hit 8, 0.3 mm off ours in z)."""
+    ours = helix(0.0, [30, 60, 90, 120, 150, 180, 210, 240])
+    stray = ours.positions[4] + np.array([0.0, 0.0, 0.3])
+    geometry = HitGeometry(np.concatenate([ours.positions, stray[None]]),
+                           np.append(ours.layer, ours.layer[4]))
+    edges = [(0, 1, 0.9), (1, 2, 0.9), (2, 3, 0.9), (3, 4, 0.55), (4, 5, 0.9), (5, 6, 0.9),
+             (6, 7, 0.9), (3, 8, 0.9)]
+    s = scored(edges, 9)
+    assert groups(build_tracks(s, Triplets(cut=0.5, min_layers=6), geometry).hit_track) == \
+        [list(range(8))]
+    monkeypatch.setattr("sparsegnn.tracking.triplets._MISFIT_WEIGHT", 1.0)  # the old ranking
+    assert groups(build_tracks(s, Triplets(cut=0.5, min_layers=6), geometry).hit_track) == []
