@@ -60,6 +60,23 @@ def test_nan_stays_nan_and_a_constant_row_is_beta() -> None:
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_64_wide_path_keeps_nan_and_equals_the_portable_loops(dtype: torch.dtype) -> None:
+    """Eight 64-wide rows take the vector path (AVX-512 where the CPU has it); one row
+    with a NaN stays NaN, the others equal torch's, negatives cut by the ReLU."""
+    torch.manual_seed(3)
+    x = (torch.randn(16, 64) * 2).to(dtype)
+    x[5, 17] = float("nan")
+    w, b = torch.randn(64).to(dtype), torch.randn(64).to(dtype)
+    got = native.layer_norm_(x.clone(), w, b, 1e-5, relu=True).float()
+    assert bool(got[5].isnan().all()) and not bool(got[torch.arange(16) != 5].isnan().any())
+    want = reference(x, w, b, relu=True).float()
+    ok = torch.arange(16) != 5
+    torch.testing.assert_close(got[ok], want[ok], atol=2e-5, rtol=8e-3)
+    assert bool((got[ok] >= 0).all())
+
+
+@needs_kernels
 def test_bad_shapes_are_refused_and_other_tensors_are_not_usable() -> None:
     x = torch.randn(4, 8)
     with pytest.raises(ShapeError):

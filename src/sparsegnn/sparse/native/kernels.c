@@ -88,12 +88,79 @@ static inline void store_bf16(uint16_t *p, float v) {
                                                      : (b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
 }
 
+/* A 64-wide row in four 16-float AVX-512 registers: loaded (bfloat16 widened by a shift),
+ * summed, centred, squared and summed, scaled and stored (bfloat16 by the CPU's own
+ * round-to-nearest-even conversion, which also keeps NaN) without leaving them. On
+ * 8192 x 64 bfloat16 rows: 0.35 ms with the portable loops below, ~3x less with these.
+ * ln64x8_* does eight such rows and returns 1; without AVX-512 it returns 0 and the
+ * portable loops run. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline __m512 ln64_load_f32(const float *p) { return _mm512_loadu_ps(p); }
+static inline void ln64_store_f32(float *p, __m512 y) { _mm512_storeu_ps(p, y); }
+#define LN64_ROW(NAME, T, LD, ST)                                                           \
+    static inline void NAME(T *v, const float *g, const float *b, float eps, int relu) {    \
+        __m512 x0 = LD(v), x1 = LD(v + 16), x2 = LD(v + 32), x3 = LD(v + 48);               \
+        const __m512 m = _mm512_set1_ps(                                                     \
+            _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3))) \
+            * (1.0f / 64));                                                                  \
+        x0 = _mm512_sub_ps(x0, m); x1 = _mm512_sub_ps(x1, m);                                \
+        x2 = _mm512_sub_ps(x2, m); x3 = _mm512_sub_ps(x3, m);                                \
+        __m512 q = _mm512_mul_ps(x0, x0);                                                    \
+        q = _mm512_fmadd_ps(x1, x1, q); q = _mm512_fmadd_ps(x2, x2, q);                      \
+        q = _mm512_fmadd_ps(x3, x3, q);                                                      \
+        const __m512 k = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(q) * (1.0f / 64) + eps)); \
+        const __m512 zero = _mm512_setzero_ps();                                             \
+        __m512 y0 = _mm512_fmadd_ps(_mm512_mul_ps(x0, k), _mm512_loadu_ps(g), _mm512_loadu_ps(b)); \
+        __m512 y1 = _mm512_fmadd_ps(_mm512_mul_ps(x1, k), _mm512_loadu_ps(g + 16),           \
+                                    _mm512_loadu_ps(b + 16));                                \
+        __m512 y2 = _mm512_fmadd_ps(_mm512_mul_ps(x2, k), _mm512_loadu_ps(g + 32),           \
+                                    _mm512_loadu_ps(b + 32));                                \
+        __m512 y3 = _mm512_fmadd_ps(_mm512_mul_ps(x3, k), _mm512_loadu_ps(g + 48),           \
+                                    _mm512_loadu_ps(b + 48));                                \
+        if (relu) { /* max(0, y) returns y where y is NaN */                                 \
+            y0 = _mm512_max_ps(zero, y0); y1 = _mm512_max_ps(zero, y1);                      \
+            y2 = _mm512_max_ps(zero, y2); y3 = _mm512_max_ps(zero, y3);                      \
+        }                                                                                    \
+        ST(v, y0); ST(v + 16, y1); ST(v + 32, y2); ST(v + 48, y3);                           \
+    }
+LN64_ROW(ln64_f32, float, ln64_load_f32, ln64_store_f32)
+static inline int ln64x8_f32(float *v, const float *g, const float *b, float eps, int relu) {
+    for (int r = 0; r < 8; r++) ln64_f32(v + 64 * r, g, b, eps, relu);
+    return 1;
+}
+#else
+static inline int ln64x8_f32(float *v, const float *g, const float *b, float eps, int relu) {
+    (void)v; (void)g; (void)b; (void)eps; (void)relu;
+    return 0;
+}
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+static inline __m512 ln64_load_bf16(const uint16_t *p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+static inline void ln64_store_bf16(uint16_t *p, __m512 y) {
+    _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh(y));
+}
+LN64_ROW(ln64_bf16, uint16_t, ln64_load_bf16, ln64_store_bf16)
+static inline int ln64x8_bf16(uint16_t *v, const float *g, const float *b, float eps, int relu) {
+    for (int r = 0; r < 8; r++) ln64_bf16(v + 64 * r, g, b, eps, relu);
+    return 1;
+}
+#else
+static inline int ln64x8_bf16(uint16_t *v, const float *g, const float *b, float eps, int relu) {
+    (void)v; (void)g; (void)b; (void)eps; (void)relu;
+    return 0;
+}
+#endif
+
 /* NORM_ROWS rows at a time: one row's sum, variance and square root form a chain of
  * dependent reductions, and interleaving rows keeps the vector units busy meanwhile
  * (bfloat16, 8192 x 64: one row at a time 0.63 ms, eight 0.35 ms). The width is a
  * compile-time 64 (the tracking networks') where it can be, so the loops unroll. */
 #define NORM_ROWS 8
-#define LAYER_NORM(NAME, T, LOAD, STORE)                                                    \
+#define LAYER_NORM(NAME, T, LOAD, STORE, FAST)                                                  \
     static inline __attribute__((always_inline)) void NAME##_rows(                           \
         T *restrict v, const int64_t n, const int64_t width, const float *restrict gamma,    \
         const float *restrict beta, float eps, int relu) {                                   \
@@ -132,14 +199,15 @@ static inline void store_bf16(uint16_t *p, float v) {
         for (int64_t b = 0; b < blocks; b++) {                                               \
             const int64_t lo = b * NORM_ROWS;                                                \
             const int64_t n = rows - lo < NORM_ROWS ? rows - lo : NORM_ROWS;                 \
-            if (n == NORM_ROWS && width == 64)                                               \
-                NAME##_rows(x + lo * 64, NORM_ROWS, 64, gamma, beta, eps, relu);             \
-            else                                                                             \
+            if (n == NORM_ROWS && width == 64) {                                             \
+                if (!FAST(x + lo * 64, gamma, beta, eps, relu))                              \
+                    NAME##_rows(x + lo * 64, NORM_ROWS, 64, gamma, beta, eps, relu);         \
+            } else                                                                           \
                 NAME##_rows(x + lo * width, n, width, gamma, beta, eps, relu);               \
         }                                                                                    \
     }
-LAYER_NORM(layer_norm_f32, float, load_f32, store_f32)
-LAYER_NORM(layer_norm_bf16, uint16_t, load_bf16, store_bf16)
+LAYER_NORM(layer_norm_f32, float, load_f32, store_f32, ln64x8_f32)
+LAYER_NORM(layer_norm_bf16, uint16_t, load_bf16, store_bf16, ln64x8_bf16)
 #undef LAYER_NORM
 #undef NORM_ROWS
 
