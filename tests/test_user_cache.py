@@ -55,12 +55,15 @@ def test_quick_tracking_benchmark_from_an_empty_cache_on_a_read_only_checkout(
         tmp_path: Path) -> None:
     """Issue 51: the benchmark simulates, learns its map and trains with nothing written
     into the checkout; mounted read-only (in a private mount namespace, gone with the
-    process), any write there fails the run."""
+    process), any write there fails the run. A second run fine-tunes the saved model."""
     checkout, cache = tmp_path / "ro", tmp_path / "cache"
     checkout.mkdir()
     script = (f'mount --bind "{ROOT}" "{checkout}" && '
               f'mount -o remount,bind,ro "{checkout}" && cd "{checkout}" && '
-              f'exec "{sys.executable}" benchmarks/tracking.py --quick --json --workers 2')
+              f'"{sys.executable}" benchmarks/tracking.py --quick --json --workers 2 '
+              f'--save-model "{tmp_path}/q.pt" && "{sys.executable}" benchmarks/tracking.py '
+              f'--quick --json --model "{tmp_path}/q.pt" --finetune --epochs 1 '
+              f'--save-model "{tmp_path}/q2.pt"')
     env = {**os.environ, CACHE_ENV: str(cache), "PYTHONPATH": str(checkout / "src"),
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
@@ -72,3 +75,16 @@ def test_quick_tracking_benchmark_from_an_empty_cache_on_a_read_only_checkout(
                                                           ("ttbar_pu5", "ckf")}
     assert all("tracking_efficiency_pt1" in r for r in rows if r["method"] != "gnn_plain")
     assert (cache / "bench_tracking" / "gun200" / "test").is_dir()
+    # --finetune trained the saved model one epoch more on the same (reused) events
+    assert all(r["finetuned"] and r["epochs"] == 1 for r in rows if r["method"] == "gnn")
+    record = json.loads((tmp_path / "q2.json").read_text())
+    assert "--finetune" in record["command"] and record["data"]["train"]
+
+
+def test_finetune_needs_a_model(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import tracking
+
+    with pytest.raises(SystemExit):
+        tracking.parse_args(["--quick", "--finetune"])
+    assert "--finetune trains a --model" in capsys.readouterr().err
