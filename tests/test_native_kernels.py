@@ -36,8 +36,11 @@ def test_a_wheel_carries_the_c_source() -> None:
     list it (an installed wheel without it would warn and run the torch path)."""
     table = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = table["tool"]["setuptools"]["package-data"]["sparsegnn"]
-    source = build.SOURCE.relative_to(ROOT / "src" / "sparsegnn").as_posix()
-    assert any(fnmatch.fnmatch(source, p) for p in patterns)
+    from sparsegnn.tracking import window_kernel
+
+    for path in (build.SOURCE, window_kernel.SOURCE):
+        source = path.relative_to(ROOT / "src" / "sparsegnn").as_posix()
+        assert any(fnmatch.fnmatch(source, p) for p in patterns), source
 
 
 def pattern(rows: int, cols: int, seed: int) -> CSRMatrix:

@@ -256,3 +256,36 @@ def test_wrap_is_the_modulo_bit_for_bit() -> None:
     for angle in (a - b, edges, np.array([7.0, -9.5, np.nan]), np.empty(0)):
         plain = (angle + np.pi) % (2 * np.pi) - np.pi
         assert np.array_equal(wrap(angle), plain, equal_nan=True)
+
+
+@pytest.mark.parametrize("angle", [0.0, 2.9])
+def test_the_window_kernel_keeps_the_edges_numpy_keeps_in_its_order(angle: float) -> None:
+    """window_kernel.c against the numpy form, bit for bit: every candidate of every map
+    pair, windows narrow, wide and untrusted (NaN bounds), modules across phi = +-pi."""
+    from sparsegnn.sparse import native
+    from sparsegnn.tracking.window_kernel import _library
+
+    if _library() is None:
+        pytest.skip("the window-test kernel did not build here")
+    ev = _rotated(read_event(SAMPLE, "event000000001"), angle)
+    mm = ModuleMap.learn([ev], windows=True)
+    every, rows = _every_candidate(ev, mm)
+    for margins in ((0.0, 0.0, 1), (0.3, 16.0, 1), (0.0, 0.0, 3), (40.0, 0.0, 1)):
+        bounds = mm.windows.widened(*margins)
+        fast = graph_module._in_windows(ev, every, rows, bounds)
+        with native.disabled():
+            plain = graph_module._in_windows(ev, every, rows, bounds)
+        assert plain.shape[1] > 0 and np.array_equal(fast, plain)
+
+
+def test_the_window_kernel_refuses_indices_outside_the_event_or_map() -> None:
+    from sparsegnn.tracking.window_kernel import _library, in_windows
+
+    if _library() is None:
+        pytest.skip("the window-test kernel did not build here")
+    ev = read_event(SAMPLE, "event000000001")
+    low = high = np.zeros((3, 5))
+    with pytest.raises(IndexError, match="outside"):
+        in_windows(ev, np.array([[0], [ev.num_hits]]), np.array([0]), low, high, 1e-3)
+    with pytest.raises(IndexError, match="outside"):
+        in_windows(ev, np.array([[0], [1]]), np.array([3]), low, high, 1e-3)

@@ -29,7 +29,15 @@ from sparsegnn.tracking.truth import (
     segments,
     selected_particles,
 )
-from sparsegnn.tracking.windows import WINDOW_VARIABLES, doublet_value, outwards, window_pass, wrap
+from sparsegnn.tracking.window_kernel import in_windows
+from sparsegnn.tracking.windows import (
+    MIN_DR,
+    WINDOW_VARIABLES,
+    doublet_value,
+    outwards,
+    window_pass,
+    wrap,
+)
 
 
 def module_map_graph(event: Event, module_map: ModuleMap, cuts: DoubletCuts = NO_CUTS,
@@ -52,8 +60,12 @@ def truth_graph(event: Event, targets: TargetConfig = DEFAULT_TARGETS) -> HitGra
 def _in_windows(event: Event, edge_index: np.ndarray, pair: np.ndarray,
                 bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """The candidates (oriented outwards) whose every variable lies in its pair's widened
-    window ``bounds``; each variable computed only on the survivors of the ones before."""
+    window ``bounds``; each variable computed only on the survivors of the ones before
+    (in one C pass where it builds: :mod:`sparsegnn.tracking.window_kernel`)."""
     low, high = bounds
+    fast = in_windows(event, edge_index, pair, low, high, MIN_DR)
+    if fast is not None:
+        return fast
     edge_index = outwards(event, edge_index)
     for j, name in enumerate(WINDOW_VARIABLES):
         ok = window_pass(doublet_value(event, *edge_index, name), low[pair, j], high[pair, j])

@@ -29,7 +29,7 @@ WINDOW_VARIABLES = ("dphi", "dz", "deta", "phi_slope", "z0")
 # (rad, mm, -, rad/mm, mm): about the spread of one pair's segments in a few events.
 MIN_WIDTH = np.array([0.002, 5.0, 0.01, 2e-5, 5.0])
 # Pairs closer than this in r (mm) have no phi slope or z0 (NaN: those windows pass them).
-_MIN_DR = 1e-3
+MIN_DR = 1e-3
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def doublet_value(event: Event, src: np.ndarray, dst: np.ndarray, name: str) -> 
         return dphi
     r_src = event.r[src]
     dr = event.r[dst] - r_src
-    has_dr = np.abs(dr) >= _MIN_DR
+    has_dr = np.abs(dr) >= MIN_DR
     safe_dr = np.where(has_dr, dr, 1.0)
     if name == "phi_slope":
         return np.where(has_dr, dphi / safe_dr, np.nan)

@@ -58,6 +58,12 @@ def library() -> ctypes.CDLL | None:
     return _lib[0]
 
 
+def enabled() -> bool:
+    """Whether native kernels may run on this thread: not turned off by
+    ``SPARSEGNN_NATIVE=0`` nor inside :func:`disabled` (other packages' kernels ask too)."""
+    return os.environ.get("SPARSEGNN_NATIVE", "1") != "0" and not getattr(_state, "off", False)
+
+
 @contextmanager
 def disabled() -> Iterator[None]:
     """Within the block, on this thread, every caller takes its torch path."""

@@ -46,20 +46,20 @@ def _cpu_signature() -> str:
     return "\n".join(dict.fromkeys(keep))
 
 
-def library_path(cc: str) -> Path:
+def library_path(cc: str, source: Path = SOURCE, name: str = "attention") -> Path:
     """Where the compiled library for this source, compiler and CPU lives."""
     from sparsegnn.data.paths import user_cache_dir
 
     version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                              timeout=COMPILE_TIMEOUT_S, check=False).stdout
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
+    for part in (source.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
                  _cpu_signature().encode()):
         key.update(part)
-    return user_cache_dir() / "native" / f"attention-{key.hexdigest()[:16]}.so"
+    return user_cache_dir() / "native" / f"{name}-{key.hexdigest()[:16]}.so"
 
 
-def _compile(cc: str, target: Path) -> None:
+def _compile(cc: str, target: Path, source: Path = SOURCE) -> None:
     """Build into a temporary file and rename it into place; a compiler without OpenMP
     (Apple's clang) gets a second try without it, whose kernels run on one thread."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -67,31 +67,32 @@ def _compile(cc: str, target: Path) -> None:
     os.close(fd)
     try:
         for flags in (FLAGS, tuple(f for f in FLAGS if f != "-fopenmp")):
-            done = subprocess.run([cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
+            done = subprocess.run([cc, *flags, "-o", tmp, str(source)], capture_output=True,
                                   text=True, timeout=COMPILE_TIMEOUT_S, check=False)
             if done.returncode == 0:
                 break
         else:
             first = (done.stderr.strip().splitlines() or ["(no message)"])[0]
-            raise BuildError(f"{cc} failed on {SOURCE.name}: {first}")
+            raise BuildError(f"{cc} failed on {source.name}: {first}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
-def load() -> ctypes.CDLL:
-    """The compiled kernels, built first when this machine has no copy yet."""
+def load(source: Path = SOURCE, name: str = "attention") -> ctypes.CDLL:
+    """The compiled kernels of ``source`` (default: the attention kernels), built first
+    when this machine has no copy yet."""
     cc = compiler()
     try:
-        target = library_path(cc)
+        target = library_path(cc, source, name)
         if not target.exists():
-            _compile(cc, target)
+            _compile(cc, target, source)
         try:
             return ctypes.CDLL(str(target))
         except OSError:  # a damaged copy (a full disk, another machine's file): once more
             target.unlink(missing_ok=True)
-            _compile(cc, target)
+            _compile(cc, target, source)
             return ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as err:
         raise BuildError(str(err)) from err
