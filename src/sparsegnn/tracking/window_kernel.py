@@ -13,13 +13,12 @@ runs.
 from __future__ import annotations
 
 import ctypes
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 from sparsegnn.sparse import native
-from sparsegnn.sparse.native.build import BuildError, load
+from sparsegnn.sparse.native.build import load_once
 from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.windows import WINDOW_VARIABLES
 
@@ -33,16 +32,10 @@ def _library() -> ctypes.CDLL | None:
     """The compiled kernel, or ``None`` (turned off, or it did not build: warned once)."""
     if not native.enabled():
         return None
-    if not _lib:
-        try:
-            lib = load(SOURCE, "windows")
-            lib.window_edges.restype = ctypes.c_int64
-            _lib.append(lib)
-        except BuildError as err:
-            warnings.warn(f"sparsegnn: the window-test kernel is not available ({err}); "
-                          "numpy runs instead", RuntimeWarning, stacklevel=2)
-            _lib.append(None)
-    return _lib[0]
+    lib = load_once(_lib, SOURCE, "windows", "the window-test kernels", "numpy's passes")
+    if lib is not None:
+        lib.window_edges.restype = ctypes.c_int64
+    return lib
 
 
 def in_windows(event: Event, edge_index: np.ndarray, pair: np.ndarray, low: np.ndarray,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,7 +28,7 @@ import torch
 
 from sparsegnn.errors import ShapeError
 from sparsegnn.sparse.csr import CSRMatrix
-from sparsegnn.sparse.native.build import BuildError, load
+from sparsegnn.sparse.native.build import load_once
 from sparsegnn.sparse.pattern_cache import Store, per_pattern
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
@@ -47,15 +46,7 @@ def library() -> ctypes.CDLL | None:
     """The loaded kernels, or ``None`` (turned off, or they did not build: warned once)."""
     if os.environ.get("SPARSEGNN_NATIVE", "1") == "0":
         return None
-    if not _lib:
-        try:
-            _lib.append(load())
-        except BuildError as err:
-            warnings.warn(f"sparsegnn: the fused CPU attention kernels are not available "
-                          f"({err}); torch's slower ops run instead", RuntimeWarning,
-                          stacklevel=2)
-            _lib.append(None)
-    return _lib[0]
+    return load_once(_lib)
 
 
 def enabled() -> bool:

@@ -17,6 +17,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("kernels.c")
@@ -96,3 +97,18 @@ def load(source: Path = SOURCE, name: str = "attention") -> ctypes.CDLL:
             return ctypes.CDLL(str(target))
     except (OSError, subprocess.SubprocessError) as err:
         raise BuildError(str(err)) from err
+
+
+def load_once(cache: list[ctypes.CDLL | None], source: Path = SOURCE, name: str = "attention",
+              what: str = "the fused CPU attention kernels", instead: str = "torch's slower ops"
+              ) -> ctypes.CDLL | None:
+    """``source``'s library, loaded into ``cache`` on the first call; ``None`` (warned once,
+    naming ``what`` and what runs ``instead``) where it does not build."""
+    if not cache:
+        try:
+            cache.append(load(source, name))
+        except BuildError as err:
+            warnings.warn(f"sparsegnn: {what} are not available ({err}); {instead} run "
+                          "instead", RuntimeWarning, stacklevel=3)
+            cache.append(None)
+    return cache[0]
