@@ -259,33 +259,69 @@ def test_wrap_is_the_modulo_bit_for_bit() -> None:
 
 
 @pytest.mark.parametrize("angle", [0.0, 2.9])
-def test_the_window_kernel_keeps_the_edges_numpy_keeps_in_its_order(angle: float) -> None:
-    """window_kernel.c against the numpy form, bit for bit: every candidate of every map
-    pair, windows narrow, wide and untrusted (NaN bounds), modules across phi = +-pi."""
+def test_the_graph_kernels_build_the_graph_numpy_builds(angle: float) -> None:
+    """graph_kernel.c against the numpy forms, bit for bit: the same edges in the same
+    order and the same filter inputs, for windows narrow, wide and untrusted (NaN
+    bounds), no windows at all, and modules across phi = +-pi."""
     from sparsegnn.sparse import native
-    from sparsegnn.tracking.window_kernel import _library
+    from sparsegnn.tracking.filter import doublet_features
+    from sparsegnn.tracking.graph_kernel import _library
 
     if _library() is None:
-        pytest.skip("the window-test kernel did not build here")
+        pytest.skip("the graph-construction kernels did not build here")
     ev = _rotated(read_event(SAMPLE, "event000000001"), angle)
     mm = ModuleMap.learn([ev], windows=True)
-    every, rows = _every_candidate(ev, mm)
-    for margins in ((0.0, 0.0, 1), (0.3, 16.0, 1), (0.0, 0.0, 3), (40.0, 0.0, 1)):
-        bounds = mm.windows.widened(*margins)
-        fast = graph_module._in_windows(ev, every, rows, bounds)
+    for cuts in (DoubletCuts(window_margin=0.0), DoubletCuts(window_margin=0.3,
+                                                              window_count_margin=16),
+                 DoubletCuts(window_margin=0.0, window_min_count=3),
+                 DoubletCuts(window_margin=40.0), DoubletCuts(dphi=0.02), DoubletCuts(),
+                 DoubletCuts(window_margin=0.1, dphi=0.01, z0=200.0)):
+        fast = module_map_graph(ev, mm, cuts)
         with native.disabled():
-            plain = graph_module._in_windows(ev, every, rows, bounds)
-        assert plain.shape[1] > 0 and np.array_equal(fast, plain)
+            plain = module_map_graph(ev, mm, cuts)
+            plain_features = doublet_features(plain)
+        assert plain.num_edges > 0 and np.array_equal(fast.edge_index, plain.edge_index)
+        assert np.array_equal(fast.edge_features, plain.edge_features)
+        assert np.array_equal(doublet_features(fast).numpy(), plain_features.numpy())
 
 
-def test_the_window_kernel_refuses_indices_outside_the_event_or_map() -> None:
-    from sparsegnn.tracking.window_kernel import _library, in_windows
+def test_the_pair_order_kernel_is_a_stable_argsort() -> None:
+    from sparsegnn.sparse import native
+    from sparsegnn.tracking.graph_kernel import _library, pair_order
 
     if _library() is None:
-        pytest.skip("the window-test kernel did not build here")
+        pytest.skip("the graph-construction kernels did not build here")
+    rng = np.random.default_rng(0)
+    edges = rng.integers(0, 50, (2, 3000))  # repeated pairs: stability shows
+    perm = pair_order(edges, 50)
+    lo, hi = np.minimum(*edges), np.maximum(*edges)
+    assert np.array_equal(perm, np.argsort(lo * 50 + hi, kind="stable"))
+    assert pair_order(np.zeros((2, 0), dtype=np.int64), 0).size == 0
+    with native.disabled():
+        assert pair_order(edges, 50) is None
+
+
+def test_the_graph_kernels_refuse_indices_outside_the_event_or_map() -> None:
+    from sparsegnn.tracking import graph_kernel
+    from sparsegnn.tracking.filter import _DIVISOR
+    from sparsegnn.tracking.hit_graph import EDGE_SCALE, NODE_SCALE
+
+    if graph_kernel._library() is None:
+        pytest.skip("the graph-construction kernels did not build here")
     ev = read_event(SAMPLE, "event000000001")
-    low = high = np.zeros((3, 5))
+    mm = ModuleMap.learn([ev], windows=True)
+    bounds, dphi = mm.search_ranges(DoubletCuts(window_margin=0.0))
+    found = graph_module.hit_search(ev, mm, dphi)
+    assert graph_kernel.search(ev, found, bounds, 1e-3) is not None
+    for bad in (replace(found, ib=found.ib + found.start.size),
+                replace(found, row=found.row + bounds[0].shape[0]),
+                replace(found, order=found.order[::-1] + 1),
+                replace(found, count=found.count + 1)):
+        with pytest.raises(IndexError, match="outside"):
+            graph_kernel.search(ev, bad, bounds, 1e-3)
     with pytest.raises(IndexError, match="outside"):
-        in_windows(ev, np.array([[0], [ev.num_hits]]), np.array([0]), low, high, 1e-3)
+        graph_kernel.pair_order(np.array([[0], [ev.num_hits]]), ev.num_hits)
     with pytest.raises(IndexError, match="outside"):
-        in_windows(ev, np.array([[0], [1]]), np.array([3]), low, high, 1e-3)
+        graph_kernel.doublet_features(np.array([[0], [3]]), np.zeros((3, 3), np.float32),
+                                      np.zeros((1, 4), np.float32), NODE_SCALE, EDGE_SCALE,
+                                      _DIVISOR)

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from sparsegnn.errors import DataFormatError, InvalidValueError
+from sparsegnn.tracking import graph_kernel
 from sparsegnn.tracking.hit_graph import EDGE_SCALE, NODE_SCALE, HitGraph
 from sparsegnn.tracking.model import forward_layers, mlp
 from sparsegnn.train.checkpoint import (
@@ -38,6 +39,9 @@ from sparsegnn.train.checkpoint import (
 from sparsegnn.train.loop import LoopConfig, run_epochs
 
 NUM_FEATURES = 10  # r, z of both hits; dr, dphi, dz, deta; phi slope; z0
+# Each column's scale (of order one): r, z of both hits [mm]; dr, dphi, dz, deta; the phi
+# slope; z0 from the vertex.
+_DIVISOR = np.array([1000.0, 1000.0, 1000.0, 1000.0, 100.0, 0.05, 100.0, 0.1, 3e-4, 100.0])
 _CHUNK = 16384  # edges per chunk when scoring without autograd (stays in cache)
 FILTER_KIND = "track-filter"  # the kind in a filter file's checkpoint fingerprint
 FILTER_TRAIN_KIND = "track-filter-train"  # ... and in a filter training checkpoint's
@@ -97,19 +101,29 @@ def doublet_features(graph: HitGraph) -> torch.Tensor:
     vertices (it dropped 42% of the target edges of held-out events whose vertex lay
     outside them).
     """
+    fast = graph_kernel.doublet_features(graph.edge_index, graph.node_features,
+                                         graph.edge_features, NODE_SCALE, EDGE_SCALE, _DIVISOR)
+    if fast is None:
+        feats, z0 = _features(graph)
+    else:
+        feats, z0 = fast
+    feats[:, -1] = (z0 - vertex_z(z0)) / _DIVISOR[-1]
+    return torch.from_numpy(feats)
+
+
+def _features(graph: HitGraph) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's form of :func:`sparsegnn.tracking.graph_kernel.doublet_features`: the
+    first nine columns, and z0."""
     src, dst = graph.edge_index
     node = graph.node_features * NODE_SCALE
     dr, dphi, dz, deta = (graph.edge_features * EDGE_SCALE).T
     safe_dr = np.where(np.abs(dr) >= 10.0, dr, np.copysign(10.0, dr))
     r_src, z_src = node[src, 0], node[src, 2]
-    z0 = z_src - r_src * dz / safe_dr
-    columns = (r_src / 1000, z_src / 1000, node[dst, 0] / 1000, node[dst, 2] / 1000,
-               dr / 100, dphi / 0.05, dz / 100, deta / 0.1, dphi / safe_dr / 3e-4,
-               (z0 - vertex_z(z0)) / 100)
+    columns = (r_src, z_src, node[dst, 0], node[dst, 2], dr, dphi, dz, deta, dphi / safe_dr)
     feats = np.empty((src.size, NUM_FEATURES), dtype=np.float32)
     for k, column in enumerate(columns):  # no float64 [E, 10] stack (a tenth of the graph time)
-        feats[:, k] = column
-    return torch.from_numpy(feats)
+        feats[:, k] = column / _DIVISOR[k]
+    return feats, z_src - r_src * dz / safe_dr
 
 
 def vertex_z(z0: np.ndarray, span: float = 300.0, bin_mm: float = 2.0) -> float:

@@ -18,8 +18,10 @@ import numpy as np
 import torch
 
 from sparsegnn.sparse import run_positions
+from sparsegnn.tracking import graph_kernel
 from sparsegnn.tracking.doublet_cuts import NO_CUTS, DoubletCuts, apply_cuts, edge_values
 from sparsegnn.tracking.events import Event
+from sparsegnn.tracking.graph_kernel import HitSearch
 from sparsegnn.tracking.hit_graph import EDGE_SCALE, NODE_SCALE, HitGraph
 from sparsegnn.tracking.module_map import ModuleMap, element_keys
 from sparsegnn.tracking.truth import (
@@ -29,7 +31,6 @@ from sparsegnn.tracking.truth import (
     segments,
     selected_particles,
 )
-from sparsegnn.tracking.window_kernel import in_windows
 from sparsegnn.tracking.windows import (
     MIN_DR,
     WINDOW_VARIABLES,
@@ -45,9 +46,14 @@ def module_map_graph(event: Event, module_map: ModuleMap, cuts: DoubletCuts = NO
     """Candidate edges from ``module_map``, in their pairs' windows when
     ``cuts.window_margin`` is set, then filtered by the global ``cuts``."""
     bounds, dphi = module_map.search_ranges(cuts)
-    edge_index, pair = _candidates(event, module_map, dphi)
-    if bounds is not None:
-        edge_index = _in_windows(event, edge_index, pair, bounds)
+    found = hit_search(event, module_map, dphi)
+    fast = graph_kernel.search(event, found, bounds, MIN_DR)
+    if fast is not None:
+        edge_index = fast[0]
+    else:
+        edge_index, pair = _candidates_of(event, found)
+        if bounds is not None:
+            edge_index = _in_windows(event, edge_index, pair, bounds)
     edge_index = apply_cuts(event, edge_index, cuts)
     return _graph(event, _sorted_pairs(event, edge_index), targets)
 
@@ -61,11 +67,8 @@ def _in_windows(event: Event, edge_index: np.ndarray, pair: np.ndarray,
                 bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """The candidates (oriented outwards) whose every variable lies in its pair's widened
     window ``bounds``; each variable computed only on the survivors of the ones before
-    (in one C pass where it builds: :mod:`sparsegnn.tracking.window_kernel`)."""
+    (the numpy form of :func:`sparsegnn.tracking.graph_kernel.search`'s window test)."""
     low, high = bounds
-    fast = in_windows(event, edge_index, pair, low, high, MIN_DR)
-    if fast is not None:
-        return fast
     edge_index = outwards(event, edge_index)
     for j, name in enumerate(WINDOW_VARIABLES):
         ok = window_pass(doublet_value(event, *edge_index, name), low[pair, j], high[pair, j])
@@ -86,7 +89,13 @@ def _candidates(event: Event, module_map: ModuleMap,
                 dphi: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The hit pairs on connected module pairs whose dphi can lie in their pair's range
     ``dphi`` (:func:`_dphi_ranges`), each unordered pair once, no self-pairs, and the row
-    of :meth:`ModuleMap.unordered_pairs` each came from.
+    of :meth:`ModuleMap.unordered_pairs` each came from (numpy's form)."""
+    return _candidates_of(event, hit_search(event, module_map, dphi))
+
+
+def hit_search(event: Event, module_map: ModuleMap,
+               dphi: tuple[np.ndarray, np.ndarray]) -> HitSearch:
+    """What finding ``event``'s candidates by azimuth needs.
 
     Every pair of hits on two connected modules was a candidate before, ten or more for
     every edge kept at pileup 200 (5.6M per event), and computing their variables was
@@ -107,7 +116,6 @@ def _candidates(event: Event, module_map: ModuleMap,
     start = np.zeros_like(count)
     np.cumsum(count[:-1], out=start[1:])
     sorted_offset = offset[order]
-    search_key = module[order] * _SPAN + sorted_offset
     reach = np.maximum(-sorted_offset[start], sorted_offset[start + count - 1])
     pairs = module_map.unordered_pairs()
     ia = np.searchsorted(mods, pairs[:, 0])
@@ -118,19 +126,29 @@ def _candidates(event: Event, module_map: ModuleMap,
     ia, ib = ia[ok], ib[ok]
     low, high = _pair_dphi(event, order, start, ia, ib, dphi[0][row], dphi[1][row])
     searchable = reach[ib] + np.maximum(np.abs(low), np.abs(high)) < np.pi - _SLACK
-    low = np.where(searchable, low - _SLACK, -np.inf)
-    high = np.where(searchable, high + _SLACK, np.inf)
+    return HitSearch(ia, ib, row, np.where(searchable, low - _SLACK, -np.inf),
+                     np.where(searchable, high + _SLACK, np.inf), start, count, order,
+                     sorted_offset, reference, _HALF)
+
+
+def _candidates_of(event: Event, found: HitSearch) -> tuple[np.ndarray, np.ndarray]:
+    """Every hit pair of ``found``'s search, each unordered pair once, and its map row."""
+    ia, ib, start, count, order = found.ia, found.ib, found.start, found.count, found.order
+    module = np.repeat(np.arange(count.size), count)
+    search_key = module * _SPAN + found.offset
     # Each pair's a-side hits, each searching the b side's run for its dphi range.
     which = np.repeat(np.arange(ia.size), count[ia])
     src = order[_runs(start[ia], count[ia])]
-    b, u = ib[which], wrap(phi[src] - reference[ib[which]])
-    lo = np.searchsorted(search_key, b * _SPAN + np.clip(u + low[which], -_HALF, _HALF), "left")
-    hi = np.searchsorted(search_key, b * _SPAN + np.clip(u + high[which], -_HALF, _HALF), "right")
-    found = np.maximum(hi - lo, 0)
-    dst = order[_runs(lo, found)]
-    src, pair = np.repeat(src, found), np.repeat(which, found)
+    b, u = ib[which], wrap(event.phi[src] - found.reference[ib[which]])
+    lo = np.searchsorted(search_key, b * _SPAN + np.clip(u + found.low[which], -_HALF, _HALF),
+                         "left")
+    hi = np.searchsorted(search_key, b * _SPAN + np.clip(u + found.high[which], -_HALF, _HALF),
+                         "right")
+    found_hits = np.maximum(hi - lo, 0)
+    dst = order[_runs(lo, found_hits)]
+    src, pair = np.repeat(src, found_hits), np.repeat(which, found_hits)
     keep = (ia != ib)[pair] | (src < dst)
-    return np.stack([src[keep], dst[keep]]).astype(np.int64, copy=False), row[pair[keep]]
+    return np.stack([src[keep], dst[keep]]).astype(np.int64, copy=False), found.row[pair[keep]]
 
 
 def _pair_dphi(event: Event, order: np.ndarray, start: np.ndarray, ia: np.ndarray,
@@ -159,7 +177,10 @@ def _runs(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 def _sorted_pairs(event: Event, edge_index: np.ndarray) -> np.ndarray:
     """Edges in (smaller hit, larger hit) order, so a graph does not depend on the order
-    in which the module map lists its pairs."""
+    in which the module map lists its pairs (a counting sort in C where it builds)."""
+    perm = graph_kernel.pair_order(edge_index, event.num_hits)
+    if perm is not None:
+        return edge_index[:, perm]
     lo, hi = np.minimum(*edge_index), np.maximum(*edge_index)
     order = np.argsort(lo * max(event.num_hits, 1) + hi, kind="stable")
     return edge_index[:, order]
