@@ -36,9 +36,9 @@ def test_a_wheel_carries_the_c_source() -> None:
     list it (an installed wheel without it would warn and run the torch path)."""
     table = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = table["tool"]["setuptools"]["package-data"]["sparsegnn"]
-    from sparsegnn.tracking import graph_kernel
+    from sparsegnn.tracking import chain_kernel, graph_kernel
 
-    for path in (build.SOURCE, graph_kernel.SOURCE):
+    for path in (build.SOURCE, graph_kernel.SOURCE, chain_kernel.SOURCE):
         source = path.relative_to(ROOT / "src" / "sparsegnn").as_posix()
         assert any(fnmatch.fnmatch(source, p) for p in patterns), source
 

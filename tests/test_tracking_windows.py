@@ -265,9 +265,9 @@ def test_the_graph_kernels_build_the_graph_numpy_builds(angle: float) -> None:
     bounds), no windows at all, and modules across phi = +-pi."""
     from sparsegnn.sparse import native
     from sparsegnn.tracking.filter import doublet_features
-    from sparsegnn.tracking.graph_kernel import _library
+    from sparsegnn.tracking.graph_kernel import library
 
-    if _library() is None:
+    if library() is None:
         pytest.skip("the graph-construction kernels did not build here")
     ev = _rotated(read_event(SAMPLE, "event000000001"), angle)
     mm = ModuleMap.learn([ev], windows=True)
@@ -287,9 +287,9 @@ def test_the_graph_kernels_build_the_graph_numpy_builds(angle: float) -> None:
 
 def test_the_pair_order_kernel_is_a_stable_argsort() -> None:
     from sparsegnn.sparse import native
-    from sparsegnn.tracking.graph_kernel import _library, pair_order
+    from sparsegnn.tracking.graph_kernel import library, pair_order
 
-    if _library() is None:
+    if library() is None:
         pytest.skip("the graph-construction kernels did not build here")
     rng = np.random.default_rng(0)
     edges = rng.integers(0, 50, (2, 3000))  # repeated pairs: stability shows
@@ -306,7 +306,7 @@ def test_the_graph_kernels_refuse_indices_outside_the_event_or_map() -> None:
     from sparsegnn.tracking.filter import _DIVISOR
     from sparsegnn.tracking.hit_graph import EDGE_SCALE, NODE_SCALE
 
-    if graph_kernel._library() is None:
+    if graph_kernel.library() is None:
         pytest.skip("the graph-construction kernels did not build here")
     ev = read_event(SAMPLE, "event000000001")
     mm = ModuleMap.learn([ev], windows=True)

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from sparsegnn.tracking import chain_kernel
 from sparsegnn.tracking.tracks import HitGeometry
 
 # Rounds of extension: a chain grows by at most one hit at each end per round, and
@@ -61,6 +62,9 @@ def label_components(src: np.ndarray, dst: np.ndarray, n: int, min_hits: int = 1
                       ) -> np.ndarray:
     """Component label per hit, numbered 0.. in order of first hit; hits on no component of
     at least ``max(min_hits, 2)`` hits get -1 (an isolated hit is its own 1-hit component)."""
+    fast = chain_kernel.label_components(src, dst, n, max(min_hits, 2))
+    if fast is not None:
+        return fast
     adj = sp.coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(n, n)).tocsr()
     _, labels = connected_components(adj, directed=False)
     keep = np.bincount(labels)[labels] >= max(min_hits, 2)

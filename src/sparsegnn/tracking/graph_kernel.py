@@ -51,7 +51,7 @@ class HitSearch:
     half: float  # queries are clipped to +-half
 
 
-def _library() -> ctypes.CDLL | None:
+def library() -> ctypes.CDLL | None:
     """The compiled kernels, or ``None`` (turned off, or they did not build: warned once)."""
     if not native.enabled():
         return None
@@ -68,7 +68,7 @@ def search(event: Event, found: HitSearch,
     (``[pairs, 5]`` low and high) only those inside, oriented outwards (the numpy form's
     ``_in_windows`` after ``_candidates``). ``None`` where the kernels cannot run, or for
     azimuths outside [-pi, pi] (not an event this package reads): numpy then runs."""
-    lib = _library()
+    lib = library()
     if lib is None or not (np.abs(event.phi) <= np.pi).all():
         return None
     if bounds is not None and (WINDOW_VARIABLES != ORDER or bounds[0].shape != bounds[1].shape
@@ -120,7 +120,7 @@ def _check(event: Event, found: HitSearch, bounds: tuple[np.ndarray, np.ndarray]
 def pair_order(edge_index: np.ndarray, num_hits: int) -> np.ndarray | None:
     """The stable permutation to (smaller hit, larger hit) order, or ``None`` (numpy's
     argsort then runs)."""
-    lib = _library()
+    lib = library()
     if lib is None:
         return None
     src, dst = (_c(edge_index[i], np.int64) for i in (0, 1))
@@ -138,7 +138,7 @@ def doublet_features(edge_index: np.ndarray, node: np.ndarray, edge: np.ndarray,
     """``[E, 10]`` float32 filter inputs with the first nine columns filled (unscaled
     node/edge features over ``divisor``) and the float64 z0 of every edge, or ``None``
     (numpy then runs)."""
-    lib = _library()
+    lib = library()
     if lib is None:
         return None
     src, dst = (_c(edge_index[i], np.int64) for i in (0, 1))

@@ -82,6 +82,7 @@ def reconstruct(request: ReconstructRequest) -> ReconstructOutcome:
     reco, graphs = request.reco, request.graphs
     settings = reco.config.to_dict()
     counts, stages = [], dict.fromkeys(STAGES, 0.0)
+    reco.prepare()
     with output_folder(request.out, TRACKS_FORMAT) as (tmp, manifest):
         for i, ev in enumerate(request.events):
             done = reco.run(ev, None if graphs is None else graphs[i])

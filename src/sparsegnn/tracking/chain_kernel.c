@@ -1,0 +1,114 @@
+/* Track building's loops in C (sparsegnn.tracking.chain_kernel; the Python and numpy
+ * forms are chains.label_components, triplets._triplet_chains' greedy and
+ * triplets._triplet_misfit, which these equal bit for bit).
+ *
+ * Products must round as numpy rounds them: no compiler may contract one feeding an
+ * addition into a fused multiply-add. */
+#pragma STDC FP_CONTRACT OFF
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include <math.h>
+#include <stdint.h>
+
+static inline int64_t find(int64_t *parent, int64_t v) {
+    while (parent[v] != v) {
+        parent[v] = parent[parent[v]]; /* path halving */
+        v = parent[v];
+    }
+    return v;
+}
+
+/* Connected components of the undirected graph src[e] - dst[e] on n hits: out[v] is its
+ * component's number, counted in order of each component's first (lowest) hit over the
+ * components of at least min_hits hits, and -1 on smaller ones. Union by index keeps
+ * every root its component's lowest hit. parent and size need n entries (scratch). */
+void label_components(int64_t n, int64_t m, const int64_t *src, const int64_t *dst,
+                      int64_t min_hits, int64_t *parent, int64_t *size, int64_t *out) {
+    for (int64_t v = 0; v < n; v++) { parent[v] = v; size[v] = 0; }
+    for (int64_t e = 0; e < m; e++) {
+        const int64_t a = find(parent, src[e]), b = find(parent, dst[e]);
+        if (a < b) parent[b] = a; else if (b < a) parent[a] = b;
+    }
+    for (int64_t v = 0; v < n; v++) size[find(parent, v)]++;
+    int64_t next = 0;
+    for (int64_t v = 0; v < n; v++) {  /* a root comes before every other hit of its own */
+        const int64_t root = find(parent, v);
+        if (size[root] < min_hits) out[v] = -1;
+        else out[v] = root == v ? next++ : out[root];
+    }
+}
+
+/* The triplet greedy: triplets i-j-k in the order given, each taken when j is the middle
+ * of no taken triplet and every hit keeps at most one way in and one way out; out_of (n
+ * entries, -1 filled) gets each hit's way out. */
+void triplet_greedy(int64_t m, const int64_t *a, const int64_t *b, const int64_t *c, int64_t n,
+                    int64_t *out_of, int64_t *in_of, uint8_t *middle) {
+    for (int64_t v = 0; v < n; v++) { in_of[v] = -1; middle[v] = 0; }
+    for (int64_t t = 0; t < m; t++) {
+        const int64_t i = a[t], j = b[t], k = c[t];
+        if (middle[j] || (out_of[i] != -1 && out_of[i] != j) || (in_of[j] != -1 && in_of[j] != i)
+            || (out_of[j] != -1 && out_of[j] != k) || (in_of[k] != -1 && in_of[k] != j))
+            continue;
+        middle[j] = 1;
+        out_of[i] = j; in_of[j] = i; out_of[j] = k; in_of[k] = j;
+    }
+}
+
+/* Signed xy curvature of the circle through p, q, w (0 for a straight line), as
+ * triplets._curvature computes it. */
+static double curvature(double px, double py, double qx, double qy, double wx, double wy) {
+    const double ux = qx - px, uy = qy - py, vx = wx - qx, vy = wy - qy;
+    const double tx = wx - px, ty = wy - py;
+    const double cross = ux * vy - uy * vx;
+    const double lengths = sqrt((ux * ux + uy * uy) * (vx * vx + vy * vy) * (tx * tx + ty * ty));
+    return lengths > 0 ? 2 * cross / lengths : 0.0;
+}
+
+static inline double arm(const double *p, const double *q) { return hypot(q[0] - p[0], q[1] - p[1]); }
+
+static inline double length(const double *p, const double *q) {
+    const double dx = q[0] - p[0], dy = q[1] - p[1], dz = q[2] - p[2];
+    return sqrt(dx * dx + dy * dy + dz * dz);
+}
+
+/* Everything of triplets._triplet_misfit but its arctangents (numpy's own, which libm's
+ * differ from in the last bit): per triplet a-b-c, bent = bend^2 / spread^2, and the two
+ * (rise, run) pairs whose polar angles' difference is the triplet's turn (zeros when both
+ * segments are short). positions is [n, 3]. */
+void triplet_parts(int64_t m, const int64_t *a, const int64_t *b, const int64_t *c,
+                   const double *positions, double min_segment, double curvature_sq,
+                   double arm_noise, double *bent, double *y1, double *x1, double *y2,
+                   double *x2) {
+    for (int64_t t = 0; t < m; t++) {
+        const double *pa = positions + a[t] * 3, *pb = positions + b[t] * 3;
+        const double *pc = positions + c[t] * 3;
+        const double r_a = hypot(pa[0], pa[1]), r_b = hypot(pb[0], pb[1]);
+        const double r_c = hypot(pc[0], pc[1]);
+        const int first = length(pa, pb) > min_segment, second = length(pb, pc) > min_segment;
+        double bend, arms;
+        if (first && second) {
+            bend = curvature(pa[0], pa[1], pb[0], pb[1], pc[0], pc[1])
+                   - curvature(0.0, 0.0, pa[0], pa[1], pb[0], pb[1]);
+            arms = arm(pa, pb) * arm(pb, pc);
+            y1[t] = r_b - r_a; x1[t] = pb[2] - pa[2]; y2[t] = r_c - r_b; x2[t] = pc[2] - pb[2];
+        } else if (first) {  /* a-b against the chord a-c */
+            bend = curvature(0.0, 0.0, pa[0], pa[1], pb[0], pb[1])
+                   - curvature(0.0, 0.0, pa[0], pa[1], pc[0], pc[1]);
+            arms = arm(pa, pb) * arm(pa, pc);
+            y1[t] = r_b - r_a; x1[t] = pb[2] - pa[2]; y2[t] = r_c - r_a; x2[t] = pc[2] - pa[2];
+        } else if (second) {  /* the chord a-c against b-c */
+            bend = curvature(0.0, 0.0, pa[0], pa[1], pc[0], pc[1])
+                   - curvature(0.0, 0.0, pb[0], pb[1], pc[0], pc[1]);
+            arms = arm(pa, pc) * arm(pb, pc);
+            y1[t] = r_c - r_a; x1[t] = pc[2] - pa[2]; y2[t] = r_c - r_b; x2[t] = pc[2] - pb[2];
+        } else {
+            bend = 0.0;
+            arms = 1.0;
+            y1[t] = x1[t] = y2[t] = x2[t] = 0.0;
+        }
+        const double floor_arms = (isnan(arms) || arms >= 1e-9) ? arms : 1e-9;
+        const double noise = arm_noise / floor_arms;
+        bent[t] = bend * bend / (curvature_sq + noise * noise);
+    }
+}

@@ -1,0 +1,98 @@
+"""Track building's sequential loops in C (``chain_kernel.c``).
+
+Labelling a pileup-200 event's chains went through scipy (a sparse matrix, its
+components, a sort to renumber them): ~4 ms a call, and track building calls it a dozen
+times per event while linking; a union-find over the chain edges takes a tenth of that.
+The triplet greedy admits one triplet at a time in the order of its rank, a Python loop
+over ~100k candidates. Both are integer logic and give exactly what the other forms give
+(tests compare them). Compiled on first use like the other kernels
+(:mod:`sparsegnn.sparse.native.build`); without a compiler, with ``SPARSEGNN_NATIVE=0``
+or inside :func:`sparsegnn.sparse.native.disabled`, the other forms run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+from sparsegnn.sparse import native
+from sparsegnn.sparse.native.build import load_once
+
+SOURCE = Path(__file__).with_name("chain_kernel.c")
+_lib: list[ctypes.CDLL | None] = []
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled kernels, or ``None`` (turned off, or they did not build: warned once)."""
+    if not native.enabled():
+        return None
+    return load_once(_lib, SOURCE, "chains", "the track-building kernels",
+                     "numpy's and Python's forms")
+
+
+def label_components(src: np.ndarray, dst: np.ndarray, n: int, min_hits: int
+                     ) -> np.ndarray | None:
+    """Component number per hit in order of first hit, -1 on components of fewer than
+    ``min_hits`` hits; ``None`` where the kernel cannot run."""
+    lib = library()
+    if lib is None:
+        return None
+    src, dst = _c(src), _c(dst)
+    _check(n, src, dst)
+    parent, size, out = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+    lib.label_components(ctypes.c_int64(n), ctypes.c_int64(src.size), _ptr(src), _ptr(dst),
+                         ctypes.c_int64(min_hits), _ptr(parent), _ptr(size), _ptr(out))
+    return out
+
+
+def triplet_greedy(a: np.ndarray, b: np.ndarray, c: np.ndarray, n: int) -> np.ndarray | None:
+    """Each hit's way out (-1: none) after taking the triplets ``a-b-c`` greedily in the
+    order given; ``None`` where the kernel cannot run."""
+    lib = library()
+    if lib is None:
+        return None
+    a, b, c = _c(a), _c(b), _c(c)
+    _check(n, a, b, c)
+    out_of, in_of = np.full(n, -1, np.int64), np.empty(n, np.int64)
+    middle = np.empty(n, np.uint8)
+    lib.triplet_greedy(ctypes.c_int64(a.size), _ptr(a), _ptr(b), _ptr(c), ctypes.c_int64(n),
+                       _ptr(out_of), _ptr(in_of), _ptr(middle))
+    return out_of
+
+
+def triplet_parts(positions: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                  min_segment: float, curvature_sq: float, arm_noise: float
+                  ) -> tuple[np.ndarray, ...] | None:
+    """``(bent, y1, x1, y2, x2)`` of the triplets ``a-b-c`` on ``positions`` (``[n, 3]``):
+    the squared bend over its squared spread, and the two (rise, run) pairs whose polar
+    angles' difference is the turn (:func:`sparsegnn.tracking.triplets._triplet_misfit`
+    takes the arctangents); ``None`` where the kernel cannot run."""
+    lib = library()
+    if lib is None or positions.ndim != 2 or positions.shape[1] != 3:
+        return None
+    a, b, c = _c(a), _c(b), _c(c)
+    _check(positions.shape[0], a, b, c)
+    pos = np.ascontiguousarray(positions, dtype=np.float64)
+    out = np.empty((5, a.size), np.float64)
+    lib.triplet_parts(ctypes.c_int64(a.size), _ptr(a), _ptr(b), _ptr(c), _ptr(pos),
+                      ctypes.c_double(min_segment), ctypes.c_double(curvature_sq),
+                      ctypes.c_double(arm_noise), *map(_ptr, out))
+    return tuple(out)
+
+
+def _check(n: int, *hits: np.ndarray) -> None:
+    """The C loops trust their indices: refuse any outside the ``n`` hits, or arrays of
+    different lengths."""
+    if len({h.size for h in hits}) > 1 or any(
+            h.size and (int(h.min()) < 0 or int(h.max()) >= n) for h in hits):
+        raise IndexError(f"chain kernels: hit indices outside the event's {n} hits")
+
+
+def _c(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _ptr(a: np.ndarray) -> ctypes.c_void_p:
+    return ctypes.c_void_p(a.ctypes.data)
