@@ -73,3 +73,44 @@ def test_the_chain_kernels_refuse_hits_outside_the_event() -> None:
     with pytest.raises(IndexError, match="outside"):
         chain_kernel.triplet_parts(np.zeros((4, 3)), np.array([0, 1]), np.array([1]),
                                    np.array([2]), 15.0, 1.0, 1.0)
+    label = np.zeros(5, dtype=np.int64)
+    with pytest.raises(IndexError, match="outside"):
+        chain_kernel.link_candidates(np.array([0]), np.array([5]), np.ones(1), 0.0,
+                                     np.zeros(1, bool), label, label, label)
+    with pytest.raises(IndexError, match="outside"):
+        chain_kernel.bridge_candidates(np.array([0]), np.array([1]), np.zeros(5), 0.3,
+                                       label - 1, np.ones(1, bool), np.zeros(5))
+
+
+def test_link_candidates_are_numpys() -> None:
+    rng = np.random.default_rng(2)
+    n, m = 400, 5000
+    src, dst = rng.integers(0, n, (2, m))
+    score = rng.uniform(0, 1, m)
+    score[::50] = np.nan
+    chosen = rng.uniform(size=m) < 0.2
+    out_of, in_of = (np.where(rng.uniform(size=n) < 0.5, -1, rng.integers(0, n, n))
+                     for _ in range(2))
+    label = np.where(rng.uniform(size=n) < 0.4, -1, rng.integers(0, 30, n))
+    fast = chain_kernel.link_candidates(src, dst, score, 0.3, chosen, out_of, in_of, label)
+    plain = np.flatnonzero((score >= 0.3) & ~chosen & (out_of[src] < 0) & (in_of[dst] < 0)
+                           & ((label[src] >= 0) | (label[dst] >= 0))
+                           & (label[src] != label[dst]))
+    assert plain.size > 50 and np.array_equal(fast, plain)
+
+
+def test_bridge_candidates_are_numpys_in_numpys_order() -> None:
+    """Ends and starts all round the ring (phi = +-pi included), chains long and short."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    positions = rng.normal(size=(n, 3)) * [300.0, 300.0, 1000.0]
+    positions[:20, 1] = 0.0  # on the -x axis: phi = +-pi
+    positions[:20, 0] = -np.abs(positions[:20, 0])
+    label = rng.integers(0, 200, n)
+    short = rng.uniform(size=200) < 0.3
+    ends, starts = np.sort(rng.choice(n, 600, replace=False)), rng.choice(n, 700)
+    fast = triplets._bridge_candidates(positions, ends, starts, label, short)
+    with native.disabled():
+        plain = triplets._bridge_candidates(positions, ends, starts, label, short)
+    assert plain[0].size > 100
+    assert all(np.array_equal(f, p) for f, p in zip(fast, plain, strict=True))

@@ -322,6 +322,8 @@ def test_the_graph_kernels_refuse_indices_outside_the_event_or_map() -> None:
     with pytest.raises(IndexError, match="outside"):
         graph_kernel.pair_order(np.array([[0], [ev.num_hits]]), ev.num_hits)
     with pytest.raises(IndexError, match="outside"):
+        graph_kernel.edge_features(ev, np.array([[-1], [0]]), EDGE_SCALE)
+    with pytest.raises(IndexError, match="outside"):
         graph_kernel.doublet_features(np.array([[0], [3]]), np.zeros((3, 3), np.float32),
                                       np.zeros((1, 4), np.float32), NODE_SCALE, EDGE_SCALE,
                                       _DIVISOR)

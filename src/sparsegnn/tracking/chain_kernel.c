@@ -112,3 +112,58 @@ void triplet_parts(int64_t m, const int64_t *a, const int64_t *b, const int64_t 
         bent[t] = bend * bend / (curvature_sq + noise * noise);
     }
 }
+
+/* The candidate edges of one linking round (triplets._link_round): scored >= cut, not
+ * chosen, from a hit with no way out to a hit with no way in, at least one of the two on
+ * a chain and not both on the same one. Their indices go to out in edge order; returns
+ * how many. */
+int64_t link_candidates(int64_t m, const int64_t *src, const int64_t *dst, const double *score,
+                        double cut, const uint8_t *chosen, const int64_t *out_of,
+                        const int64_t *in_of, const int64_t *label, int64_t *out) {
+    int64_t found = 0;
+    for (int64_t e = 0; e < m; e++) {
+        const int64_t a = src[e], b = dst[e];
+        if (score[e] >= cut && !chosen[e] && out_of[a] < 0 && in_of[b] < 0
+            && (label[a] >= 0 || label[b] >= 0) && label[a] != label[b])
+            out[found++] = e;
+    }
+    return found;
+}
+
+/* First ring position whose azimuth is >= x (right = 0) or > x (right = 1): the ring is
+ * the s starts in azimuth order three times over, shifted by -2 pi, 0 and +2 pi. */
+static int64_t ring_bisect(const int64_t *by_phi, int64_t s, const double *phi,
+                           const double *shift, double x, int right) {
+    int64_t lo = 0, hi = 3 * s;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        const double v = phi[by_phi[mid % s]] + shift[mid / s];
+        if (right ? v <= x : v < x) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+/* Bridge candidates (triplets.bridges): every (end, start) whose azimuths differ by <=
+ * dphi (wrapping at +-pi; starts in ring order per end), on different chains, one of them
+ * short, the start farther from the origin. With out_end NULL only counts them. */
+int64_t bridge_candidates(int64_t ne, const int64_t *ends, int64_t s, const int64_t *by_phi,
+                          const double *phi, const double *shift, double dphi,
+                          const int64_t *label, const uint8_t *is_short, const double *distance,
+                          int64_t *out_end, int64_t *out_start) {
+    int64_t found = 0;
+    if (s == 0) return 0;
+    for (int64_t i = 0; i < ne; i++) {
+        const int64_t end = ends[i];
+        const int64_t lo = ring_bisect(by_phi, s, phi, shift, phi[end] - dphi, 0);
+        const int64_t hi = ring_bisect(by_phi, s, phi, shift, phi[end] + dphi, 1);
+        for (int64_t k = lo; k < hi; k++) {
+            const int64_t start = by_phi[k % s];
+            if (label[end] == label[start] || !(is_short[label[end]] || is_short[label[start]])
+                || !(distance[start] > distance[end]))
+                continue;
+            if (out_end) { out_end[found] = end; out_start[found] = start; }
+            found++;
+        }
+    }
+    return found;
+}

@@ -28,8 +28,11 @@ def library() -> ctypes.CDLL | None:
     """The compiled kernels, or ``None`` (turned off, or they did not build: warned once)."""
     if not native.enabled():
         return None
-    return load_once(_lib, SOURCE, "chains", "the track-building kernels",
-                     "numpy's and Python's forms")
+    lib = load_once(_lib, SOURCE, "chains", "the track-building kernels",
+                    "numpy's and Python's forms")
+    if lib is not None:
+        lib.link_candidates.restype = lib.bridge_candidates.restype = ctypes.c_int64
+    return lib
 
 
 def label_components(src: np.ndarray, dst: np.ndarray, n: int, min_hits: int
@@ -80,6 +83,59 @@ def triplet_parts(positions: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.nda
                       ctypes.c_double(min_segment), ctypes.c_double(curvature_sq),
                       ctypes.c_double(arm_noise), *map(_ptr, out))
     return tuple(out)
+
+
+def link_candidates(src: np.ndarray, dst: np.ndarray, score: np.ndarray, cut: float,
+                    chosen: np.ndarray, out_of: np.ndarray, in_of: np.ndarray,
+                    label: np.ndarray) -> np.ndarray | None:
+    """Indices of a linking round's candidate edges
+    (:func:`sparsegnn.tracking.triplets._link_round`); ``None`` where the kernel cannot
+    run."""
+    lib = library()
+    if lib is None:
+        return None
+    n = label.size
+    src, dst, out_of, in_of, label = (_c(a) for a in (src, dst, out_of, in_of, label))
+    if out_of.size != n or in_of.size != n or score.shape != src.shape or chosen.shape != src.shape:
+        raise IndexError("link candidates: arrays of different lengths")
+    _check(n, src, dst)
+    score = np.ascontiguousarray(score, dtype=np.float64)
+    flags = np.ascontiguousarray(chosen, dtype=np.uint8)
+    out = np.empty(src.size, np.int64)
+    found = lib.link_candidates(ctypes.c_int64(src.size), _ptr(src), _ptr(dst), _ptr(score),
+                                ctypes.c_double(cut), _ptr(flags), _ptr(out_of), _ptr(in_of),
+                                _ptr(label), _ptr(out))
+    return out[:found].copy()
+
+
+def bridge_candidates(ends: np.ndarray, by_phi: np.ndarray, phi: np.ndarray, dphi: float,
+                      label: np.ndarray, short: np.ndarray, distance: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(end, start)`` bridge candidates (:func:`sparsegnn.tracking.triplets.bridges`):
+    azimuths within ``dphi`` (``by_phi``: the starts in azimuth order), different chains,
+    one ``short``, the start farther out; ``None`` where the kernel cannot run."""
+    lib = library()
+    if lib is None:
+        return None
+    n = phi.size
+    ends, by_phi, label = _c(ends), _c(by_phi), _c(label)
+    if label.size != n or distance.shape != (n,):
+        raise IndexError("bridge candidates: per-hit arrays of different lengths")
+    _check(n, ends)
+    _check(n, by_phi)
+    on = np.concatenate([label[ends], label[by_phi]])
+    if on.size and (int(on.min()) < 0 or int(on.max()) >= short.size):
+        raise IndexError("bridge candidates: chain labels outside the chains")
+    f64 = [np.ascontiguousarray(a, dtype=np.float64)
+           for a in (phi, np.array([-2 * np.pi, 0.0, 2 * np.pi]), distance)]
+    flags = np.ascontiguousarray(short, dtype=np.uint8)
+    args = (ctypes.c_int64(ends.size), _ptr(ends), ctypes.c_int64(by_phi.size), _ptr(by_phi),
+            _ptr(f64[0]), _ptr(f64[1]), ctypes.c_double(dphi), _ptr(label), _ptr(flags),
+            _ptr(f64[2]))
+    count = lib.bridge_candidates(*args, None, None)
+    out = np.empty((2, count), np.int64)
+    lib.bridge_candidates(*args, _ptr(out[0]), _ptr(out[1]))
+    return out[0], out[1]
 
 
 def _check(n: int, *hits: np.ndarray) -> None:

@@ -30,6 +30,7 @@ from sparsegnn.tracking.truth import (
     edge_truth,
     segments,
     selected_particles,
+    successor,
 )
 from sparsegnn.tracking.windows import (
     MIN_DR,
@@ -188,12 +189,16 @@ def _sorted_pairs(event: Event, edge_index: np.ndarray) -> np.ndarray:
 
 def _graph(event: Event, edge_index: np.ndarray, targets: TargetConfig) -> HitGraph:
     edge_index = outwards(event, edge_index)
-    y, target = edge_truth(event, edge_index, targets)
-    segs = segments(event)
+    nxt = successor(event)
+    y, target = edge_truth(event, edge_index, targets, nxt)
+    segs = segments(event, nxt)
     selected = selected_particles(event, targets)
     num_target = int(selected[event.particle_index[segs[0]]].sum())
     node = np.stack([event.r, event.phi, event.z], axis=1) / NODE_SCALE
-    v = edge_values(event, edge_index)
-    edge = np.stack([v["dr"], v["dphi"], v["dz"], v["deta"]], axis=1) / EDGE_SCALE
-    return HitGraph(event.name, edge_index, node.astype(np.float32), edge.astype(np.float32),
-                    y, target, int(segs.shape[1]), num_target)
+    edge = graph_kernel.edge_features(event, edge_index, EDGE_SCALE)
+    if edge is None:
+        v = edge_values(event, edge_index)
+        edge = (np.stack([v["dr"], v["dphi"], v["dz"], v["deta"]], axis=1)
+                / EDGE_SCALE).astype(np.float32)
+    return HitGraph(event.name, edge_index, node.astype(np.float32), edge, y, target,
+                    int(segs.shape[1]), num_target)

@@ -110,6 +110,21 @@ int64_t search_edges(int64_t pairs, const int64_t *ia, const int64_t *ib, const 
     return kept;
 }
 
+/* A graph's edge features (graph_construction._graph): dr, dphi, dz, deta of the edges
+ * src -> dst over scale, as float32 ([E, 4]). */
+void edge_features(int64_t n, const int64_t *src, const int64_t *dst, const double *r,
+                   const double *phi, const double *z, const double *eta, const double *scale,
+                   float *out) {
+    for (int64_t e = 0; e < n; e++) {
+        const int64_t a = src[e], b = dst[e];
+        float *o = out + e * 4;
+        o[0] = (float)((r[b] - r[a]) / scale[0]);
+        o[1] = (float)(wrap(phi[b] - phi[a]) / scale[1]);
+        o[2] = (float)((z[b] - z[a]) / scale[2]);
+        o[3] = (float)((eta[b] - eta[a]) / scale[3]);
+    }
+}
+
 /* A permutation putting the edges in (smaller hit, larger hit) order, stably: a counting
  * sort on the smaller hit, then insertion sort of each bucket (a hit has tens of edges)
  * on the larger. bucket needs num_hits + 1 zeroed entries. */

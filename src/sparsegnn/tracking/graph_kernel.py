@@ -117,6 +117,24 @@ def _check(event: Event, found: HitSearch, bounds: tuple[np.ndarray, np.ndarray]
                          "modules or the map's pairs")
 
 
+def edge_features(event: Event, edge_index: np.ndarray, scale: np.ndarray
+                  ) -> np.ndarray | None:
+    """``[E, 4]`` float32 dr, dphi, dz, deta of the edges over ``scale``; ``None`` where
+    the kernel cannot run, or for azimuths outside [-pi, pi] (numpy then runs)."""
+    lib = library()
+    if lib is None or scale.shape != (4,) or not (np.abs(event.phi) <= np.pi).all():
+        return None
+    src, dst = (_c(edge_index[i], np.int64) for i in (0, 1))
+    if src.size and (min(src.min(), dst.min()) < 0
+                     or max(src.max(), dst.max()) >= event.num_hits):
+        raise IndexError("edge features: edges outside the event's hits")
+    hits = [_c(a, np.float64) for a in (event.r, event.phi, event.z, event.eta, scale)]
+    out = np.empty((src.size, 4), np.float32)
+    lib.edge_features(ctypes.c_int64(src.size), _ptr(src), _ptr(dst), *map(_ptr, hits),
+                      _ptr(out))
+    return out
+
+
 def pair_order(edge_index: np.ndarray, num_hits: int) -> np.ndarray | None:
     """The stable permutation to (smaller hit, larger hit) order, or ``None`` (numpy's
     argsort then runs)."""

@@ -49,8 +49,9 @@ class HitGraph:
     def keep_edges(self, mask: np.ndarray) -> HitGraph:
         """The same graph with only the edges where ``mask`` is true; the segment counts stay,
         so ``stats().efficiency`` charges the dropped target segments to the graph."""
-        return HitGraph(self.name, self.edge_index[:, mask], self.node_features,
-                        self.edge_features[mask], self.y[mask], self.target[mask],
+        keep = np.flatnonzero(mask) if mask.dtype == bool else mask  # found once, not per array
+        return HitGraph(self.name, self.edge_index[:, keep], self.node_features,
+                        self.edge_features[keep], self.y[keep], self.target[keep],
                         self.num_true_segments, self.num_target_segments)
 
     def stats(self) -> GraphStats:

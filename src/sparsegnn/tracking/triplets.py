@@ -264,9 +264,12 @@ def _link_round(scores: EdgeScores, chosen: np.ndarray, positions: np.ndarray,
     src, dst = scores.edge_index
     n = scores.num_nodes
     in_of, out_of, label = _chain_ways(scores, chosen)
-    idx = np.flatnonzero((scores.scores >= link_cut) & ~chosen & (out_of[src] < 0)
-                         & (in_of[dst] < 0) & ((label[src] >= 0) | (label[dst] >= 0))
-                         & (label[src] != label[dst]))
+    idx = chain_kernel.link_candidates(src, dst, scores.scores, link_cut, chosen, out_of,
+                                       in_of, label)
+    if idx is None:
+        idx = np.flatnonzero((scores.scores >= link_cut) & ~chosen & (out_of[src] < 0)
+                             & (in_of[dst] < 0) & ((label[src] >= 0) | (label[dst] >= 0))
+                             & (label[src] != label[dst]))
     a, b = src[idx], dst[idx]
     before, after = in_of[a], out_of[b]
     misfit = np.zeros(idx.size)
@@ -317,12 +320,8 @@ def bridges(scores: EdgeScores, chosen: np.ndarray, geometry: HitGeometry,
     short = np.bincount(label[label >= 0], minlength=int(label.max(initial=-1)) + 1) < min_hits
     short[label[with_layers(label, geometry, min_layers) < 0]] = True
     positions = geometry.positions
-    end, start = _azimuth_pairs(positions, np.flatnonzero((way_in >= 0) & (way_out < 0)),
-                                np.flatnonzero((way_out >= 0) & (way_in < 0)), _BRIDGE_DPHI)
-    distance = np.linalg.norm(positions, axis=1)
-    keep = ((label[end] != label[start]) & (short[label[end]] | short[label[start]])
-            & (distance[start] > distance[end]))
-    end, start = end[keep], start[keep]
+    end, start = _bridge_candidates(positions, np.flatnonzero((way_in >= 0) & (way_out < 0)),
+                                    np.flatnonzero((way_out >= 0) & (way_in < 0)), label, short)
     before = _triplet_misfit(positions, way_in[end], end, start)
     fits = before <= max_misfit  # the second triplet only for joins the first allows
     end, start, before = end[fits], start[fits], before[fits]
@@ -347,12 +346,29 @@ def _chain_ways(scores: EdgeScores, chosen: np.ndarray
     return way_in, way_out, label_components(a, b, n, 2)
 
 
-def _azimuth_pairs(positions: np.ndarray, ends: np.ndarray, starts: np.ndarray,
-                   dphi: float) -> tuple[np.ndarray, np.ndarray]:
-    """Every ``(end, start)`` of the two hit lists whose azimuths differ by <= ``dphi``
-    (wrapping at +-pi): the starts sorted by azimuth, a binary search per end."""
+def _bridge_candidates(positions: np.ndarray, ends: np.ndarray, starts: np.ndarray,
+                       label: np.ndarray, short: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(end, start)`` pairs within :data:`_BRIDGE_DPHI` in azimuth on different
+    chains, one of them ``short``, the start farther from the origin (in one C pass where
+    it builds: :func:`sparsegnn.tracking.chain_kernel.bridge_candidates`)."""
     phi = np.arctan2(positions[:, 1], positions[:, 0])
     by_phi = starts[np.argsort(phi[starts], kind="stable")]
+    distance = np.linalg.norm(positions, axis=1)
+    fast = chain_kernel.bridge_candidates(ends, by_phi, phi, _BRIDGE_DPHI, label, short,
+                                          distance)
+    if fast is not None:
+        return fast
+    end, start = _azimuth_pairs(phi, ends, by_phi, _BRIDGE_DPHI)
+    keep = ((label[end] != label[start]) & (short[label[end]] | short[label[start]])
+            & (distance[start] > distance[end]))
+    return end[keep], start[keep]
+
+
+def _azimuth_pairs(phi: np.ndarray, ends: np.ndarray, by_phi: np.ndarray, dphi: float
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Every ``(end, start)`` of the two hit lists whose azimuths ``phi`` differ by <=
+    ``dphi`` (wrapping at +-pi): ``by_phi`` the starts sorted by azimuth, a binary search
+    per end."""
     ring = np.concatenate([by_phi] * 3)
     ring_phi = np.concatenate([phi[by_phi] + shift for shift in (-2 * np.pi, 0.0, 2 * np.pi)])
     lo = np.searchsorted(ring_phi, phi[ends] - dphi)

@@ -47,9 +47,10 @@ def successor(event: Event) -> np.ndarray:
     return nxt
 
 
-def segments(event: Event) -> np.ndarray:
-    """``[2, S]`` consecutive hit pairs of every particle, inner hit first."""
-    nxt = successor(event)
+def segments(event: Event, nxt: np.ndarray | None = None) -> np.ndarray:
+    """``[2, S]`` consecutive hit pairs of every particle, inner hit first (``nxt``: the
+    event's :func:`successor`, when already made)."""
+    nxt = successor(event) if nxt is None else nxt
     src = np.flatnonzero(nxt >= 0)
     return np.stack([src, nxt[src]])
 
@@ -60,14 +61,14 @@ def selected_particles(event: Event, cfg: TargetConfig) -> np.ndarray:
     return (p.pt >= cfg.min_pt) & (p.nhits >= cfg.min_hits) & (np.abs(p.eta) < cfg.max_abs_eta)
 
 
-def edge_truth(event: Event, edge_index: np.ndarray,
-               cfg: TargetConfig) -> tuple[np.ndarray, np.ndarray]:
-    """``(true, target)`` per edge.
+def edge_truth(event: Event, edge_index: np.ndarray, cfg: TargetConfig,
+               nxt: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(true, target)`` per edge (``nxt`` as for :func:`segments`).
 
     An edge is true when its hits are consecutive on one particle (in either direction);
     it is a target when it is true and its particle passes ``cfg``.
     """
-    nxt = successor(event)
+    nxt = successor(event) if nxt is None else nxt
     src, dst = edge_index
     true = (nxt[src] == dst) | (nxt[dst] == src)
     # A trailing False stands for noise (index -1), so noise edges are never targets.
