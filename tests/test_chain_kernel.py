@@ -114,3 +114,22 @@ def test_bridge_candidates_are_numpys_in_numpys_order() -> None:
         plain = triplets._bridge_candidates(positions, ends, starts, label, short)
     assert plain[0].size > 100
     assert all(np.array_equal(f, p) for f, p in zip(fast, plain, strict=True))
+
+
+@pytest.mark.parametrize("min_layers", [2, 4, 7])
+def test_the_layer_requirement_is_numpys(min_layers: int) -> None:
+    from sparsegnn.tracking.chains import with_layers
+
+    rng = np.random.default_rng(min_layers)
+    n = 4000
+    positions = np.zeros((n, 3))
+    layer = rng.choice([0, 3, 17, 20, 21, 9002, 9004, 9006, 12010, 12012], n)
+    labels = np.where(rng.uniform(size=n) < 0.3, -1, rng.integers(0, 400, n))
+    labels[labels == 7] = -1  # a label with no hits
+    geometry = HitGeometry(positions, layer)
+    fast, plain = both(with_layers, labels, geometry, min_layers)
+    assert np.array_equal(fast, plain)
+    assert (plain >= 0).any() and ((labels >= 0) & (plain < 0)).any()
+    empty = np.full(5, -1)
+    assert np.array_equal(with_layers(empty, HitGeometry(np.zeros((5, 3)), np.zeros(5, int)),
+                                      min_layers), empty)

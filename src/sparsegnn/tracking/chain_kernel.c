@@ -167,3 +167,29 @@ int64_t bridge_candidates(int64_t ne, const int64_t *ends, int64_t s, const int6
     }
     return found;
 }
+
+/* chains.with_layers: the tracks (labels >= 0, fewer than num_labels) crossing at least
+ * min_layers distinct layers keep their hits, renumbered 0.. in label order; the others'
+ * hits get -1. Layers are ids in [0, num_layers). Scratch: count and crossed (num_labels
+ * + 1 and num_labels entries), order (n), stamp (num_layers). */
+void with_layers(int64_t n, const int64_t *labels, const int64_t *layer, int64_t num_labels,
+                 int64_t num_layers, int64_t min_layers, int64_t *count, int64_t *crossed,
+                 int64_t *order, int64_t *stamp, int64_t *out) {
+    for (int64_t l = 0; l <= num_labels; l++) count[l] = 0;
+    for (int64_t v = 0; v < n; v++) if (labels[v] >= 0) count[labels[v] + 1]++;
+    for (int64_t l = 0; l < num_labels; l++) count[l + 1] += count[l];
+    for (int64_t v = 0; v < n; v++) if (labels[v] >= 0) order[count[labels[v]]++] = v;
+    /* count[l] is now the end of label l's hits, and the start of l + 1's. */
+    for (int64_t k = 0; k < num_layers; k++) stamp[k] = -1;
+    int64_t begin = 0, next = 0;
+    for (int64_t l = 0; l < num_labels; l++) {
+        int64_t distinct = 0;
+        for (int64_t i = begin; i < count[l]; i++) {
+            const int64_t k = layer[order[i]];
+            if (stamp[k] != l) { stamp[k] = l; distinct++; }
+        }
+        crossed[l] = distinct >= min_layers && count[l] > begin ? next++ : -1;
+        begin = count[l];
+    }
+    for (int64_t v = 0; v < n; v++) out[v] = labels[v] >= 0 ? crossed[labels[v]] : -1;
+}

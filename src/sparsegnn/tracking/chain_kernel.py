@@ -138,6 +138,29 @@ def bridge_candidates(ends: np.ndarray, by_phi: np.ndarray, phi: np.ndarray, dph
     return out[0], out[1]
 
 
+# Layer ids (volume x 1000 + layer) are indexed directly up to this; larger ones go to numpy.
+_MAX_LAYER_ID = 1 << 22
+
+
+def with_layers(labels: np.ndarray, layer: np.ndarray, min_layers: int) -> np.ndarray | None:
+    """:func:`sparsegnn.tracking.chains.with_layers` on ``layer`` ids; ``None`` where the
+    kernel cannot run or the ids are negative or very large."""
+    lib = library()
+    if lib is None or layer.shape != labels.shape:
+        return None
+    labels, layer = _c(labels), _c(layer)
+    if layer.size and (int(layer.min()) < 0 or int(layer.max()) >= _MAX_LAYER_ID):
+        return None
+    num_labels, num_layers = int(labels.max(initial=-1)) + 1, int(layer.max(initial=-1)) + 1
+    n = labels.size
+    scratch = [np.empty(k, np.int64) for k in (num_labels + 1, num_labels, n, num_layers)]
+    out = np.empty(n, np.int64)
+    lib.with_layers(ctypes.c_int64(n), _ptr(labels), _ptr(layer), ctypes.c_int64(num_labels),
+                    ctypes.c_int64(num_layers), ctypes.c_int64(min_layers),
+                    *map(_ptr, scratch), _ptr(out))
+    return out
+
+
 def _check(n: int, *hits: np.ndarray) -> None:
     """The C loops trust their indices: refuse any outside the ``n`` hits, or arrays of
     different lengths."""

@@ -80,6 +80,9 @@ def with_layers(labels: np.ndarray, geometry: HitGeometry | None, min_layers: in
     (their hits go back to no track), renumbered 0.. in order of first hit."""
     if min_layers <= 1 or geometry is None:
         return labels
+    fast = chain_kernel.with_layers(labels, geometry.layer, min_layers)
+    if fast is not None:
+        return fast
     on = np.flatnonzero(labels >= 0)
     _, layer = np.unique(geometry.layer[on], return_inverse=True)
     pairs = np.unique(labels[on] * (int(layer.max(initial=0)) + 1) + layer)
