@@ -8,6 +8,7 @@ pipeline.tune_and_evaluate).
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,8 +18,9 @@ from sparsegnn.data.paths import user_cache_dir
 
 if TYPE_CHECKING:
     from sparsegnn.tracking.events import Event
-    from sparsegnn.tracking.metrics import TrackMetrics
+    from sparsegnn.tracking.metrics import ParticleMatches, TrackMetrics
     from sparsegnn.tracking.pipeline import Evaluation, Reconstruction
+    from sparsegnn.tracking.truth import TargetConfig
 
 # Simulated events are a cache (made again when missing): the user's cache folder, never
 # the checkout, which may be read-only (--data chooses another place).
@@ -115,6 +117,27 @@ def tracking_report(rows: list[Row], as_json: bool) -> None:
                        "seconds_per_event"])
     speedups, metrics = tracking_summary(rows)
     emit(rows, speedups, metrics, as_json)
+
+
+# The targets of the standard efficiency table, reported beside a soft model's own.
+HARD_PT = 1.0
+
+
+def hard_targets(matches: ParticleMatches, targets: TargetConfig) -> dict[str, float]:
+    """With soft targets (``--min-pt`` below 1 GeV), the same tracks' efficiency over the
+    pT >= 1 GeV particles too: one model's pT > 1 GeV table beside its TrackML score."""
+    if targets.min_pt >= HARD_PT:
+        return {}
+    efficiency, count = matches.efficiency_above(HARD_PT)
+    return {"tracking_efficiency_pt1": efficiency, "reconstructable_pt1": count}
+
+
+def fastest(first: float, again: Callable[[], float], repeats: int) -> float:
+    """The least of ``first`` and ``repeats - 1`` more timings from ``again``. This
+    machine's speed drifts between passes (up to 2x, docs/results/tracking.md); the GNN
+    and the CKF each get the same number of passes over the same events, and the least
+    is the time with least interference from other jobs."""
+    return min([first, *(again() for _ in range(max(repeats, 1) - 1))])
 
 
 def head_commit() -> str:

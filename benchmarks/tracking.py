@@ -4,7 +4,8 @@ Run: ``python benchmarks/tracking.py [--quick] [--json] [--data DIR] [--epochs N
 [--conditions NAME,...] [--train-events N] [--test-events N] [--map-events N]
 [--sample-nodes N] [--hidden N] [--iterations N] [--precision fp32|bf16] [--lr LR]
 [--lr-final LR] [--checkpoint PATH [--resume]] [--plots DIR]
-[--save-model PATH | --model PATH [--retune | --finetune] | --shipped] [--workers N]``.
+[--save-model PATH | --model PATH [--retune | --finetune] | --shipped] [--workers N]
+[--repeats N]``.
 
 Four conditions (``--quick``: a smoke run on two small ones): muon guns of 1000 and 5000
 muons per event (pT 0.5-10 GeV, |eta| < 2.5) and Pythia8 ttbar with 50 and 200 pileup
@@ -61,8 +62,10 @@ A third row per condition, ``gnn_plain``, rebuilds the same edge scores at the s
 and track length with the score-only walkthrough (no geometry, layer requirement,
 extension or merging): what track building recovers. Seconds per event, one thread
 each, CSV reading excluded: GNN = graph construction + filter + scoring + track
-building; CKF = ACTS's timing of space points, seeding, parameter estimation, CKF and
-ambiguity resolution. ``--plots DIR`` writes efficiency vs pT and eta per condition.
+building, after ``Reconstruction.prepare``; CKF = ACTS's timing of space points,
+seeding, parameter estimation, CKF and ambiguity resolution. Each is the least of
+``--repeats`` passes over the same events (3; ``--quick`` 1): this machine's speed
+drifts between passes, by up to 2x. ``--plots DIR`` writes efficiency vs pT and eta per condition.
 ``--unseen`` also scores
 configurations absent from training (:data:`UNSEEN`: a 3000-muon gun, ttbar at pileup
 100), rows marked ``trained_on: false``.
@@ -77,6 +80,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -92,7 +96,9 @@ from _tracking import (
     TrackingDataset,
     event_set,
     events_dir,
+    fastest,
     gnn_figures,
+    hard_targets,
     head_commit,
     tracking_report,
     tracking_row,
@@ -104,7 +110,7 @@ from sparsegnn.tracking.doublet_cuts import DoubletCuts
 from sparsegnn.tracking.events import Event, read_events
 from sparsegnn.tracking.filter import FilterConfig, train_filter
 from sparsegnn.tracking.hit_graph import HitGraph
-from sparsegnn.tracking.metrics import ParticleMatches, combine, concat_matches, track_metrics
+from sparsegnn.tracking.metrics import combine, concat_matches, track_metrics
 from sparsegnn.tracking.model import INConfig
 from sparsegnn.tracking.module_map import ModuleMap, learn_module_map
 from sparsegnn.tracking.pipeline import (
@@ -112,6 +118,7 @@ from sparsegnn.tracking.pipeline import (
     Reconstruction,
     evaluate_events,
     plot_results,
+    time_events,
     tune,
 )
 from sparsegnn.tracking.reco import build_tracks
@@ -125,8 +132,6 @@ from sparsegnn.tracking.truth import TargetConfig
 # 400 map events; docs/results/tracking.md): one setting for training, tuning and held-out events.
 WINDOW_CUTS = DoubletCuts(window_margin=0.3, window_count_margin=16.0)
 SAMPLE_NODES = 8000
-# The targets of the standard efficiency table, reported beside a soft model's own.
-HARD_PT = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,15 +243,6 @@ def module_map(root: Path, events: int, min_pt: float, workers: int) -> ModuleMa
                              LEARN_BELOW * min_pt, True, workers, events).rounded()
     found.save(path)
     return found
-
-
-def hard_targets(matches: ParticleMatches, targets: TargetConfig) -> dict[str, float]:
-    """With soft targets (``--min-pt`` below 1 GeV), the same tracks' efficiency over the
-    pT >= 1 GeV particles too: one model's pT > 1 GeV table beside its TrackML score."""
-    if targets.min_pt >= HARD_PT:
-        return {}
-    efficiency, count = matches.efficiency_above(HARD_PT)
-    return {"tracking_efficiency_pt1": efficiency, "reconstructable_pt1": count}
 
 
 def plain_walkthrough(reco: Reconstruction, events: list[Event], run: Evaluation) -> dict:
@@ -365,17 +361,20 @@ def bench(args: argparse.Namespace) -> list[Row]:
         reco, shared = trained(args, conditions, targets)
     shared = {**shared, "map_events": args.map_events, "min_pt": args.min_pt}
     rows: list[Row] = []
+    repeats = args.repeats or (1 if args.quick else 3)
     for c in conditions + (UNSEEN if args.unseen else []):
         shared["trained_on"] = c in conditions
         test_dir = events_dir(args.data, c.test, "test")
         test = read_events(test_dir, args.test_events)
         run = evaluate_events(reco, test)
         figures = gnn_figures(reco, run)
-        seconds = figures.pop("seconds_per_event")
+        seconds = fastest(figures.pop("seconds_per_event"), partial(time_events, reco, test),
+                          repeats)
         building = building_fields(reco.config.building)
         building.pop("cut"), building.pop("min_track_hits")  # in figures already
         extra = {**shared, **figures, "building": building.pop("method"), **building,
-                 "max_fake": args.max_fake, "precision": reco.config.precision}
+                 "max_fake": args.max_fake, "precision": reco.config.precision,
+                 "timing_passes": repeats}
         matches = concat_matches([r.matches for r in run.results])
         rows.append(tracking_row(c.test, "gnn", test, run.tracks, seconds,
                                  {**extra, **hard_targets(matches, targets)}))
@@ -383,8 +382,10 @@ def bench(args: argparse.Namespace) -> list[Row]:
                                  seconds, {}))
         ckf_run = run_ckf(test_dir, args.test_events)
         ckf, ckf_matches = score_ckf(ckf_run, test, targets)
-        rows.append(tracking_row(c.test, "ckf", test, ckf, ckf_run.seconds_per_event,
-                                 hard_targets(ckf_matches, targets)))
+        ckf_seconds = fastest(ckf_run.seconds_per_event, lambda d=test_dir: run_ckf(
+            d, args.test_events).seconds_per_event, repeats)
+        rows.append(tracking_row(c.test, "ckf", test, ckf, ckf_seconds,
+                                 {**hard_targets(ckf_matches, targets), "timing_passes": repeats}))
         if args.plots:
             plot_results(run.results, reco.targets, args.plots / c.name)
     if args.save_model:

@@ -62,6 +62,19 @@ def test_stages_compose_as_the_functions_do(trained) -> None:
     assert run.seconds > 0 and len(run.results) == 2
 
 
+def test_prepare_makes_what_every_event_shares_before_the_clock(trained) -> None:
+    """The map's search ranges and the scoring copy exist after prepare(), so the first
+    timed event does not pay for them; the reconstruction is unchanged."""
+    reco, _, events = trained
+    fresh = replace(reco, module_map=ModuleMap.learn([straight_tracks(12, 0)]))
+    before = fresh.run(events[0]).tracks.hit_track
+    fresh = replace(reco, module_map=ModuleMap.learn([straight_tracks(12, 0)]))
+    assert not fresh.module_map._ranges and fresh._scorer is None
+    assert fresh.prepare() is fresh
+    assert list(fresh.module_map._ranges) and fresh._scorer is not None
+    np.testing.assert_array_equal(fresh.run(events[0]).tracks.hit_track, before)
+
+
 def test_tune_picks_the_best_pair_on_training_events(trained) -> None:
     reco, train_events, _ = trained
     tuned = tune(reco, train_events[:2], choices=candidates(Walkthrough(), (0.3, 0.7), (2, 5)))

@@ -309,6 +309,18 @@ def evaluate_events(reco: Reconstruction, events: Sequence[Event],
     return Evaluation(results, seconds, stages)
 
 
+def time_events(reco: Reconstruction, events: Sequence[Event],
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds per event of one more pass of ``reco`` over ``events`` (graph, scores,
+    tracks; nothing measured): a timing to repeat where the machine's speed varies from
+    one pass to the next and the least of several is the one with least interference."""
+    reco.prepare()
+    start = clock()
+    for ev in events:
+        reco.run(ev, None, clock)
+    return (clock() - start) / max(len(events), 1)
+
+
 def per_event_timing(seconds: float, stages: dict[str, float], events: int) -> dict[str, Any]:
     """``seconds_per_event`` and ``stage_seconds_per_event`` (graph, score, build) of a
     reconstruction that took ``seconds`` (``stages``: by stage) on ``events`` events."""
