@@ -4,8 +4,9 @@
  *
  * Products must round as numpy rounds them: no compiler may contract one feeding an
  * addition into a fused multiply-add. */
+#if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
-#if defined(__GNUC__) && !defined(__clang__)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include <math.h>
