@@ -242,8 +242,8 @@ def test_azimuth_search_keeps_every_edge_the_exact_tests_pass(angle: float) -> N
         assert {tuple(e) for e in np.sort(built.edge_index, axis=0).T.tolist()} == \
             {tuple(e) for e in np.sort(kept, axis=0).T.tolist()}
     narrow = DoubletCuts(window_margin=0.0)
-    searched, _ = graph_module._candidates(ev, mm, module_map_module._dphi_ranges(
-        mm, mm.windows.widened(0.0), narrow))
+    searched, _ = graph_module._candidates_of(ev, graph_module.hit_search(
+        ev, mm, module_map_module._dphi_ranges(mm, mm.windows.widened(0.0), narrow)))
     assert searched.shape[1] < every.shape[1] / 2  # the search skips most hit pairs
 
 

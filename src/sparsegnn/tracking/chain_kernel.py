@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from sparsegnn.sparse import native
-from sparsegnn.sparse.native.build import load_once
+from sparsegnn.sparse.native.build import load_once, pointer
 
 SOURCE = Path(__file__).with_name("chain_kernel.c")
 _lib: list[ctypes.CDLL | None] = []
@@ -45,8 +45,8 @@ def label_components(src: np.ndarray, dst: np.ndarray, n: int, min_hits: int
     src, dst = _c(src), _c(dst)
     _check(n, src, dst)
     parent, size, out = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
-    lib.label_components(ctypes.c_int64(n), ctypes.c_int64(src.size), _ptr(src), _ptr(dst),
-                         ctypes.c_int64(min_hits), _ptr(parent), _ptr(size), _ptr(out))
+    lib.label_components(ctypes.c_int64(n), ctypes.c_int64(src.size), pointer(src), pointer(dst),
+                         ctypes.c_int64(min_hits), pointer(parent), pointer(size), pointer(out))
     return out
 
 
@@ -60,8 +60,8 @@ def triplet_greedy(a: np.ndarray, b: np.ndarray, c: np.ndarray, n: int) -> np.nd
     _check(n, a, b, c)
     out_of, in_of = np.full(n, -1, np.int64), np.empty(n, np.int64)
     middle = np.empty(n, np.uint8)
-    lib.triplet_greedy(ctypes.c_int64(a.size), _ptr(a), _ptr(b), _ptr(c), ctypes.c_int64(n),
-                       _ptr(out_of), _ptr(in_of), _ptr(middle))
+    lib.triplet_greedy(ctypes.c_int64(a.size), *map(pointer, (a, b, c)), ctypes.c_int64(n),
+                       *map(pointer, (out_of, in_of, middle)))
     return out_of
 
 
@@ -79,9 +79,9 @@ def triplet_parts(positions: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.nda
     _check(positions.shape[0], a, b, c)
     pos = np.ascontiguousarray(positions, dtype=np.float64)
     out = np.empty((5, a.size), np.float64)
-    lib.triplet_parts(ctypes.c_int64(a.size), _ptr(a), _ptr(b), _ptr(c), _ptr(pos),
+    lib.triplet_parts(ctypes.c_int64(a.size), pointer(a), pointer(b), pointer(c), pointer(pos),
                       ctypes.c_double(min_segment), ctypes.c_double(curvature_sq),
-                      ctypes.c_double(arm_noise), *map(_ptr, out))
+                      ctypes.c_double(arm_noise), *map(pointer, out))
     return tuple(out)
 
 
@@ -102,9 +102,9 @@ def link_candidates(src: np.ndarray, dst: np.ndarray, score: np.ndarray, cut: fl
     score = np.ascontiguousarray(score, dtype=np.float64)
     flags = np.ascontiguousarray(chosen, dtype=np.uint8)
     out = np.empty(src.size, np.int64)
-    found = lib.link_candidates(ctypes.c_int64(src.size), _ptr(src), _ptr(dst), _ptr(score),
-                                ctypes.c_double(cut), _ptr(flags), _ptr(out_of), _ptr(in_of),
-                                _ptr(label), _ptr(out))
+    found = lib.link_candidates(ctypes.c_int64(src.size), *map(pointer, (src, dst, score)),
+                                ctypes.c_double(cut),
+                                *map(pointer, (flags, out_of, in_of, label, out)))
     return out[:found].copy()
 
 
@@ -129,12 +129,12 @@ def bridge_candidates(ends: np.ndarray, by_phi: np.ndarray, phi: np.ndarray, dph
     f64 = [np.ascontiguousarray(a, dtype=np.float64)
            for a in (phi, np.array([-2 * np.pi, 0.0, 2 * np.pi]), distance)]
     flags = np.ascontiguousarray(short, dtype=np.uint8)
-    args = (ctypes.c_int64(ends.size), _ptr(ends), ctypes.c_int64(by_phi.size), _ptr(by_phi),
-            _ptr(f64[0]), _ptr(f64[1]), ctypes.c_double(dphi), _ptr(label), _ptr(flags),
-            _ptr(f64[2]))
+    args = (ctypes.c_int64(ends.size), pointer(ends), ctypes.c_int64(by_phi.size), pointer(by_phi),
+            pointer(f64[0]), pointer(f64[1]), ctypes.c_double(dphi), pointer(label), pointer(flags),
+            pointer(f64[2]))
     count = lib.bridge_candidates(*args, None, None)
     out = np.empty((2, count), np.int64)
-    lib.bridge_candidates(*args, _ptr(out[0]), _ptr(out[1]))
+    lib.bridge_candidates(*args, pointer(out[0]), pointer(out[1]))
     return out[0], out[1]
 
 
@@ -155,9 +155,9 @@ def with_layers(labels: np.ndarray, layer: np.ndarray, min_layers: int) -> np.nd
     n = labels.size
     scratch = [np.empty(k, np.int64) for k in (num_labels + 1, num_labels, n, num_layers)]
     out = np.empty(n, np.int64)
-    lib.with_layers(ctypes.c_int64(n), _ptr(labels), _ptr(layer), ctypes.c_int64(num_labels),
+    lib.with_layers(ctypes.c_int64(n), pointer(labels), pointer(layer), ctypes.c_int64(num_labels),
                     ctypes.c_int64(num_layers), ctypes.c_int64(min_layers),
-                    *map(_ptr, scratch), _ptr(out))
+                    *map(pointer, scratch), pointer(out))
     return out
 
 
@@ -172,6 +172,3 @@ def _check(n: int, *hits: np.ndarray) -> None:
 def _c(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
-
-def _ptr(a: np.ndarray) -> ctypes.c_void_p:
-    return ctypes.c_void_p(a.ctypes.data)

@@ -86,14 +86,6 @@ _SPAN, _HALF = 8.0, 4.0
 _SLACK = 1e-6
 
 
-def _candidates(event: Event, module_map: ModuleMap,
-                dphi: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The hit pairs on connected module pairs whose dphi can lie in their pair's range
-    ``dphi`` (:func:`_dphi_ranges`), each unordered pair once, no self-pairs, and the row
-    of :meth:`ModuleMap.unordered_pairs` each came from (numpy's form)."""
-    return _candidates_of(event, hit_search(event, module_map, dphi))
-
-
 def hit_search(event: Event, module_map: ModuleMap,
                dphi: tuple[np.ndarray, np.ndarray]) -> HitSearch:
     """What finding ``event``'s candidates by azimuth needs.

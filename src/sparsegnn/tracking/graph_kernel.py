@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sparsegnn.sparse import native
-from sparsegnn.sparse.native.build import load_once
+from sparsegnn.sparse.native.build import load_once, pointer
 from sparsegnn.tracking.events import Event
 from sparsegnn.tracking.windows import WINDOW_VARIABLES
 
@@ -82,16 +82,16 @@ def search(event: Event, found: HitSearch,
                                        found.offset)]
     entries = int(count[ia].sum()) if ia.size else 0
     run_lo, run_hi = np.empty(entries, np.int64), np.empty(entries, np.int64)
-    total = lib.search_runs(ctypes.c_int64(ia.size), *map(_ptr, (ia, ib, *f64[:2], start,
+    total = lib.search_runs(ctypes.c_int64(ia.size), *map(pointer, (ia, ib, *f64[:2], start,
                                                                   count, order, *f64[2:])),
-                            ctypes.c_double(found.half), _ptr(run_lo), _ptr(run_hi))
+                            ctypes.c_double(found.half), pointer(run_lo), pointer(run_hi))
     hits = [_c(a, np.float64) for a in (event.distance, event.r, event.phi, event.z, event.eta)]
     window = [None, None] if bounds is None else [_c(b, np.float64) for b in bounds]
     out = np.empty((3, total), dtype=np.int64)
-    kept = lib.search_edges(ctypes.c_int64(ia.size), *map(_ptr, (ia, ib, start, count, order,
+    kept = lib.search_edges(ctypes.c_int64(ia.size), *map(pointer, (ia, ib, start, count, order,
                                                                  run_lo, run_hi, row, *hits,
                                                                  *window)),
-                            ctypes.c_double(min_dr), *map(_ptr, out))
+                            ctypes.c_double(min_dr), *map(pointer, out))
     return out[:2, :kept].copy(), out[2, :kept].copy()
 
 
@@ -130,8 +130,8 @@ def edge_features(event: Event, edge_index: np.ndarray, scale: np.ndarray
         raise IndexError("edge features: edges outside the event's hits")
     hits = [_c(a, np.float64) for a in (event.r, event.phi, event.z, event.eta, scale)]
     out = np.empty((src.size, 4), np.float32)
-    lib.edge_features(ctypes.c_int64(src.size), _ptr(src), _ptr(dst), *map(_ptr, hits),
-                      _ptr(out))
+    lib.edge_features(ctypes.c_int64(src.size), pointer(src), pointer(dst), *map(pointer, hits),
+                      pointer(out))
     return out
 
 
@@ -145,8 +145,8 @@ def pair_order(edge_index: np.ndarray, num_hits: int) -> np.ndarray | None:
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_hits):
         raise IndexError("pair order: edges outside the event's hits")
     bucket, perm = np.zeros(num_hits + 1, np.int64), np.empty(src.size, np.int64)
-    lib.pair_order(ctypes.c_int64(src.size), _ptr(src), _ptr(dst), ctypes.c_int64(num_hits),
-                   _ptr(bucket), _ptr(perm))
+    lib.pair_order(ctypes.c_int64(src.size), pointer(src), pointer(dst), ctypes.c_int64(num_hits),
+                   pointer(bucket), pointer(perm))
     return perm
 
 
@@ -167,7 +167,7 @@ def doublet_features(edge_index: np.ndarray, node: np.ndarray, edge: np.ndarray,
         raise IndexError("doublet features: edges outside the graph's nodes")
     scales = [_c(a, np.float64) for a in (node_scale, edge_scale, divisor)]
     out, z0 = np.empty((n, 10), np.float32), np.empty(n, np.float64)
-    lib.doublet_features(ctypes.c_int64(n), *map(_ptr, (src, dst, _c(node, np.float32),
+    lib.doublet_features(ctypes.c_int64(n), *map(pointer, (src, dst, _c(node, np.float32),
                                                         _c(edge, np.float32), *scales, out,
                                                         z0)))
     return out, z0
@@ -176,6 +176,3 @@ def doublet_features(edge_index: np.ndarray, node: np.ndarray, edge: np.ndarray,
 def _c(a: np.ndarray, dtype: type) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
-
-def _ptr(a: np.ndarray | None) -> ctypes.c_void_p:
-    return ctypes.c_void_p(None if a is None else a.ctypes.data)

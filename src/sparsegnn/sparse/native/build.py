@@ -19,6 +19,10 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
@@ -112,3 +116,8 @@ def load_once(cache: list[ctypes.CDLL | None], source: Path = SOURCE, name: str 
                           "instead", RuntimeWarning, stacklevel=3)
             cache.append(None)
     return cache[0]
+
+
+def pointer(a: np.ndarray | None) -> ctypes.c_void_p:
+    """The address of a (C-contiguous) array's data for a compiled kernel; NULL for None."""
+    return ctypes.c_void_p(None if a is None else a.ctypes.data)
